@@ -1,0 +1,3 @@
+from gate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,390 @@
+"""The gate's configuration file (``specguard.yaml``): schema, loading and validation.
+
+Validation is complete on load: every problem in the file is reported at once,
+each with the file, the line, the dotted field path, what was expected and what
+was found.  An unknown key suggests the closest known key.  Every field is
+documented in ``docs/config.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gate.errors import ConfigError, Problem, closest
+
+CONFIG_VERSION = 1
+PACKAGE_DIR = Path(__file__).resolve().parent
+BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
+
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+PositiveInt = Annotated[int, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="Local directory, 'specguard:demo/...' or a hub id.")
+    revision: str | None = None
+    dtype: Dtype = "float32"
+
+    @field_validator("path")
+    @classmethod
+    def _nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("expected a model directory or hub id, got an empty string")
+        return v
+
+
+class ModelsConfig(_Strict):
+    target: ModelSpec
+    draft: ModelSpec
+    device: str = "auto"
+    trust_remote_code: bool = False
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v):
+            raise ValueError(f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {v!r}")
+        return v
+
+
+class SpeculationConfig(_Strict):
+    num_draft_tokens: Annotated[int, Field(ge=1, le=32)] = 4
+
+
+class BatchingConfig(_Strict):
+    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 8], min_length=1)
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _unique_sorted(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"expected distinct batch sizes, got {v}")
+        return sorted(v)
+
+
+class SamplingConfig(_Strict):
+    temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
+    seed: int = 0
+
+
+class GenerationConfig(_Strict):
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 48
+    greedy: bool = True
+    sampling: SamplingConfig | None = None
+    stop_at_eos: bool = True
+
+    @model_validator(mode="after")
+    def _some_mode(self) -> GenerationConfig:
+        if not self.greedy and self.sampling is None:
+            raise ValueError("nothing to generate: set greedy: true or add a sampling: section")
+        return self
+
+
+class SuiteConfig(_Strict):
+    path: str = "specguard:suites/default.jsonl"
+    slices: list[str] = Field(default_factory=list)
+    max_prompts_per_slice: PositiveInt | None = None
+
+
+class EngineConfig(_Strict):
+    type: Literal["speculative", "hf_assisted", "plugin"]
+    name: str | None = Field(None, validate_default=True)
+    callable: str | None = Field(None, validate_default=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None, info) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
+            raise ValueError(f"expected 1-64 characters from [A-Za-z0-9_.-], got {v!r}")
+        return v
+
+    @field_validator("callable")
+    @classmethod
+    def _callable(cls, v: str | None, info) -> str | None:
+        kind = info.data.get("type")
+        if kind == "plugin":
+            if not v:
+                raise ValueError("a plugin engine needs 'callable': 'package.module:function' "
+                                 "or 'entrypoint:NAME'")
+            if not re.fullmatch(r"(entrypoint:[\w.-]+|[\w.]+:[\w.]+)", v):
+                raise ValueError(f"expected 'package.module:function' or 'entrypoint:NAME', got {v!r}")
+        elif v is not None:
+            raise ValueError(f"only plugin engines take a callable (this engine is {kind!r})")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or self.type
+
+
+class EquivalenceCheck(_Strict):
+    logit_tolerance: float | Literal["auto"] = "auto"
+    max_confident_divergences: Annotated[int, Field(ge=0)] = 0
+    max_confident_inconsistencies: Annotated[int, Field(ge=0)] = 0
+    min_exact_match: Fraction = 0.0
+
+    @field_validator("logit_tolerance")
+    @classmethod
+    def _tol(cls, v):
+        if v != "auto" and not v > 0:
+            raise ValueError(f"expected 'auto' or a number > 0, got {v!r}")
+        return v
+
+
+class ReproducibilityCheck(_Strict):
+    repeat_batch_size: PositiveInt | None = None
+    require_bitwise: bool = False
+
+
+class DistributionCheck(_Strict):
+    num_samples: Annotated[int, Field(ge=100, le=1_000_000)] = 2000
+    alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
+    power_trials: Annotated[int, Field(ge=0, le=1000)] = 40
+
+
+class SpeedupCheck(_Strict):
+    min_speedup: Annotated[float, Field(gt=0.0)] | None = None
+    ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
+    time_budget_s: Annotated[float, Field(gt=0.0)] = 120.0
+    warmup: Annotated[int, Field(ge=0)] = 1
+    min_repeats: Annotated[int, Field(ge=2)] = 3
+    max_repeats: Annotated[int, Field(ge=2)] = 30
+    bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
+    context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
+    max_accept_length_drop: Fraction = 0.05
+
+    @model_validator(mode="after")
+    def _repeats(self) -> SpeedupCheck:
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be >= min_repeats ({self.min_repeats})")
+        if sorted(set(self.context_buckets)) != list(self.context_buckets):
+            raise ValueError(f"context_buckets must be strictly increasing, got {self.context_buckets}")
+        return self
+
+
+class ChecksConfig(_Strict):
+    equivalence: EquivalenceCheck = EquivalenceCheck()
+    reproducibility: ReproducibilityCheck = ReproducibilityCheck()
+    distribution: DistributionCheck = DistributionCheck()
+    speedup: SpeedupCheck = SpeedupCheck()
+
+
+class BaselineConfig(_Strict):
+    path: str = "baselines/specguard-baseline.json"
+
+
+class OutputConfig(_Strict):
+    dir: str = "specguard-out"
+    cache_dir: str | None = ".specguard-cache"
+
+
+class Config(_Strict):
+    version: Literal[1] = 1
+    models: ModelsConfig
+    speculation: SpeculationConfig = SpeculationConfig()
+    batching: BatchingConfig = BatchingConfig()
+    generation: GenerationConfig = GenerationConfig()
+    suite: SuiteConfig = SuiteConfig()
+    engines: list[EngineConfig] = Field(
+        default_factory=lambda: [EngineConfig(type="speculative")], min_length=1)
+    checks: ChecksConfig = ChecksConfig()
+    baseline: BaselineConfig = BaselineConfig()
+    output: OutputConfig = OutputConfig()
+
+    @field_validator("engines")
+    @classmethod
+    def _unique_labels(cls, v: list[EngineConfig]) -> list[EngineConfig]:
+        labels = [e.label for e in v]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"engine names must be unique; give each a distinct 'name' (repeated: {dupes})")
+        return v
+
+
+class LoadedConfig(BaseModel):
+    """A validated config plus where it came from, for resolving relative paths."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    config: Config
+    source: Path
+    raw: dict
+
+    def resolve_path(self, value: str) -> Path:
+        """A path from the config: package-relative, absolute, or relative to the config file."""
+        if value.startswith(BUILTIN_PREFIX):
+            return PACKAGE_DIR / value[len(BUILTIN_PREFIX):]
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.source.parent / p)
+
+
+# --- error reporting -------------------------------------------------------------------------
+
+
+def _line_index(text: str) -> dict[tuple, int]:
+    """Map each key path in the YAML document to its 1-based line number."""
+    index: dict[tuple, int] = {}
+
+    def walk(node, path: tuple) -> None:
+        index.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = (*path, k.value)
+                index[key] = k.start_mark.line + 1
+                walk(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return index
+    if root is not None:
+        walk(root, ())
+    return index
+
+
+def dotted(loc: typing.Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The model/list/dict types that an annotation can hold."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [t for a in typing.get_args(annotation) for t in _unwrap(a)]
+    return [annotation]
+
+
+def _known_keys(model: type[BaseModel], loc: typing.Sequence[Any]) -> list[str]:
+    """Field names of the model that sits at ``loc`` inside ``model``."""
+    candidates: list[Any] = [model]
+    for part in loc:
+        nxt: list[Any] = []
+        for c in candidates:
+            if isinstance(c, type) and issubclass(c, BaseModel) and isinstance(part, str):
+                f = c.model_fields.get(part)
+                if f is not None:
+                    nxt += _unwrap(f.annotation)
+            elif typing.get_origin(c) is list and isinstance(part, int):
+                nxt += _unwrap(typing.get_args(c)[0])
+        candidates = nxt
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return list(c.model_fields)
+    return []
+
+
+def problems_from_validation(err: ValidationError, model: type[BaseModel], source: str,
+                             lines: dict[tuple, int] | None = None, line: int | None = None
+                             ) -> list[Problem]:
+    """Turn pydantic's errors into Problems with dotted paths, lines and suggestions."""
+    out = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        kind, hint = e["type"], None
+        if kind == "extra_forbidden":
+            known = _known_keys(model, loc[:-1])
+            guess = closest(str(loc[-1]), known)
+            msg = "unknown key"
+            hint = f"did you mean '{guess}'?" if guess else f"known keys: {', '.join(known)}"
+        elif kind == "missing":
+            msg = "required field is missing"
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            if "got " not in msg and kind not in ("value_error", "assertion_error"):
+                msg += f", got {e.get('input')!r}"
+        at = line
+        if lines is not None:
+            for n in range(len(loc), -1, -1):  # nearest enclosing key that has a line
+                if loc[:n] in lines:
+                    at = lines[loc[:n]]
+                    break
+        out.append(Problem(source, msg, field=dotted(loc), line=at, hint=hint))
+    return out
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def parse_config(text: str, source: str | Path) -> LoadedConfig:
+    """Validate config text; raise ConfigError listing every problem."""
+    name = str(source)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(Problem(name, f"not valid YAML: {reason}",
+                                  line=mark.line + 1 if mark else None,
+                                  hint="fix the YAML syntax at that line")) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(Problem(name, f"expected a mapping at the top level, got {type(raw).__name__}",
+                                  hint="see docs/config.md for the layout"))
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, Config, name, _line_index(text))) from None
+    return LoadedConfig(config=cfg, source=Path(source).resolve(), raw=raw)
+
+
+def load_config(path: str | Path) -> LoadedConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(Problem(str(path), "config file not found",
+                                  hint="pass the path of your specguard.yaml")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(Problem(str(path), f"cannot read config: {exc}")) from None
+    return parse_config(text, path)
+
+
+def check_paths(loaded: LoadedConfig) -> list[Problem]:
+    """Problems with paths named in the config that validation of the YAML alone cannot see."""
+    cfg, src = loaded.config, str(loaded.source)
+    lines = _line_index(loaded.source.read_text(encoding="utf-8")) if loaded.source.exists() else {}
+    problems = []
+    for role in ("target", "draft"):
+        spec: ModelSpec = getattr(cfg.models, role)
+        where = ("models", role, "path")
+        p = loaded.resolve_path(spec.path)
+        looks_local = spec.path.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(spec.path)
+        if looks_local and not p.is_dir():
+            problems.append(Problem(src, f"model directory {str(p)!r} does not exist",
+                                    field=dotted(where), line=lines.get(where),
+                                    hint="point it at a directory holding config.json and weights, "
+                                         "or at a hub id such as 'org/name'"))
+        elif looks_local and not (p / "config.json").is_file():
+            problems.append(Problem(src, f"{str(p)!r} has no config.json", field=dotted(where),
+                                    line=lines.get(where), hint="is this a transformers model directory?"))
+    suite = loaded.resolve_path(cfg.suite.path)
+    if not suite.is_file():
+        where = ("suite", "path")
+        problems.append(Problem(src, f"suite file {str(suite)!r} does not exist", field=dotted(where),
+                                line=lines.get(where), hint="use a JSONL file, or leave the default suite"))
+    return problems
+
+
+def is_hub_id(value: str) -> bool:
+    return re.fullmatch(r"[\w][\w.-]*(/[\w][\w.-]*)?", value) is not None and "--" not in value

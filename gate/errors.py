@@ -1,0 +1,62 @@
+"""User-facing errors.
+
+Every error the CLI prints names where the problem is (file, line, dotted field
+path), what was wrong, and what to do about it.  Programming errors stay plain
+exceptions with tracebacks.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class Problem:
+    """One thing wrong with one input."""
+
+    source: str  # file name, or a logical source such as "engine 'inhouse'"
+    message: str  # what is wrong and what was expected
+    field: str | None = None  # dotted field path, e.g. "models.target.dtype"
+    line: int | None = None
+    hint: str | None = None  # what to do about it
+
+    def __str__(self) -> str:
+        where = self.source + (f":{self.line}" if self.line else "")
+        text = f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class SpecguardError(Exception):
+    """An error caused by the user's input or environment, with every problem found."""
+
+    exit_code = 2
+
+    def __init__(self, problems: Problem | str | Iterable[Problem]):
+        if isinstance(problems, (Problem, str)):
+            problems = [problems]
+        self.problems = [p if isinstance(p, Problem) else Problem("specguard", p) for p in problems]
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class ConfigError(SpecguardError):
+    """The config file is invalid."""
+
+
+class SuiteError(SpecguardError):
+    """A prompt suite file is invalid."""
+
+
+class ModelError(SpecguardError):
+    """A model could not be loaded, or the pair does not fit together."""
+
+
+class EngineError(SpecguardError):
+    """An engine was misconfigured or returned something malformed."""
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest known spelling of ``word``, for 'did you mean' hints."""
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return found[0] if found else None
