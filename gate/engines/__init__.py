@@ -1,0 +1,51 @@
+"""Engines: turn a batch of prompts into tokens, timings and speculation counters.
+
+* ``reference``: the target alone (:mod:`gate.engines.reference`);
+* ``speculative``: the gate's own batched speculative decoder (:mod:`gate.engines.speculative`);
+* ``hf_assisted``: transformers' assisted generation, batch size 1 (:mod:`gate.engines.hf_assisted`);
+* ``plugin``: an in-house engine named by a callable (:mod:`gate.engines.plugin`);
+* mutants: deliberately broken speculative engines for the self-test (:mod:`gate.engines.mutants`).
+"""
+
+from __future__ import annotations
+
+from gate.config import EngineConfig, LoadedConfig
+from gate.engines.base import BatchResult, Engine, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.models import ModelPair
+
+# Bump when an engine's output or timing behaviour changes: cached reference
+# generations are keyed by it.
+ENGINE_VERSION = "1"
+
+__all__ = ["ENGINE_VERSION", "BatchResult", "Engine", "GenerationSettings", "Request", "SequenceResult",
+           "SpecCounters", "build_engine", "build_reference"]
+
+
+def build_reference(pair: ModelPair) -> Engine:
+    from gate.engines.reference import ReferenceEngine
+
+    return ReferenceEngine(pair.target.model, pair.device)
+
+
+def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> Engine:
+    if spec.type == "speculative":
+        from gate.engines.speculative import SpeculativeEngine
+
+        engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
+    elif spec.type == "hf_assisted":
+        from gate.engines.hf_assisted import HFAssistedEngine
+
+        pad = pair.tokenizer.pad_token_id
+        engine = HFAssistedEngine(pair.target.model, pair.draft.model, pair.device,
+                                  pad if pad is not None else 0)
+    else:
+        from gate.engines.plugin import PluginEngine, PluginSettings, load_callable
+
+        fn = load_callable(spec.callable, str(loaded.source))
+        models = loaded.config.models
+        base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=0,
+                              eos_token_ids=[], target=pair.target.location, draft=pair.draft.location,
+                              dtype=models.target.dtype, device=str(pair.device))
+        engine = PluginEngine(spec.label, fn, pair.device, base)
+    engine.name = spec.label
+    return engine

@@ -1,0 +1,146 @@
+"""transformers' assisted generation (``generate(assistant_model=...)``) as an engine.
+
+It is a second, independent implementation to check, and a speed anchor for the
+gate's own engine.  transformers supports it at batch size 1 only, so the runner
+runs it there and records larger batch sizes as skipped, with the reason.
+
+For a fair comparison the assistant drafts a constant ``k`` tokens with no
+confidence cut-off (``num_assistant_tokens_schedule="constant"``,
+``assistant_confidence_threshold=0``); transformers' defaults stop drafts early.
+Acceptance counts are read from the candidate generator's
+``update_candidate_strategy(num_matches=...)`` calls; where a transformers
+version lacks that hook, counters are reported as unavailable rather than guessed.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+
+import torch
+
+from gate.engines.base import BatchResult, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.errors import EngineError, Problem
+from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
+
+HF_BATCH_LIMIT = "transformers' assisted generation supports batch size 1 only"
+
+
+class _TokenClock:
+    """A generate() streamer that only records when tokens arrive."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+        self.times: list[tuple[float, int]] = []
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:  # the first call carries the prompt
+            self._prompt_seen = True
+            return
+        self.times.append((self.clock.now(), int(value.numel())))
+
+    def end(self) -> None:
+        pass
+
+
+@contextmanager
+def _count_matches(model, steps: list[tuple[int, int]]):
+    """Record (candidates, matches) per verification step by wrapping the candidate generator."""
+    original = getattr(model, "_get_candidate_generator", None)
+    if original is None:
+        yield False
+        return
+
+    def wrapped(*args, **kwargs):
+        gen = original(*args, **kwargs)
+        inner = gen.update_candidate_strategy
+
+        def update(input_ids, scores, num_matches):
+            steps.append((int(scores.shape[1]) - 1, int(num_matches)))
+            return inner(input_ids, scores, num_matches)
+
+        gen.update_candidate_strategy = update
+        return gen
+
+    model._get_candidate_generator = wrapped
+    try:
+        yield True
+    finally:
+        del model._get_candidate_generator
+
+
+class HFAssistedEngine:
+    name = "hf_assisted"
+    speculative = True
+    max_batch_size = 1
+
+    def __init__(self, target: torch.nn.Module, draft: torch.nn.Module, device: torch.device, pad_token_id: int):
+        self.target = target
+        self.draft = draft
+        self.device = device
+        self.pad_token_id = pad_token_id
+
+    @torch.inference_mode()
+    def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
+        if len(requests) != 1:
+            raise EngineError(Problem("engine 'hf_assisted'", f"got a batch of {len(requests)}: {HF_BATCH_LIMIT}"))
+        req = requests[0]
+        if not req.prompt_ids:
+            raise EngineError(Problem("engine input", "empty prompt: generation needs at least one prompt token",
+                                      field="requests[0].prompt_ids"))
+        k = settings.num_draft_tokens
+        gen_cfg = copy.deepcopy(self.target.generation_config)
+        gen_cfg.update(
+            max_new_tokens=req.max_new_tokens, min_new_tokens=None, do_sample=not settings.greedy,
+            temperature=settings.temperature if not settings.greedy else None, top_k=None, top_p=None,
+            eos_token_id=list(settings.eos_token_ids) or None, pad_token_id=self.pad_token_id,
+            num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+            assistant_confidence_threshold=0.0, repetition_penalty=None,
+        )
+        self.draft.generation_config.num_assistant_tokens = k
+        self.draft.generation_config.num_assistant_tokens_schedule = "constant"
+        self.draft.generation_config.assistant_confidence_threshold = 0.0
+        ids = torch.tensor([list(req.prompt_ids)], device=self.device)
+        clock = Clock(self.device)
+        stream = _TokenClock(clock)
+        steps: list[tuple[int, int]] = []
+        if not settings.greedy:
+            torch.manual_seed(req.seed)
+        reset_peak_memory(self.device)
+        start = clock.now()
+        with _count_matches(self.target, steps) as counting:
+            out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                       assistant_model=self.draft, generation_config=gen_cfg, streamer=stream)
+        wall = clock.now() - start
+        tokens = out[0, ids.shape[1]:].tolist()
+        eos = set(settings.eos_token_ids)
+        stop = "eos" if tokens and tokens[-1] in eos else "max_tokens"
+        first = stream.times[0][0] - start if stream.times else None
+        last = stream.times[-1][0] - start if stream.times else wall
+        per_token = (last - first) / (len(tokens) - 1) if first is not None and len(tokens) > 1 else None
+        counters = self._counters(steps, len(tokens), k) if counting and steps else None
+        seq = SequenceResult(tokens, stop, wall_s=last, ttft_s=first, per_token_s=per_token, counters=counters)
+        return BatchResult([seq], wall_s=wall, num_target_forwards=len(steps),
+                           num_draft_forwards=sum(c for c, _ in steps),
+                           peak_memory_bytes=peak_memory_bytes(self.device))
+
+    @staticmethod
+    def _counters(steps: list[tuple[int, int]], emitted: int, k: int) -> SpecCounters:
+        c = SpecCounters(num_accepted_tokens_per_pos=[0] * k, num_draft_tokens_per_pos=[0] * k)
+        budget = emitted  # tokens cut by max_new_tokens/EOS do not count as accepted
+        for candidates, matches in steps:
+            c.num_target_forwards += 1
+            c.num_draft_forwards += candidates
+            if candidates:
+                c.num_drafts += 1
+                c.num_draft_tokens += candidates
+                for pos in range(min(candidates, k)):
+                    c.num_draft_tokens_per_pos[pos] += 1
+            accepted = max(0, min(matches, budget - 1))
+            for pos in range(min(accepted, k)):
+                c.num_accepted_tokens_per_pos[pos] += 1
+            c.num_accepted_tokens += accepted
+            budget -= accepted + 1
+        c.num_emitted_tokens = emitted
+        return c

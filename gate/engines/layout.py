@@ -1,0 +1,135 @@
+"""A batch whose rows hold different numbers of tokens, on one transformers KV cache.
+
+This is the part that batched speculative decoding usually gets wrong (the
+ragged-tensor problem): after a verification step, each sequence has accepted
+a different number of draft tokens, so the rows of one cache no longer line up.
+
+The layout used here never moves data on the hot path:
+
+* The cache has one *column* per token slot, shared by every row.  A boolean
+  ``valid[row, column]`` says whether that column holds a real token of that
+  row.  Columns that do not are *holes*: left padding, a row with nothing to
+  feed in a step, or draft tokens rejected by this row but accepted by another.
+* Attention masks are built from ``valid`` (plus causality by column), so a
+  hole is invisible to every later query.
+* Position ids are the number of valid columns before a token.  Every row keeps
+  its own positions, whatever holes it has.
+* Rolling back rejected draft tokens is a crop of the columns no row kept, plus
+  turning the rest of each row's rejected columns into holes.
+* When holes take up too much of the cache, :meth:`RaggedBatch.compact` packs
+  each row's valid columns to the right (one gather), and
+  :meth:`RaggedBatch.select` drops finished rows.
+
+Time spent in this bookkeeping is measured by the ``realign`` stopwatch, so its
+overhead can be reported separately from model time.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from gate.timing import Stopwatch
+
+
+def right_align(seqs: list[list[int]], device: torch.device, pad_id: int = 0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> ([B, W] ids, [B, W] valid), right-aligned with holes on the left."""
+    width = max((len(s) for s in seqs), default=0)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            valid[i, width - len(s):] = True
+    return ids.to(device), valid.to(device)
+
+
+class RaggedBatch:
+    """One model's KV cache and per-row validity for a ragged batch."""
+
+    # Compact when at least this many columns (and this share of the cache) are
+    # holes in every row: attention over holes is wasted work.
+    compact_min_waste = 32
+    compact_ratio = 0.25
+
+    def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, realign: Stopwatch):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.valid = torch.zeros((rows, 0), dtype=torch.bool, device=device)
+        self.realign = realign
+        self.dtype = next(model.parameters()).dtype
+        self.forwards = 0
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    def positions(self, new_valid: torch.Tensor) -> torch.Tensor:
+        """Position id of each new token: the number of valid tokens before it in its row."""
+        before = self.valid.sum(1, keepdim=True)
+        return (before + new_valid.cumsum(1) - 1).clamp(min=0)
+
+    def attention_mask(self, new_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The additive 4D mask [B, 1, T, L+T] and the new validity [B, L+T]."""
+        _rows, width = new_valid.shape
+        past = self.length
+        valid = torch.cat([self.valid, new_valid], dim=1)
+        cols = torch.arange(past + width, device=valid.device)
+        query_cols = past + torch.arange(width, device=valid.device)
+        causal = cols[None, :] <= query_cols[:, None]
+        allowed = valid[:, None, :] & causal[None]
+        # Every query also sees itself, so no row of the mask is fully masked (which
+        # would give NaN, and NaN in a hole's cache entry poisons later queries).
+        allowed |= (cols[None, :] == query_cols[:, None])[None]
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=valid.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[:, None], valid
+
+    def forward(self, ids: torch.Tensor, new_valid: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Feed ``ids`` [B, T] (holes where ``new_valid`` is False); return logits [B, keep, V]."""
+        with self.realign():
+            mask, valid = self.attention_mask(new_valid)
+            pos = self.positions(new_valid)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache,
+                         use_cache=True, logits_to_keep=logits_to_keep)
+        self.valid = valid
+        self.forwards += 1
+        return out.logits
+
+    def _map_layers(self, fn) -> None:
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = fn(layer.keys)
+                layer.values = fn(layer.values)
+
+    def rollback(self, start: int, keep: torch.Tensor) -> None:
+        """Keep the first ``keep[row]`` columns after ``start`` in each row; the rest are rejected."""
+        with self.realign():
+            new_len = start + int(keep.max()) if keep.numel() else start
+            if new_len < self.length:
+                self._map_layers(lambda t: t[..., :new_len, :])
+            valid = self.valid[:, :new_len].clone()
+            offsets = torch.arange(new_len - start, device=valid.device)
+            valid[:, start:] &= offsets[None, :] < keep[:, None]
+            self.valid = valid
+
+    def compact(self, force: bool = False) -> bool:
+        """Pack each row's valid columns to the right when holes waste enough of the cache."""
+        with self.realign():
+            longest = int(self.valid.sum(1).max())
+            waste = self.length - longest
+            if not force and (waste < self.compact_min_waste or waste < self.compact_ratio * self.length):
+                return False
+            # A stable sort puts each row's holes first and keeps its tokens in order.
+            order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, self.length - longest:]
+            self._map_layers(lambda t: t.gather(2, order[:, None, :, None].expand(
+                t.shape[0], t.shape[1], longest, t.shape[3])))
+            self.valid = self.valid.gather(1, order)
+            return True
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only the given batch rows (drop finished sequences)."""
+        with self.realign():
+            self._map_layers(lambda t: t.index_select(0, rows))
+            self.valid = self.valid.index_select(0, rows)

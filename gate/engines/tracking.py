@@ -1,0 +1,72 @@
+"""Per-sequence bookkeeping shared by the in-process engines.
+
+Turns the tokens a step produced for a row into that sequence's output: it
+stops at the first EOS (inclusive), never exceeds ``max_new_tokens``, and
+records when the first and last tokens appeared.
+"""
+
+from __future__ import annotations
+
+from gate.engines.base import GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.errors import EngineError, Problem
+
+
+class Tracker:
+    def __init__(self, requests: list[Request], settings: GenerationSettings, start: float,
+                 speculative: bool):
+        for i, r in enumerate(requests):
+            if not r.prompt_ids:
+                raise EngineError(Problem("engine input", "empty prompt: generation needs at least one "
+                                          "prompt token", field=f"requests[{i}].prompt_ids",
+                                          hint="remove the empty prompt or give it text"))
+            if r.max_new_tokens < 1:
+                raise EngineError(Problem("engine input", f"max_new_tokens is {r.max_new_tokens}",
+                                          field=f"requests[{i}].max_new_tokens", hint="use 1 or more"))
+        self.requests = requests
+        self.eos = set(settings.eos_token_ids)
+        self.start = start
+        n = len(requests)
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.stop: list[str | None] = [None] * n
+        self.first: list[float | None] = [None] * n
+        self.last: list[float | None] = [None] * n
+        self.counters = [SpecCounters() for _ in range(n)] if speculative else None
+
+    def remaining(self, i: int) -> int:
+        return self.requests[i].max_new_tokens - len(self.tokens[i])
+
+    def done(self, i: int) -> bool:
+        return self.stop[i] is not None
+
+    def active(self) -> list[int]:
+        return [i for i in range(len(self.requests)) if self.stop[i] is None]
+
+    def emit(self, i: int, toks: list[int], now: float) -> int:
+        """Append a step's tokens to sequence ``i``; return how many were kept."""
+        kept = toks[: self.remaining(i)]
+        for j, t in enumerate(kept):
+            if t in self.eos:
+                kept = kept[: j + 1]
+                self.stop[i] = "eos"
+                break
+        if kept:
+            self.tokens[i] += kept
+            if self.first[i] is None:
+                self.first[i] = now
+            self.last[i] = now
+        if self.stop[i] is None and self.remaining(i) == 0:
+            self.stop[i] = "max_tokens"
+        return len(kept)
+
+    def results(self) -> list[SequenceResult]:
+        out = []
+        for i, toks in enumerate(self.tokens):
+            first = self.first[i] - self.start if self.first[i] is not None else None
+            last = self.last[i] - self.start if self.last[i] is not None else 0.0
+            per_token = (last - first) / (len(toks) - 1) if first is not None and len(toks) > 1 else None
+            out.append(SequenceResult(
+                token_ids=toks, stop_reason=self.stop[i] or "max_tokens", wall_s=last,
+                ttft_s=first, per_token_s=per_token,
+                counters=self.counters[i] if self.counters else None,
+            ))
+        return out

@@ -1,0 +1,65 @@
+"""What a measurement depends on: hardware, library versions, models, config and suite.
+
+Two results are comparable for timing only when their ``hardware`` matches;
+outputs are comparable when models, dtype and generation settings match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+
+import torch
+
+import gate
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware(device: torch.device) -> dict:
+    hw = {
+        "device_type": device.type,
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        hw["gpu"] = props.name
+        hw["gpu_memory_bytes"] = int(props.total_memory)
+        hw["cuda"] = torch.version.cuda
+    return hw
+
+
+def libraries() -> dict:
+    import transformers
+
+    return {
+        "specguard": gate.__version__,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def hardware_key(hw: dict) -> str:
+    """The part of the hardware that timing depends on."""
+    keep = {k: hw.get(k) for k in ("device_type", "cpu", "cpu_count", "torch_threads", "gpu")}
+    return digest(keep)

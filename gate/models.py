@@ -1,0 +1,185 @@
+"""Loading the target/draft pair: device and dtype, compatibility checks, fingerprints.
+
+``trust_remote_code`` is passed through only when the config opts in
+(``models.trust_remote_code: true``); it is off by default because the gate
+runs on self-hosted runners with repository secrets nearby.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gate.config import LoadedConfig, ModelSpec
+from gate.errors import ModelError, Problem
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(Problem("config", "device is 'cuda' but CUDA is not available on this machine",
+                                 field="models.device", hint="use device: auto or cpu"))
+    return dev
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return DTYPES[name]
+
+
+@dataclass
+class LoadedModel:
+    role: str  # "target" or "draft"
+    model: torch.nn.Module
+    spec: ModelSpec
+    location: str  # resolved local path or hub id
+    fingerprint: str
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+
+@dataclass
+class ModelPair:
+    target: LoadedModel
+    draft: LoadedModel
+    tokenizer: object  # a transformers tokenizer
+    device: torch.device
+    eos_override: tuple[int, ...] | None = None  # replaces the model's EOS (the self-test uses this)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        if self.eos_override is not None:
+            return self.eos_override
+        ids = self.target.model.generation_config.eos_token_id
+        if ids is None:
+            ids = self.tokenizer.eos_token_id
+        if ids is None:
+            return ()
+        return tuple(ids) if isinstance(ids, (list, tuple)) else (int(ids),)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
+    p = loaded.resolve_path(spec.path)
+    return str(p) if p.is_dir() else spec.path
+
+
+def fingerprint_model(location: str, spec: ModelSpec, dtype: torch.dtype) -> str:
+    """A content hash of the model: config, weights and load dtype.
+
+    For a local directory every config and weight file is hashed (about a
+    second per GB).  For a hub id, the id and revision stand in for the content.
+    """
+    h = hashlib.sha256()
+    h.update(str(dtype).encode())
+    path = Path(location)
+    if path.is_dir():
+        for f in sorted(path.iterdir()):
+            if f.suffix in (".json", ".safetensors", ".bin", ".model", ".txt") and f.is_file():
+                h.update(f.name.encode())
+                with f.open("rb") as fh:
+                    h.update(hashlib.file_digest(fh, "sha256").digest())
+    else:
+        h.update(f"{location}@{spec.revision or 'main'}".encode())
+    return h.hexdigest()[:16]
+
+
+def _load_one(loaded: LoadedConfig, role: str, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    cfg = loaded.config.models
+    spec: ModelSpec = getattr(cfg, role)
+    location = _location(loaded, spec)
+    dtype = resolve_dtype(spec.dtype, device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            location, revision=spec.revision, dtype=dtype,
+            trust_remote_code=cfg.trust_remote_code,
+            attn_implementation=cfg.attn_implementation,
+        )
+    except (OSError, ValueError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = ("HF_HUB_OFFLINE=1 is set, so hub ids must already be in the local cache"
+                if offline and not Path(location).is_dir() else
+                "check the path or hub id, and models.trust_remote_code if the model needs custom code")
+        raise ModelError(Problem(str(loaded.source), f"cannot load {role} model {location!r}: {first}",
+                                 field=f"models.{role}.path", hint=hint)) from None
+    model.to(device).eval()
+    return LoadedModel(role, model, spec, location, fingerprint_model(location, spec, dtype))
+
+
+def _load_tokenizer(loaded: LoadedConfig, location: str, role: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(location, trust_remote_code=loaded.config.models.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ModelError(Problem(str(loaded.source), f"cannot load the {role} tokenizer from {location!r}: {first}",
+                                 field=f"models.{role}.path",
+                                 hint="the model directory needs tokenizer files")) from None
+
+
+def tokenizer_digest(tok) -> str:
+    vocab = sorted(tok.get_vocab().items())
+    specials = {"bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
+    return hashlib.sha256(json.dumps([vocab, specials]).encode()).hexdigest()[:16]
+
+
+def check_pair(source: str, target, draft, target_tok, draft_tok) -> None:
+    """Refuse a pair whose draft proposes tokens from a different vocabulary."""
+    problems = []
+    if draft_tok is not None and tokenizer_digest(target_tok) != tokenizer_digest(draft_tok):
+        problems.append(Problem(source, "the draft and target tokenizers differ (vocabulary or special tokens), "
+                                "so draft token ids would mean different text to the target",
+                                field="models.draft.path",
+                                hint="use a draft trained with the target's tokenizer"))
+    tv, dv = int(target.config.vocab_size), int(draft.config.vocab_size)
+    if tv != dv:
+        problems.append(Problem(source, f"vocab sizes differ: target {tv}, draft {dv}", field="models.draft.path",
+                                hint="the draft's output layer must cover exactly the target's vocabulary"))
+    if len(target_tok) > tv:
+        problems.append(Problem(source, f"the tokenizer has {len(target_tok)} tokens but the target's vocab "
+                                f"size is {tv}", field="models.target.path",
+                                hint="the tokenizer does not belong to this model"))
+    if problems:
+        raise ModelError(problems)
+
+
+def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
+    device = device or resolve_device(loaded.config.models.device)
+    target = _load_one(loaded, "target", device)
+    draft = _load_one(loaded, "draft", device)
+    tok = _load_tokenizer(loaded, target.location, "target")
+    bare_draft = Path(draft.location).is_dir() and not any(
+        (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    # A draft directory without tokenizer files shares the target's tokenizer.
+    draft_tok = None if bare_draft else _load_tokenizer(loaded, draft.location, "draft")
+    check_pair(str(loaded.source), target.model, draft.model, tok, draft_tok)
+    return ModelPair(target, draft, tok, device)

@@ -1,0 +1,68 @@
+"""Plug-in engines: the worked example runs through the contract; malformed returns name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import demo_config
+
+from gate.engines import build_engine
+from gate.engines.base import GenerationSettings, Request
+from gate.engines.plugin import PluginEngine, PluginSettings, load_callable
+from gate.engines.reference import ReferenceEngine
+from gate.errors import EngineError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BASE = PluginSettings([], [], 0.0, 4, [], "t", "d", "float32", "cpu")
+
+
+def plugin_config():
+    return demo_config(extra='engines:\n  - {type: plugin, name: inhouse, callable: "inhouse_engine:generate"}\n')
+
+
+def test_worked_example_matches_reference(demo_pair, demo_prompts, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    loaded = plugin_config()
+    engine = build_engine(loaded.config.engines[0], demo_pair, loaded)
+    assert engine.name == "inhouse"
+    reqs = [Request(p, 12) for p in demo_prompts[:3]]
+    res = engine.generate(reqs, GenerationSettings(0.0, 4))
+    ref = ReferenceEngine(demo_pair.target.model, torch.device("cpu"))
+    for req, seq in zip(reqs, res.sequences):
+        assert seq.token_ids == ref.generate([req], GenerationSettings()).sequences[0].token_ids
+        assert seq.counters.num_target_forwards > 0 and seq.counters.num_emitted_tokens == 12
+    assert res.wall_s > 0
+
+
+def test_missing_module_and_attribute():
+    with pytest.raises(EngineError, match="cannot import 'no_such_module'"):
+        load_callable("no_such_module:generate")
+    with pytest.raises(EngineError, match="has no attribute 'nope'"):
+        load_callable("json:nope")
+    with pytest.raises(EngineError, match="no entry point 'ghost'"):
+        load_callable("entrypoint:ghost")
+    with pytest.raises(EngineError, match=r"expected \(prompt_ids, batch_size, settings\)"):
+        load_callable("json:dumps")
+
+
+@pytest.mark.parametrize("returned,field,message", [
+    ([{"token_ids": [1]}], "return value", "expected 2 results, got 1"),
+    ([{"token_ids": [1]}, {"tokens": [1]}], "result[1].token_ids", "expected a list of non-negative ints"),
+    ([{"token_ids": [1]}, {"token_ids": [1], "stop_reason": "tired"}], "result[1].stop_reason", "'tired'"),
+    ([{"token_ids": [1]}, {"token_ids": [1], "wall_s": "slow"}], "result[1].wall_s", "seconds"),
+    ([{"token_ids": [1]}, "oops"], "result[1]", "expected a dict"),
+])
+def test_malformed_returns_name_engine_and_field(returned, field, message):
+    engine = PluginEngine("inhouse", lambda ids, bs, s: returned, torch.device("cpu"), BASE)
+    with pytest.raises(EngineError) as info:
+        engine.generate([Request((1, 2), 3), Request((3,), 3)], GenerationSettings())
+    text = str(info.value)
+    assert text.startswith("engine 'inhouse'") and field in text and message in text
+
+
+def test_behaviour_is_left_to_the_checks():
+    too_long = PluginEngine("x", lambda ids, bs, s: [{"token_ids": [5] * 9}], torch.device("cpu"), BASE)
+    res = too_long.generate([Request((1,), 3)], GenerationSettings(eos_token_ids=(5,)))
+    assert res.sequences[0].token_ids == [5] * 9 and res.sequences[0].stop_reason == "eos"
