@@ -1,0 +1,68 @@
+"""Small statistics used by the speedup and distribution checks.
+
+* :func:`bootstrap_median_ci`: percentile bootstrap CI of the median of paired
+  ratios (reference time / speculative time of the same batch, same repeat).
+* :func:`expected_speedup`: Leviathan et al. (2023), Theorem 3.8: with
+  acceptance rate alpha, draft length k and draft/target cost ratio c, the
+  expected wall-time improvement is ``(1 - alpha^(k+1)) / ((1 - alpha)(1 + c k))``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def rel_half_width(self) -> float:
+        """Half the CI width relative to the estimate (0.03 means +-3%)."""
+        if not self.estimate or not math.isfinite(self.estimate):
+            return math.inf
+        return (self.high - self.low) / 2 / abs(self.estimate)
+
+    def to_dict(self) -> dict:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high, "n": self.n,
+                "rel_half_width": self.rel_half_width}
+
+
+def bootstrap_median_ci(samples, resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
+    x = np.asarray(list(samples), dtype=float)
+    if x.size == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    if x.size == 1:
+        return Interval(float(x[0]), -math.inf, math.inf, 1)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(resamples, x.size))
+    medians = np.median(x[idx], axis=1)
+    a = (1 - confidence) / 2
+    return Interval(float(np.median(x)), float(np.quantile(medians, a)), float(np.quantile(medians, 1 - a)),
+                    int(x.size))
+
+
+def expected_speedup(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al.'s expected speedup for acceptance rate alpha, k drafts, cost ratio c."""
+    if alpha >= 1.0:
+        tokens = k + 1
+    else:
+        tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens / (1 + c * k)
+
+
+def alpha_from_mean_accepted(mean_accepted_length: float, k: int) -> float:
+    """Invert E[tokens per step] = (1 - a^(k+1)) / (1 - a) for a (bisection; monotone in a)."""
+    target = min(max(mean_accepted_length, 1.0), k + 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        val = (k + 1) if mid >= 1 else (1 - mid ** (k + 1)) / (1 - mid)
+        lo, hi = (mid, hi) if val < target else (lo, mid)
+    return (lo + hi) / 2
