@@ -1,0 +1,214 @@
+"""Greedy equivalence: exact match, argmax consistency, first-divergence classification, corruption signatures.
+
+The canonical reference is the non-speculative engine at batch size 1.  For
+every speculative output:
+
+* **Exact match** (the metrics of arXiv 2510.22876): is the sequence identical
+  to the canonical reference, and what fraction of the reference's tokens does
+  it match before the first divergence?
+* **Argmax consistency**: re-scored with one teacher-forced target pass, is each
+  emitted token within tolerance of the largest logit at its position?  A token
+  clearly below the maximum (a *confident inconsistency*) is a bug signature:
+  no float noise makes greedy decoding pick it.
+* **First divergence**: where a sequence first differs from the reference, the
+  two candidates' logits under the shared prefix are compared.  A gap within
+  tolerance is a *near-tie* (numerical); a larger gap is a *confident
+  divergence* (a bug).
+* **Corruption signatures**, each named: ``repetition`` (a loop the reference
+  lacks), ``gibberish`` (a run of confidently wrong, unlikely tokens),
+  ``truncation`` (stopped early without EOS, or far shorter than the reference
+  at a confident divergence), ``empty``, ``overlength`` (more than
+  ``max_new_tokens``) and ``eos_ignored`` (tokens after an EOS).
+
+The same analysis of the reference at larger batch sizes is the *batch noise
+floor*: how often plain decoding itself changes with batch shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from gate.checks.scoring import Scorer
+from gate.checks.tolerance import Tolerance
+
+GIBBERISH_PROB = 0.01
+GIBBERISH_RUN = 3
+LOOP_MAX_PERIOD = 10
+LOOP_MIN_SPAN = 12
+TRUNCATION_RATIO = 0.5
+CONTEXT_TOKENS = 4  # tokens shown around a divergence in examples
+
+
+@dataclass
+class Scored:
+    """What the target thinks of each emitted token, given the sequence's own prefix."""
+
+    chosen: list[float]  # logit of the emitted token
+    best: list[float]  # largest logit
+    best_id: list[int]
+    prob: list[float]  # target probability of the emitted token (T=1)
+    other: float | None = None  # logit of the reference's token at the first divergence
+
+    def gap(self, t: int) -> float:
+        return self.best[t] - self.chosen[t]
+
+
+def score_outputs(scorer: Scorer, items: list[tuple[tuple, tuple]], others: list[tuple[int, int] | None]
+                  ) -> list[Scored]:
+    """Re-score outputs; ``others[i] = (position, token)`` also records that token's logit there."""
+
+    def stats(i: int, rows: torch.Tensor) -> Scored:
+        out = torch.tensor(items[i][1], device=rows.device)
+        chosen = rows.gather(1, out[:, None])[:, 0]
+        best, best_id = rows.max(-1)
+        prob = torch.softmax(rows, -1).gather(1, out[:, None])[:, 0]
+        s = Scored(chosen.tolist(), best.tolist(), best_id.tolist(), prob.tolist())
+        if others[i] is not None:
+            pos, tok = others[i]
+            s.other = float(rows[pos, tok])
+        return s
+
+    return scorer.logits_rows(items, stats)
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def find_loop(tokens: list[int]) -> tuple[int, ...] | None:
+    """The repeating unit of the longest period-p loop (span >= 12 tokens and >= 3 periods), if any."""
+    best = None
+    for p in range(1, LOOP_MAX_PERIOD + 1):
+        run = 0
+        for i in range(p, len(tokens)):
+            run = run + 1 if tokens[i] == tokens[i - p] else 0
+            if run + p >= max(LOOP_MIN_SPAN, 3 * p):
+                unit = tuple(tokens[i - p + 1: i + 1])
+                # canonical rotation, so the same loop entered at another phase compares equal
+                rot = min(unit[k:] + unit[:k] for k in range(p))
+                if best is None or len(rot) < len(best):
+                    best = rot
+                break
+    return best
+
+
+@dataclass
+class SequenceVerdict:
+    prompt_id: str
+    slice: str
+    identical: bool
+    prefix_match: float  # fraction of reference tokens matched before the first divergence
+    divergence: dict | None = None  # {"position", "kind": near_tie|confident, "gap", "tolerance", ...}
+    inconsistent: list[dict] = field(default_factory=list)  # confident inconsistencies
+    consistent_tokens: int = 0
+    scored_tokens: int = 0
+    signatures: list[dict] = field(default_factory=list)
+
+
+def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int], scored: Scored | None,
+                     tol: Tolerance, eos: set[int], max_new: int, stop_reason: str) -> SequenceVerdict:
+    j = first_divergence(out, ref)
+    matched = j if j is not None else len(ref)
+    v = SequenceVerdict(prompt_id, slice_, identical=j is None,
+                        prefix_match=(matched / len(ref)) if ref else float(not out))
+    if scored is not None:
+        confident_run = 0
+        for t in range(len(out)):
+            gap = scored.gap(t)
+            allowed = tol.at(scored.best[t])
+            v.scored_tokens += 1
+            if gap <= allowed:
+                v.consistent_tokens += 1
+                confident_run = 0
+                continue
+            v.inconsistent.append({"position": t, "token": out[t], "argmax": scored.best_id[t],
+                                   "gap": gap, "tolerance": allowed})
+            confident_run = confident_run + 1 if scored.prob[t] < GIBBERISH_PROB else 0
+            if confident_run == GIBBERISH_RUN:
+                v.signatures.append({"name": "gibberish", "position": t - GIBBERISH_RUN + 1,
+                                     "detail": f"{GIBBERISH_RUN}+ consecutive tokens the target gives "
+                                               f"< {GIBBERISH_PROB:.0%} and clearly below its argmax"})
+    if j is not None and j < len(out) and j < len(ref) and scored is not None and scored.other is not None:
+        gap = scored.other - scored.chosen[j]  # > 0: the reference's token is preferred
+        allowed = tol.at(scored.best[j])
+        v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": gap,
+                        "tolerance": allowed, "kind": "near_tie" if abs(gap) <= allowed else "confident"}
+    elif j is not None:
+        v.divergence = {"position": j, "token": out[j] if j < len(out) else None,
+                        "reference_token": ref[j] if j < len(ref) else None, "gap": None,
+                        "tolerance": None, "kind": "length"}
+    # signatures
+    if not out:
+        v.signatures.append({"name": "empty", "detail": "no tokens generated"})
+    if len(out) > max_new:
+        v.signatures.append({"name": "overlength", "detail": f"{len(out)} tokens > max_new_tokens {max_new}"})
+    eos_at = [t for t, tok in enumerate(out) if tok in eos]
+    if eos_at and eos_at[0] < len(out) - 1:
+        v.signatures.append({"name": "eos_ignored", "position": eos_at[0],
+                             "detail": f"{len(out) - 1 - eos_at[0]} tokens after EOS"})
+    ends_eos = bool(out) and out[-1] in eos
+    if out and not ends_eos and len(out) < max_new:
+        v.signatures.append({"name": "truncation", "detail": f"stopped after {len(out)} of {max_new} tokens "
+                                                             "without EOS"})
+    elif ref and len(out) < TRUNCATION_RATIO * len(ref) and v.divergence and v.divergence["kind"] == "confident":
+        v.signatures.append({"name": "truncation", "detail": f"{len(out)} tokens vs {len(ref)} in the reference, "
+                                                             "ended at a confident divergence"})
+    loop = find_loop(out)
+    if loop is not None and find_loop(ref) != loop:
+        v.signatures.append({"name": "repetition", "detail": f"loop of {len(loop)} token(s) repeated, "
+                                                             "absent from the reference", "unit": list(loop)})
+    return v
+
+
+def summarize(verdicts: list[SequenceVerdict]) -> dict:
+    n = len(verdicts)
+    kinds = [v.divergence["kind"] for v in verdicts if v.divergence]
+    scored = sum(v.scored_tokens for v in verdicts)
+    return {
+        "sequences": n,
+        "exact_match": sum(v.identical for v in verdicts) / n if n else None,
+        "prefix_match": sum(v.prefix_match for v in verdicts) / n if n else None,
+        "consistent_share": (sum(v.consistent_tokens for v in verdicts) / scored) if scored else None,
+        "confident_inconsistencies": sum(len(v.inconsistent) for v in verdicts),
+        "divergences": {"near_tie": kinds.count("near_tie"), "confident": kinds.count("confident"),
+                        "length": kinds.count("length")},
+        "signatures": _count_signatures(verdicts),
+    }
+
+
+def _count_signatures(verdicts: list[SequenceVerdict]) -> dict:
+    out: dict[str, int] = {}
+    for v in verdicts:
+        for s in {s["name"] for s in v.signatures}:
+            out[s] = out.get(s, 0) + 1
+    return out
+
+
+def by_slice(verdicts: list[SequenceVerdict]) -> dict:
+    slices = sorted({v.slice for v in verdicts})
+    return {s: {k: summarize([v for v in verdicts if v.slice == s])[k] for k in ("sequences", "exact_match",
+                                                                                   "prefix_match")}
+            for s in slices}
+
+
+def example(v: SequenceVerdict, out: list[int], ref: list[int], decode) -> dict:
+    """A divergence shown with a few decoded tokens on either side."""
+    j = v.divergence["position"]
+    lo = max(0, j - CONTEXT_TOKENS)
+    return {
+        "prompt_id": v.prompt_id, "position": j, "kind": v.divergence["kind"],
+        "gap": v.divergence["gap"], "tolerance": v.divergence["tolerance"],
+        "before": decode(out[lo:j]),
+        "got": decode(out[j:j + CONTEXT_TOKENS]),
+        "reference": decode(ref[j:j + CONTEXT_TOKENS]),
+    }
+
+
+def finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None

@@ -1,0 +1,75 @@
+"""Teacher-forced re-scoring: one target (or draft) forward over prompt + output.
+
+Every check that asks "what did the target think at this position?" goes
+through :class:`Scorer`.  Identical (prompt, output) pairs are scored once, and
+sequences are packed into padded batches by length, so re-scoring costs a
+fraction of generation.  Per-position statistics are computed by a callback
+while the logits are on the device, so memory stays bounded for large
+vocabularies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+Item = tuple[tuple[int, ...], tuple[int, ...]]  # (prompt ids, output ids)
+
+
+class Scorer:
+    def __init__(self, model: torch.nn.Module, device: torch.device, max_batch_tokens: int = 8192,
+                 max_batch_size: int = 16):
+        self.model = model
+        self.device = device
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.forwards = 0
+
+    @torch.inference_mode()
+    def logits_rows(self, items: Sequence[Item], fn: Callable[[int, torch.Tensor], object],
+                    batch_size: int | None = None) -> list:
+        """Call ``fn(i, logits)`` with the float32 logits [len(output), V] that predicted each output token.
+
+        Row t of the logits is the target's prediction for output token t given
+        the prompt and output[:t].  Returns the callback's values, in order.
+        Duplicate items share one forward pass (the callback still runs per item).
+        """
+        out: list = [None] * len(items)
+        unique: dict[Item, list[int]] = {}
+        for i, it in enumerate(items):
+            unique.setdefault((tuple(it[0]), tuple(it[1])), []).append(i)
+        keys = sorted(unique, key=lambda k: len(k[0]) + len(k[1]))
+        limit = batch_size or self.max_batch_size
+        batch: list[Item] = []
+        for key in keys + [None]:
+            if key is not None:
+                longest = max([len(k[0]) + len(k[1]) for k in batch] + [len(key[0]) + len(key[1])])
+                if not batch or (len(batch) < limit and longest * (len(batch) + 1) <= self.max_batch_tokens):
+                    batch.append(key)
+                    continue
+            if batch:
+                for k, rows in zip(batch, self._forward(batch)):
+                    for i in unique[k]:
+                        out[i] = fn(i, rows) if rows is not None else None
+            batch = [key] if key is not None else []
+        return out
+
+    def _forward(self, batch: list[Item]) -> list[torch.Tensor | None]:
+        seqs = [list(p) + list(o) for p, o in batch]
+        width = max(len(s) for s in seqs)
+        ids = torch.zeros((len(seqs), width), dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+        self.forwards += 1
+        rows = []
+        for i, (p, o) in enumerate(batch):
+            if not o:
+                rows.append(None)
+                continue
+            # logits at position j predict token j+1: outputs start at len(p)
+            rows.append(logits[i, len(p) - 1: len(p) - 1 + len(o)].float())
+        return rows

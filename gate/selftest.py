@@ -1,0 +1,114 @@
+"""``specguard selftest``: prove that the checks catch known bugs and leave a correct engine alone.
+
+On the embedded demo pair, with a small slice-balanced subset of the default
+suite, the gate's checks are run against:
+
+* every mutant in :mod:`gate.engines.mutants` — each must be caught by at least
+  one named check (equivalence, a corruption signature, or distribution);
+* the correct speculative engine, over ``seeds`` runs that each change the
+  sampling seed and the order of prompts (hence batch composition) — it must
+  raise no alarm at all.
+
+EOS is set to a frequent token for the self-test, so that sequences end
+mid-block and EOS handling is exercised.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from gate.cache import ReferenceCache
+from gate.checks import run_checks
+from gate.config import PACKAGE_DIR, parse_config
+from gate.engines.mutants import MUTANTS
+from gate.engines.reference import ReferenceEngine
+from gate.engines.speculative import SpeculativeEngine
+from gate.models import load_pair
+from gate.runner import Runner
+from gate.suite import Suite, load_suite
+
+SELFTEST_CONFIG = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target", dtype: float32}
+  draft: {path: "specguard:demo/draft", dtype: float32}
+  device: cpu
+speculation: {num_draft_tokens: 4}
+batching: {batch_sizes: [1, 4]}
+generation:
+  max_new_tokens: 32
+  greedy: true
+  sampling: {temperature: 1.0, seed: %(seed)d}
+checks:
+  distribution: {num_samples: %(samples)d, alpha: 0.01, power_trials: 0}
+output: {cache_dir: null}
+"""
+EOS_TEXT = ","  # a frequent token: sequences stop mid-block often enough to test EOS handling
+PROMPTS_PER_SLICE = 2
+
+
+def selftest_suite(order_seed: int | None = None) -> Suite:
+    full = load_suite(PACKAGE_DIR / "suites" / "default.jsonl")
+    picked, seen = [], {}
+    for p in full.prompts:
+        if p.slice == "long-context":
+            continue  # prefill-heavy on CPU, and covered by the main gate
+        seen[p.slice] = seen.get(p.slice, 0) + 1
+        if seen[p.slice] <= PROMPTS_PER_SLICE:
+            picked.append(p)
+    if order_seed is not None:
+        random.Random(order_seed).shuffle(picked)
+    return Suite("selftest", tuple(picked))
+
+
+def _alarms(checks: dict, engine: str) -> list[str]:
+    return sorted({v["check"] for v in checks["verdicts"] if v["status"] == "fail" and v["engine"] == engine})
+
+
+def selftest(seeds: int = 20, samples: int = 1000, mutants: list[str] | None = None,
+             say: Callable[[str], None] = lambda m: None) -> dict:
+    torch.manual_seed(0)
+    base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples}, PACKAGE_DIR / "selftest.yaml")
+    pair = load_pair(base)
+    eos = pair.encode(EOS_TEXT)
+    if len(eos) != 1:
+        raise RuntimeError(f"self-test EOS {EOS_TEXT!r} is not one token in the demo tokenizer")
+    pair.eos_override = tuple(eos)
+    reference = ReferenceEngine(pair.target.model, pair.device)
+    out: dict = {"mutants": [], "correct_engine": {}}
+    with tempfile.TemporaryDirectory(prefix="specguard-selftest-") as tmp:
+        cache = ReferenceCache(Path(tmp) / "cache")
+        suite = selftest_suite()
+        for name in mutants or list(MUTANTS):
+            engine = MUTANTS[name](pair.target.model, pair.draft.model, pair.device)
+            engine.name = name
+            runner = Runner(base, pair, suite, reference, [engine], Path(tmp) / name, log=lambda m: None,
+                            cache=cache, timed=False, repeat_runs=False)
+            checks = run_checks(runner.run(), pair, base.config)
+            caught_by = _alarms(checks, name)
+            out["mutants"].append({"name": name, "caught": bool(caught_by), "caught_by": caught_by,
+                                   "doc": (MUTANTS[name].__doc__ or "").strip()})
+            say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
+        false_alarms, details = 0, []
+        for seed in range(seeds):
+            cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples},
+                               PACKAGE_DIR / "selftest.yaml")
+            engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
+            runner = Runner(cfg, pair, selftest_suite(order_seed=seed), reference, [engine],
+                            Path(tmp) / f"correct-{seed}", log=lambda m: None, cache=cache, timed=False,
+                            repeat_runs=False)
+            checks = run_checks(runner.run(), pair, cfg.config)
+            alarms = _alarms(checks, "speculative") + _alarms(checks, "reference")
+            false_alarms += len(alarms)
+            details.append({"seed": seed, "alarms": alarms})
+            say(f"correct engine, seed {seed}: {', '.join(alarms) if alarms else 'no alarm'}")
+    out["correct_engine"] = {"passed": false_alarms == 0, "false_alarms": false_alarms, "runs": seeds,
+                             "details": details}
+    out["passed"] = all(m["caught"] for m in out["mutants"]) and false_alarms == 0
+    return out
+
