@@ -78,6 +78,7 @@ class BatchingConfig(_Strict):
 class SamplingConfig(_Strict):
     temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
     seed: int = 0
+    batch_sizes: list[PositiveInt] | None = None  # default: every batching.batch_sizes entry
 
 
 class GenerationConfig(_Strict):
@@ -164,7 +165,6 @@ class SpeedupCheck(_Strict):
     max_repeats: Annotated[int, Field(ge=2)] = 30
     bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
     context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
-    max_accept_length_drop: Fraction = 0.05
 
     @model_validator(mode="after")
     def _repeats(self) -> SpeedupCheck:
@@ -345,7 +345,24 @@ def parse_config(text: str, source: str | Path) -> LoadedConfig:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(problems_from_validation(exc, Config, name, _line_index(text))) from None
+    problems = _cross_field_problems(cfg, name, _line_index(text))
+    if problems:
+        raise ConfigError(problems)
     return LoadedConfig(config=cfg, source=Path(source).resolve(), raw=raw)
+
+
+def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> list[Problem]:
+    """Rules that relate fields in different sections (reported at the field that must change)."""
+    out = []
+    s = cfg.generation.sampling
+    if s is not None and s.batch_sizes is not None:
+        extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))
+        if extra:
+            loc = ("generation", "sampling", "batch_sizes")
+            out.append(Problem(source, f"expected a subset of batching.batch_sizes {cfg.batching.batch_sizes}, "
+                                       f"got {s.batch_sizes}", field=dotted(loc), line=lines.get(loc),
+                               hint=f"remove {extra} or add them to batching.batch_sizes"))
+    return out
 
 
 def load_config(path: str | Path) -> LoadedConfig:
@@ -360,29 +377,47 @@ def load_config(path: str | Path) -> LoadedConfig:
     return parse_config(text, path)
 
 
-def check_paths(loaded: LoadedConfig) -> list[Problem]:
-    """Problems with paths named in the config that validation of the YAML alone cannot see."""
-    cfg, src = loaded.config, str(loaded.source)
-    lines = _line_index(loaded.source.read_text(encoding="utf-8")) if loaded.source.exists() else {}
+def check_paths(source: str | Path) -> list[Problem]:
+    """Problems with the paths a config names (model directories, suite file).
+
+    Works on the raw YAML, so it also runs when schema validation failed:
+    ``specguard validate`` reports every problem at once.
+    """
+    source = Path(source)
+    try:
+        text = source.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []  # reported by load_config
+    if not isinstance(raw, dict):
+        return []
+    lines = _line_index(text)
+    base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw=raw)
     problems = []
+    models = raw.get("models") if isinstance(raw.get("models"), dict) else {}
     for role in ("target", "draft"):
-        spec: ModelSpec = getattr(cfg.models, role)
+        spec = models.get(role) if isinstance(models.get(role), dict) else {}
+        value = spec.get("path")
+        if not isinstance(value, str) or not value.strip():
+            continue
         where = ("models", role, "path")
-        p = loaded.resolve_path(spec.path)
-        looks_local = spec.path.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(spec.path)
+        p = base.resolve_path(value)
+        looks_local = value.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(value)
         if looks_local and not p.is_dir():
-            problems.append(Problem(src, f"model directory {str(p)!r} does not exist",
+            problems.append(Problem(str(source), f"model directory {str(p)!r} does not exist",
                                     field=dotted(where), line=lines.get(where),
                                     hint="point it at a directory holding config.json and weights, "
                                          "or at a hub id such as 'org/name'"))
         elif looks_local and not (p / "config.json").is_file():
-            problems.append(Problem(src, f"{str(p)!r} has no config.json", field=dotted(where),
+            problems.append(Problem(str(source), f"{str(p)!r} has no config.json", field=dotted(where),
                                     line=lines.get(where), hint="is this a transformers model directory?"))
-    suite = loaded.resolve_path(cfg.suite.path)
-    if not suite.is_file():
+    suite = raw.get("suite") if isinstance(raw.get("suite"), dict) else {}
+    value = suite.get("path", SuiteConfig().path)
+    if isinstance(value, str) and not base.resolve_path(value).is_file():
         where = ("suite", "path")
-        problems.append(Problem(src, f"suite file {str(suite)!r} does not exist", field=dotted(where),
-                                line=lines.get(where), hint="use a JSONL file, or leave the default suite"))
+        problems.append(Problem(str(source), f"suite file {str(base.resolve_path(value))!r} does not exist",
+                                field=dotted(where), line=lines.get(where),
+                                hint="use a JSONL file, or leave the default suite"))
     return problems
 
 

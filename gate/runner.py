@@ -351,7 +351,7 @@ class Runner:
 
     def sampling_phase(self, settings: GenerationSettings) -> None:
         need = self.cfg.checks.distribution.num_samples
-        for b in self.cfg.batching.batch_sizes:
+        for b in self.cfg.generation.sampling.batch_sizes or self.cfg.batching.batch_sizes:
             engines = [self.reference, *self._engines_at(b, "sampling")]
             batches = plan_batches(self.prompts, b)
             self.say(f"sampling at batch size {b}, T={settings.temperature}: {need} tokens per engine")

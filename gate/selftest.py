@@ -43,7 +43,7 @@ batching: {batch_sizes: [1, 4]}
 generation:
   max_new_tokens: 32
   greedy: true
-  sampling: {temperature: 1.0, seed: %(seed)d}
+  sampling: {temperature: 1.0, seed: %(seed)d, batch_sizes: [4]}
 checks:
   distribution: {num_samples: %(samples)d, alpha: 0.01, power_trials: 0}
 output: {cache_dir: null}
@@ -70,7 +70,7 @@ def _alarms(checks: dict, engine: str) -> list[str]:
     return sorted({v["check"] for v in checks["verdicts"] if v["status"] == "fail" and v["engine"] == engine})
 
 
-def selftest(seeds: int = 20, samples: int = 1000, mutants: list[str] | None = None,
+def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
              say: Callable[[str], None] = lambda m: None) -> dict:
     torch.manual_seed(0)
     base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples}, PACKAGE_DIR / "selftest.yaml")

@@ -142,3 +142,9 @@ def test_demo_config_is_valid(capsys):
     from gate.cli import DEMO_CONFIG
 
     assert main(["validate", str(DEMO_CONFIG)]) == 0
+
+
+def test_sampling_batch_sizes_must_be_configured_sizes():
+    p = only(GOOD + "batching: {batch_sizes: [1, 4]}\ngeneration:\n  sampling: {batch_sizes: [8]}\n")
+    assert p.field == "generation.sampling.batch_sizes" and p.line == 7
+    assert p.message == "expected a subset of batching.batch_sizes [1, 4], got [8]"

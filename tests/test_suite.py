@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_long_context_prompts_are_long_in_demo_tokens():
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained("gate/demo/target")
-    for line in open(DEFAULT, encoding="utf-8"):
+    for line in Path(DEFAULT).read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if row["slice"] == "long-context":
             assert len(tok(row["prompt"])["input_ids"]) >= 512, row["id"]

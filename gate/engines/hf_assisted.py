@@ -7,6 +7,9 @@ runs it there and records larger batch sizes as skipped, with the reason.
 For a fair comparison the assistant drafts a constant ``k`` tokens with no
 confidence cut-off (``num_assistant_tokens_schedule="constant"``,
 ``assistant_confidence_threshold=0``); transformers' defaults stop drafts early.
+Sampling disables top-k and top-p explicitly: left unset, the assistant path
+falls back to top_k=50, and the distribution test rejects the output (it did,
+which is how we found out).
 Acceptance counts are read from the candidate generator's
 ``update_candidate_strategy(num_matches=...)`` calls; where a transformers
 version lacks that hook, counters are reported as unavailable rather than guessed.
@@ -93,7 +96,9 @@ class HFAssistedEngine:
         gen_cfg = copy.deepcopy(self.target.generation_config)
         gen_cfg.update(
             max_new_tokens=req.max_new_tokens, min_new_tokens=None, do_sample=not settings.greedy,
-            temperature=settings.temperature if not settings.greedy else None, top_k=None, top_p=None,
+            # top_k=0 and top_p=1.0, not None: None means "use the default" (top_k=50) in the
+            # assistant's copy of the config, which truncates the distribution.
+            temperature=settings.temperature if not settings.greedy else None, top_k=0, top_p=1.0, typical_p=1.0,
             eos_token_id=list(settings.eos_token_ids) or None, pad_token_id=self.pad_token_id,
             num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
             assistant_confidence_threshold=0.0, repetition_penalty=None,

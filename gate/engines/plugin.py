@@ -74,10 +74,14 @@ def load_callable(spec: str, source: str = "config"):
         fn = obj
     if not callable(fn):
         raise EngineError(Problem(message=f"{spec!r} is not callable", **where))
-    params = list(inspect.signature(fn).parameters)
-    if len(params) < 3 and not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values()):
-        raise EngineError(Problem(message=f"{spec!r} takes {params}; expected (prompt_ids, batch_size, settings)",
-                                  hint="see docs/engines.md for the contract", **where))
+    try:
+        signature = inspect.signature(fn)
+        signature.bind([], 1, None)
+    except TypeError:
+        raise EngineError(Problem(message=f"{spec!r} takes {signature}; expected (prompt_ids, batch_size, settings)",
+                                  hint="see docs/engines.md for the contract", **where)) from None
+    except ValueError:
+        pass  # no introspectable signature (a builtin): trust it
     return fn
 
 

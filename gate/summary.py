@@ -1,0 +1,53 @@
+"""Human-readable summary of a run: Markdown rendered from ``templates/summary.md.j2``.
+
+Everything that comes from models or user files (generated text, prompt ids)
+goes through the ``untrusted`` filter: it cannot break out of its table cell or
+code span, cannot inject HTML, and cannot @-mention anyone.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+
+def untrusted(value, limit: int = 80) -> str:
+    """Model output or user text, made inert for Markdown/HTML and shown in a code span."""
+    text = str(value)
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    text = "".join(ch if ch.isprintable() else ("⏎" if ch == "\n" else "·") for ch in text)
+    text = html.escape(text, quote=True).replace("|", "&#124;").replace("`", "&#96;")
+    text = text.replace("@", "@\u200b").replace("[", "&#91;").replace("]", "&#93;")
+    return f"<code>{text}</code>" if text.strip() else "<code>␣</code>"
+
+
+def num(value, fmt: str = ".2f", missing: str = "–") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return missing
+    return format(value, fmt)
+
+
+def pct(value, missing: str = "–") -> str:
+    return missing if value is None else f"{value:.0%}"
+
+
+def mib(value) -> str:
+    return "–" if not value else f"{value / 2**20:.0f} MiB"
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters.update(untrusted=untrusted, num=num, pct=pct, mib=mib)
+    return env
+
+
+def render_text(results: dict, checks: dict) -> str:
+    failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
+    return _env().get_template("summary.md.j2").render(
+        results=results, checks=checks, failed=failed,
+        passed=not failed and results.get("status") == "complete",
+    )

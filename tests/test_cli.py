@@ -1,0 +1,108 @@
+"""The CLI end to end on the demo pair: gate, interruption by SIGTERM and resume, selftest."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gate.cli import main
+
+SMALL = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "specguard:demo/draft"}
+  device: cpu
+batching: {batch_sizes: [1, 2]}
+generation:
+  max_new_tokens: 8
+  sampling: {temperature: 1.0, seed: 1}
+suite: {max_prompts_per_slice: 1}
+engines:
+  - type: speculative
+  - type: hf_assisted
+checks:
+  distribution: {num_samples: 200, power_trials: 5}
+  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0}
+output: {dir: out, cache_dir: cache}
+"""
+
+
+@pytest.fixture()
+def small(tmp_path):
+    path = tmp_path / "specguard.yaml"
+    path.write_text(SMALL)
+    return path
+
+
+def test_gate_end_to_end(small, tmp_path, capsys):
+    code = main(["gate", str(small), "--threads", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    assert results["status"] == "complete"
+    assert {"speculative", "hf_assisted", "reference"} == {e["engine"] for e in results["executions"]}
+    assert results["skipped"] and all(s["engine"] == "hf_assisted" and s["batch_size"] == 2
+                                      for s in results["skipped"])
+    assert "batch size 1 only" in results["skipped"][0]["reason"]
+    assert set(checks["equivalence"]) == {"speculative", "hf_assisted"}
+    assert checks["reproducibility"]["speculative"]["speculative"] is True
+    assert checks["reproducibility"]["reference"]["speculative"] is False
+    assert "## Reproducibility" in out and "## Speedup" in out and "## Distribution" in out
+    assert out.startswith((tmp_path / "out" / "summary.md").read_text())
+
+    # A second run with the cache warm reuses reference generations (only the draft "changed": nothing did).
+    code = main(["run", str(small), "--out", str(tmp_path / "again")])
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert code == 0 and again["cache"]["reused"]
+
+
+def test_sigterm_keeps_finished_work_and_resume_completes(small, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "gate", "run", str(small), "--no-cache", "--threads", "1"]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    records = tmp_path / "out" / "records.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if records.exists() and len(records.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["status"] == "interrupted" and doc["stopped_at"]["reason"] == "SIGTERM"
+    finished = len(doc["executions"])
+    assert finished >= 3 and "--resume" in err
+
+    done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"resuming: {finished} finished executions" in done.stderr
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "complete"
+
+
+def test_check_without_results_is_a_clear_error(small, capsys):
+    assert main(["check", str(small)]) == 2
+    assert "results file not found" in capsys.readouterr().err
+
+
+def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
+    from gate.engines.mutants import MUTANTS
+
+    assert len(MUTANTS) >= 6
+    code = main(["selftest", "--json", "--seeds", "1"])
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"mutants", "correct_engine"}
+    assert [m["name"] for m in report["mutants"]] == list(MUTANTS)
+    assert all(set(m) == {"name", "caught", "caught_by"} for m in report["mutants"])
+    assert set(report["correct_engine"]) == {"passed", "false_alarms", "runs"}
+    assert all(m["caught"] for m in report["mutants"]), report
+    assert report["correct_engine"] == {"passed": True, "false_alarms": 0, "runs": 1}
+    assert code == 0
