@@ -10,15 +10,16 @@ Phases, in order:
    run every batch interleaved (A B, then B A on the next repeat, so linear drift
    hits both equally).  Every cell gets ``min_repeats``; then the cell whose
    speedup CI is widest gets one more repeat, until every cell is within
-   ``ci_half_width`` or the ``time_budget_s`` is spent.  These outputs are also
+   ``ci_half_width`` or the batch size's share of ``time_budget_s`` (an equal
+   split across batch sizes, counted from the start of that batch size) is spent.  These outputs are also
    the equivalence data, and repeats 0 and 1 give run-to-run repeatability.
    Untimed runs (``timed=False``, used by the self-test) replace phases 1-2 by
    **outputs**: every engine once per batch, and a second run at the
    repeat batch size.
 3. **canonical** — the reference at batch size 1, if 1 is not a configured size.
-4. **sampling** — if configured: the reference (the control) and every
-   speculative engine, passes with fresh per-prompt seeds until
-   ``checks.distribution.num_samples`` tokens are collected.
+4. **sampling** — if configured: every speculative engine at each sampling
+   batch size, and the reference (the control) at the first, passes with fresh
+   per-prompt seeds until ``checks.distribution.num_samples`` tokens are collected.
 
 Reference executions of phases 3 and 4 are served from the reference cache
 when the target, suite, settings and engine version are unchanged.
@@ -278,11 +279,13 @@ class Runner:
         return out
 
     def timing_phase(self, settings: GenerationSettings) -> dict:
-        started = time.monotonic()
-        return {str(b): self._time_batch_size(b, settings, started) for b in self.cfg.batching.batch_sizes}
+        # Each load level gets an equal share of the budget, so the first cannot starve the rest.
+        share = self.cfg.checks.speedup.time_budget_s / len(self.cfg.batching.batch_sizes)
+        return {str(b): self._time_batch_size(b, settings, share) for b in self.cfg.batching.batch_sizes}
 
-    def _time_batch_size(self, b: int, settings: GenerationSettings, started: float) -> dict:
+    def _time_batch_size(self, b: int, settings: GenerationSettings, budget_s: float) -> dict:
         sp = self.cfg.checks.speedup
+        started = time.monotonic()
         engines = self._engines_at(b, "greedy")
         batches = plan_batches(self.prompts, b)
         cells: OrderedDict[tuple, list[PlannedBatch]] = OrderedDict()
@@ -322,7 +325,7 @@ class Runner:
                     stop[c] = "precision" if width(c) <= sp.ci_half_width else "max_repeats"
             if not open_cells:
                 break
-            if time.monotonic() - started > sp.time_budget_s:
+            if time.monotonic() - started > budget_s:
                 stop.update(dict.fromkeys(open_cells, "budget"))
                 break
             one_repeat(max(open_cells, key=width))  # the least precise cell gets the next repeat
@@ -351,8 +354,11 @@ class Runner:
 
     def sampling_phase(self, settings: GenerationSettings) -> None:
         need = self.cfg.checks.distribution.num_samples
-        for b in self.cfg.generation.sampling.batch_sizes or self.cfg.batching.batch_sizes:
-            engines = [self.reference, *self._engines_at(b, "sampling")]
+        sizes = self.cfg.generation.sampling.batch_sizes or self.cfg.batching.batch_sizes
+        for b in sizes:
+            # The plain sampler is the control; with per-request seeds its output does not depend
+            # on batch composition, so one batch size is enough for it.
+            engines = ([self.reference] if b == sizes[0] else []) + self._engines_at(b, "sampling")
             batches = plan_batches(self.prompts, b)
             self.say(f"sampling at batch size {b}, T={settings.temperature}: {need} tokens per engine")
             for e in engines:

@@ -134,6 +134,11 @@ def analyze_speedup(doc: dict, resamples: int = 2000) -> dict:
                                                  **_block(s, k, c_at(bs), resamples)}
         load = {str(bs): _block(select(lambda key, ex, bs=bs: key[1] == bs), k, c_at(bs), resamples)
                 for bs in sizes}
+        for bs, row in load.items():
+            cells_at = out["protocol"].get(bs, {}).values()
+            reps = [c["repeats"] for c in cells_at]
+            row["repeats"] = {"min": min(reps), "max": max(reps),
+                              "stopped_by": sorted({c["stopped_by"] for c in cells_at})} if reps else None
         buckets = sorted({v[1]["bucket"] for v in mine.values()}, key=_bucket_order)
         by_bucket = {b: {str(bs): _block(select(lambda key, ex, b=b, bs=bs: ex["bucket"] == b and key[1] == bs),
                                          k, c_at(bs), resamples)
@@ -147,6 +152,7 @@ def analyze_speedup(doc: dict, resamples: int = 2000) -> dict:
         out["engines"][engine] = {
             "cells": cells, "load_curve": load, "by_bucket": by_bucket, "by_slice": by_slice,
             "crossover": _crossover(load), "worst_slice": _worst_slice(by_slice),
+            "crossover_by_slice": {s: _crossover(rows) for s, rows in by_slice.items()},
             "memory": _memory(doc, engine),
         }
     return out
