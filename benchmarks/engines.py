@@ -85,14 +85,15 @@ def main() -> None:
     print(f"\nk={args.k}, max_new_tokens={args.max_new_tokens}, {args.repeats} repeats, "
           f"{len(doc['prompts'])} prompts, torch threads {args.threads}\n")
     print("| engine | batch size | speedup vs reference (95% CI) | tokens/step | acceptance | c | expected | "
-          "efficiency | realign share |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "efficiency | verify cost (decode steps) | expected with verify cost | realign share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, e in (("speculative", own), ("hf_assisted", hf)):
         for bs, r in e["load_curve"].items():
             sp, ex = r["speedup"], r.get("expected") or {}
             print(f"| {name} | {bs} | {sp['estimate']:.2f}x ({sp['low']:.2f}-{sp['high']:.2f}) | "
                   f"{r.get('mean_accepted_length', 0):.2f} | {r.get('acceptance_rate', 0):.2f} | "
                   f"{ex.get('cost_ratio', 0):.3f} | {ex.get('speedup', 0):.2f}x | {ex.get('efficiency', 0):.0%} | "
+                  f"{ex.get('verify_ratio', 0):.2f} | {ex.get('speedup_with_verify_cost', 0):.2f}x | "
                   f"{r['realign_share'] or 0:.1%} |")
     print(f"\nown speculative vs HF assisted at batch size 1: {own_vs_hf.estimate:.2f}x "
           f"(95% CI {own_vs_hf.low:.2f}-{own_vs_hf.high:.2f}, n={own_vs_hf.n}) — above 1 means ours is faster")

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gate.errors import ConfigError, Problem, closest
+from gate.errors import ConfigError, Problem, closest, read_input
 
 CONFIG_VERSION = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -163,6 +163,7 @@ class SpeedupCheck(_Strict):
     warmup: Annotated[int, Field(ge=0)] = 1
     min_repeats: Annotated[int, Field(ge=2)] = 3
     max_repeats: Annotated[int, Field(ge=2)] = 30
+    max_batches_per_cell: PositiveInt | None = 4
     bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
     context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
 
@@ -367,14 +368,7 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
 
 def load_config(path: str | Path) -> LoadedConfig:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(Problem(str(path), "config file not found",
-                                  hint="pass the path of your specguard.yaml")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(Problem(str(path), f"cannot read config: {exc}")) from None
-    return parse_config(text, path)
+    return parse_config(read_input(path, ConfigError, "config file", "pass the path of your specguard.yaml"), path)
 
 
 def check_paths(source: str | Path) -> list[Problem]:

@@ -56,6 +56,16 @@ class EngineError(SpecguardError):
     """An engine was misconfigured or returned something malformed."""
 
 
+def read_input(path, error: type[SpecguardError], kind: str, hint: str) -> str:
+    """A user file's text, or ``error`` naming the file and saying what to do."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(Problem(str(path), f"{kind} not found", hint=hint)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(Problem(str(path), f"cannot read {kind}: {exc}")) from None
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The closest known spelling of ``word``, for 'did you mean' hints."""
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)

@@ -4,24 +4,28 @@ Phases, in order:
 
 1. **calibrate** — time one decode step of the target and of the draft at each
    batch size; their ratio is the cost ratio ``c`` of the speedup model.
-2. **timing** (greedy) — per batch size, the suite is cut into batches that each
-   hold one *cell* (slice x context-length bucket), filled up to the batch size
-   by repeating the cell's prompts.  The reference and each speculative engine
+2. **outputs** (greedy) — every engine on the whole suite at every batch size:
+   the equivalence data.  The suite is cut into batches that each hold one
+   *cell* (slice x context-length bucket), filled up to the batch size by
+   repeating the cell's prompts.  Reference executions come from the cache when
+   the target, prompts, settings and engine version are unchanged.
+3. **timing** (greedy) — per batch size, up to ``max_batches_per_cell`` batches
+   of each cell (evenly spread).  The reference and each speculative engine
    run every batch interleaved (A B, then B A on the next repeat, so linear drift
    hits both equally).  Every cell gets ``min_repeats``; then the cell whose
    speedup CI is widest gets one more repeat, until every cell is within
    ``ci_half_width`` or the batch size's share of ``time_budget_s`` (an equal
-   split across batch sizes, counted from the start of that batch size) is spent.  These outputs are also
-   the equivalence data, and repeats 0 and 1 give run-to-run repeatability.
-   Untimed runs (``timed=False``, used by the self-test) replace phases 1-2 by
-   **outputs**: every engine once per batch, and a second run at the
-   repeat batch size.
-3. **canonical** — the reference at batch size 1, if 1 is not a configured size.
-4. **sampling** — if configured: every speculative engine at each sampling
+   split across batch sizes, counted from the start of that batch size) is spent.  Their outputs,
+   compared with phase 2's, give run-to-run repeatability.  The reference cannot be cached here:
+   an honest paired timing needs it measured now, beside the engine.
+   Untimed runs (``timed=False``, used by the self-test) skip phases 1 and 3,
+   and run phase 2 twice at the repeat batch size.
+4. **canonical** — the reference at batch size 1, if 1 is not a configured size.
+5. **sampling** — if configured: every speculative engine at each sampling
    batch size, and the reference (the control) at the first, passes with fresh
    per-prompt seeds until ``checks.distribution.num_samples`` tokens are collected.
 
-Reference executions of phases 3 and 4 are served from the reference cache
+Reference executions of phases 2, 4 and 5 are served from the reference cache
 when the target, suite, settings and engine version are unchanged.
 
 Every finished execution is appended to ``records.jsonl`` at once; the run can
@@ -255,26 +259,45 @@ class Runner:
 
     # --- phases ---------------------------------------------------------------------------
 
-    def calibrate(self) -> dict:
-        """Median time of one decode step (context ~64 tokens) of each model at each batch size."""
+    def calibrate(self, warmup: int = 5, trials: int = 30) -> dict:
+        """Median step times at each batch size (context 64 tokens), interleaved across models.
+
+        ``cost_ratio`` is c of the speedup model: one draft decode step over one target
+        decode step.  ``verify_ratio`` is one target step over k+1 tokens (what a
+        verification costs) over one target decode step: the model assumes 1, and where
+        it is not (compute-bound batches), speculation pays less.
+        """
         out = {}
         clock = Clock(self.pair.device)
+        width = self.cfg.speculation.num_draft_tokens + 1
+        dev = self.pair.device
         for b in self.cfg.batching.batch_sizes:
-            row = {}
-            for role, m in (("target", self.pair.target.model), ("draft", self.pair.draft.model)):
-                with torch.inference_mode():
-                    batch = RaggedBatch(m, b, self.pair.device, Stopwatch(clock))
-                    ids, valid = right_align([[5] * 64] * b, self.pair.device)
+            steps = {}
+            with torch.inference_mode():
+                for role, m in (("target", self.pair.target.model), ("draft", self.pair.draft.model)):
+                    batch = RaggedBatch(m, b, dev, Stopwatch(clock))
+                    ids, valid = right_align([[5] * 64] * b, dev)
                     batch.forward(ids, valid, logits_to_keep=1)
-                    times = []
-                    step_ids = torch.full((b, 1), 7, device=self.pair.device)
-                    step_valid = torch.ones((b, 1), dtype=torch.bool, device=self.pair.device)
-                    for _ in range(12):
+                    steps[role] = batch
+                probes = {
+                    "target_step_s": (steps["target"], 1), "draft_step_s": (steps["draft"], 1),
+                    "target_verify_s": (steps["target"], width),
+                }
+                times: dict[str, list[float]] = {k: [] for k in probes}
+                for i in range(warmup + trials):
+                    for name, (batch, w) in probes.items():
+                        ids = torch.full((b, w), 7, device=dev)
+                        ok = torch.ones((b, w), dtype=torch.bool, device=dev)
+                        start = batch.length
                         t0 = clock.now()
-                        batch.forward(step_ids, step_valid, logits_to_keep=1)
-                        times.append(clock.now() - t0)
-                row[f"{role}_step_s"] = sorted(times)[len(times) // 2]
+                        batch.forward(ids, ok, logits_to_keep=w)
+                        elapsed = clock.now() - t0
+                        batch.rollback(start, torch.zeros(b, dtype=torch.long, device=dev))  # fixed context
+                        if i >= warmup:
+                            times[name].append(elapsed)
+            row = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
             row["cost_ratio"] = row["draft_step_s"] / row["target_step_s"]
+            row["verify_ratio"] = row["target_verify_s"] / row["target_step_s"]
             out[str(b)] = row
         return out
 
@@ -286,11 +309,17 @@ class Runner:
     def _time_batch_size(self, b: int, settings: GenerationSettings, budget_s: float) -> dict:
         sp = self.cfg.checks.speedup
         started = time.monotonic()
-        engines = self._engines_at(b, "greedy")
+        engines = [e for e in self.engines if e.max_batch_size is None or b <= e.max_batch_size]
         batches = plan_batches(self.prompts, b)
         cells: OrderedDict[tuple, list[PlannedBatch]] = OrderedDict()
         for pb in batches:
             cells.setdefault(pb.cell, []).append(pb)
+        cap = sp.max_batches_per_cell
+        for cell, members in cells.items():  # an evenly spread subset: timing needs fewer tokens than correctness
+            if cap and len(members) > cap:
+                cells[cell] = [members[round(i * (len(members) - 1) / (cap - 1))] if cap > 1 else members[0]
+                               for i in range(cap)]
+        batches = [pb for members in cells.values() for pb in members]
         self.say(f"timing at batch size {b}: {len(cells)} cells, {len(batches)} batches, "
                  f"engines: reference, {', '.join(e.name for e in engines) or '(none)'}")
         for e in [self.reference, *engines]:  # warm-up runs are not recorded
@@ -332,13 +361,19 @@ class Runner:
         return {f"{s}|{bk}": {"repeats": repeats[(s, bk)], "stopped_by": stop[(s, bk)]} for (s, bk) in cells}
 
     def outputs_phase(self, settings: GenerationSettings) -> None:
-        """Untimed greedy generation: every engine once per batch, plus one repeat for run-to-run checks."""
+        """Greedy outputs of every engine on the whole suite at every batch size (the equivalence data).
+
+        The reference's are served from the cache when nothing it depends on changed.  Untimed
+        runs add a second run at the repeat batch size for the run-to-run check; timed runs get
+        it from the timing phase.
+        """
         repeat_bs = self.cfg.checks.reproducibility.repeat_batch_size or max(self.cfg.batching.batch_sizes)
+        second = self.repeat_runs and not self.timed
         for b in self.cfg.batching.batch_sizes:
             engines = self._engines_at(b, "greedy")
             self.say(f"outputs at batch size {b}: reference, {', '.join(e.name for e in engines) or '(none)'}")
             for pb in plan_batches(self.prompts, b):
-                for r in range(2 if (self.repeat_runs and b == repeat_bs) else 1):
+                for r in range(2 if (second and b == repeat_bs) else 1):
                     self.execute(self.reference, "outputs", pb, r, settings,
                                  cache_key=self._reference_key("outputs", pb, r, settings) if r == 0 else None)
                     for e in engines:
@@ -402,10 +437,9 @@ class Runner:
             if self.timed:
                 extra["calibration"] = self.calibrate()
             if self.cfg.generation.greedy:
+                self.outputs_phase(self.greedy)
                 if self.timed:
                     extra["timing"] = self.timing_phase(self.greedy)
-                else:
-                    self.outputs_phase(self.greedy)
                 self.canonical_phase(self.greedy)
             if self.sampled:
                 self.sampling_phase(self.sampled)

@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gate.config import LoadedConfig, problems_from_validation
-from gate.errors import Problem, SuiteError
+from gate.errors import Problem, SuiteError, read_input
 
 
 class _PromptLine(BaseModel):
@@ -109,14 +109,7 @@ def parse_suite(text: str, name: str) -> Suite:
 
 def load_suite(path: str | Path) -> Suite:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SuiteError(Problem(str(path), "suite file not found",
-                                 hint="set suite.path to a JSONL file")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(Problem(str(path), f"cannot read suite: {exc}")) from None
-    return parse_suite(text, str(path))
+    return parse_suite(read_input(path, SuiteError, "suite file", "set suite.path to a JSONL file"), str(path))
 
 
 def suite_for(loaded: LoadedConfig) -> Suite:

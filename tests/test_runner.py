@@ -57,8 +57,8 @@ def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
     assert doc["status"] == "complete" and doc["stopped_at"] is None
     on_disk = load_results(tmp_path / "out")
     assert on_disk["schema"] == "specguard.results/1"
-    assert {(e["phase"], e["mode"]) for e in on_disk["executions"]} == {("timing", "greedy"),
-                                                                        ("sampling", "sampling")}
+    assert {(e["phase"], e["mode"]) for e in on_disk["executions"]} == {
+        ("outputs", "greedy"), ("timing", "greedy"), ("sampling", "sampling")}
     fp = on_disk["fingerprint"]
     assert fp["models"]["target"]["fingerprint"] and fp["libraries"]["torch"] and fp["hardware"]["cpu_count"]
     header, records = read_records(tmp_path / "out" / "records.jsonl")
@@ -69,11 +69,12 @@ def test_interrupted_run_keeps_finished_work_and_says_where(demo_pair, tmp_path)
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=3)
     doc = make(demo_pair, tmp_path, spec=spec).run()
     assert doc["status"] == "interrupted"
-    assert doc["stopped_at"]["engine"] == "speculative" and doc["stopped_at"]["phase"] == "timing"
+    assert doc["stopped_at"]["engine"] == "speculative" and doc["stopped_at"]["phase"] == "outputs"
+    assert doc["stopped_at"]["batch"] == 3
     kept = load_results(tmp_path / "out")["executions"]
-    assert len(kept) == 6  # 3 reference + 3 speculative executions finished before the interrupt
+    assert len(kept) == 7  # 4 reference + 3 speculative executions finished before the interrupt
     _, records = read_records(tmp_path / "out" / "records.jsonl")
-    assert len(records) == 6
+    assert len(records) == 7
 
     # Resume: finished executions are reused, not regenerated.
     spec2 = FakeEngine("speculative", True, constant(0.5))
@@ -82,7 +83,7 @@ def test_interrupted_run_keeps_finished_work_and_says_where(demo_pair, tmp_path)
     assert doc2["status"] == "complete"
     fresh = make(demo_pair, tmp_path / "fresh").run()
     assert len(doc2["executions"]) == len(fresh["executions"])
-    assert ref2.calls == len([e for e in fresh["executions"] if e["engine"] == "reference"]) - 3
+    assert ref2.calls == len([e for e in fresh["executions"] if e["engine"] == "reference"]) - 4
 
 
 def test_crash_writes_results_and_reraises(demo_pair, tmp_path):
@@ -122,6 +123,17 @@ def test_adaptive_repeats_stop_on_budget(demo_pair, tmp_path):
     doc = make(demo_pair, tmp_path, spec=spec, cfg=config(max_repeats=1000, ci=0.0001, budget=0.01)).run()
     stops = {v["stopped_by"] for bs in doc["timing"].values() for v in bs.values()}
     assert stops == {"budget"}
+
+
+def test_timing_covers_a_spread_subset_of_each_cell(demo_pair, tmp_path):
+    suite = parse_suite("".join(json.dumps({"id": f"a-{i}", "slice": "a", "prompt": f"Prompt {i} says"}) + "\n"
+                                for i in range(9)), "nine.jsonl")
+    cfg = demo_config(extra="batching: {batch_sizes: [1]}\ngeneration: {max_new_tokens: 2}\n"
+                            "checks: {speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 3}}\n")
+    doc = make(demo_pair, tmp_path, suite=suite, cfg=cfg).run()
+    timed = sorted({e["batch"] for e in doc["executions"] if e["phase"] == "timing"})
+    assert timed == [0, 4, 8]
+    assert len({e["batch"] for e in doc["executions"] if e["phase"] == "outputs"}) == 9
 
 
 def test_adaptive_repeats_stop_at_max_repeats(demo_pair, tmp_path):

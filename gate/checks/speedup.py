@@ -14,7 +14,10 @@ batch, measured back to back.  From those:
 * per **context bucket** and per **slice**, pooled;
 * **expected vs measured**: Leviathan et al.'s expectation from the measured
   acceptance, k and cost ratio c (``gate.stats.expected_speedup``); their ratio
-  is the implementation's efficiency;
+  is the implementation's efficiency.  The paper assumes a (k+1)-token
+  verification costs one decode step; the calibration also measures what it
+  really costs (``verify_ratio``), and the expectation with that cost is
+  reported beside it: where the two differ, the batch is compute-bound;
 * **memory**: peak per engine and load (CUDA ``max_memory_allocated``, or peak RSS on CPU);
 * the **worst slice** and its gap to the mean of slices;
 * the share of engine time spent realigning ragged rows.
@@ -72,7 +75,7 @@ def _counters(execs: list[dict]) -> SpecCounters | None:
     return total if seen else None
 
 
-def _block(samples: list[tuple[dict, dict]], k: int, cost_ratio: float | None, resamples: int) -> dict:
+def _block(samples: list[tuple[dict, dict]], k: int, calib: dict | None, resamples: int) -> dict:
     """Statistics over paired (reference, engine) executions."""
     ratios = [ref["wall_s"] / ex["wall_s"] for ref, ex in samples if ex["wall_s"] > 0]
     ci = bootstrap_median_ci(ratios, resamples)
@@ -99,11 +102,18 @@ def _block(samples: list[tuple[dict, dict]], k: int, cost_ratio: float | None, r
             "mean_accepted_length": mal,
             "acceptance_per_pos": counters.acceptance_per_pos(),
         })
-        if cost_ratio is not None and mal is not None:
+        if calib and mal is not None:
             alpha = alpha_from_mean_accepted(mal, k)
-            expected = expected_speedup(alpha, k, cost_ratio)
-            row["expected"] = {"alpha_effective": alpha, "cost_ratio": cost_ratio, "speedup": expected,
+            c = calib["cost_ratio"]
+            expected = expected_speedup(alpha, k, c)
+            row["expected"] = {"alpha_effective": alpha, "cost_ratio": c, "speedup": expected,
                                "efficiency": ci.estimate / expected if expected else None}
+            verify = calib.get("verify_ratio")
+            if verify:
+                # The same model with the measured cost of a (k+1)-token verification
+                # instead of the paper's assumption that it costs one decode step.
+                row["expected"]["verify_ratio"] = verify
+                row["expected"]["speedup_with_verify_cost"] = mal / (verify + c * k)
     return row
 
 
@@ -120,8 +130,8 @@ def analyze_speedup(doc: dict, resamples: int = 2000) -> dict:
         def select(pred, mine=mine):
             return [v for key, v in sorted(mine.items()) if pred(key, v[1])]
 
-        def c_at(bs):
-            return calib.get(str(bs), {}).get("cost_ratio")
+        def calib_at(bs):
+            return calib.get(str(bs))
 
         cells: dict = {}
         for bs in sizes:
@@ -131,8 +141,8 @@ def analyze_speedup(doc: dict, resamples: int = 2000) -> dict:
                 stop = out["protocol"].get(str(bs), {}).get(f"{slc}|{bucket}", {})
                 cells[f"{slc}|{bs}|{bucket}"] = {"slice": slc, "batch_size": bs, "bucket": bucket,
                                                  "stopped_by": stop.get("stopped_by"), "repeats": stop.get("repeats"),
-                                                 **_block(s, k, c_at(bs), resamples)}
-        load = {str(bs): _block(select(lambda key, ex, bs=bs: key[1] == bs), k, c_at(bs), resamples)
+                                                 **_block(s, k, calib_at(bs), resamples)}
+        load = {str(bs): _block(select(lambda key, ex, bs=bs: key[1] == bs), k, calib_at(bs), resamples)
                 for bs in sizes}
         for bs, row in load.items():
             cells_at = out["protocol"].get(bs, {}).values()
@@ -141,12 +151,12 @@ def analyze_speedup(doc: dict, resamples: int = 2000) -> dict:
                               "stopped_by": sorted({c["stopped_by"] for c in cells_at})} if reps else None
         buckets = sorted({v[1]["bucket"] for v in mine.values()}, key=_bucket_order)
         by_bucket = {b: {str(bs): _block(select(lambda key, ex, b=b, bs=bs: ex["bucket"] == b and key[1] == bs),
-                                         k, c_at(bs), resamples)
+                                         k, calib_at(bs), resamples)
                          for bs in sizes if any(key[1] == bs and v[1]["bucket"] == b for key, v in mine.items())}
                      for b in buckets}
         slices = sorted({v[1]["slice"] for v in mine.values()})
         by_slice = {s: {str(bs): _block(select(lambda key, ex, s=s, bs=bs: ex["slice"] == s and key[1] == bs),
-                                        k, c_at(bs), resamples)
+                                        k, calib_at(bs), resamples)
                         for bs in sizes if any(key[1] == bs and v[1]["slice"] == s for key, v in mine.items())}
                     for s in slices}
         out["engines"][engine] = {

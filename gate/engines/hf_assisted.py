@@ -96,13 +96,14 @@ class HFAssistedEngine:
         gen_cfg = copy.deepcopy(self.target.generation_config)
         gen_cfg.update(
             max_new_tokens=req.max_new_tokens, min_new_tokens=None, do_sample=not settings.greedy,
-            # top_k=0 and top_p=1.0, not None: None means "use the default" (top_k=50) in the
-            # assistant's copy of the config, which truncates the distribution.
-            temperature=settings.temperature if not settings.greedy else None, top_k=0, top_p=1.0, typical_p=1.0,
             eos_token_id=list(settings.eos_token_ids) or None, pad_token_id=self.pad_token_id,
             num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
             assistant_confidence_threshold=0.0, repetition_penalty=None,
         )
+        if not settings.greedy:
+            # top_k=0 and top_p=1.0, not None: None means "use the default" (top_k=50) in the
+            # assistant's copy of the config, which truncates the distribution.
+            gen_cfg.update(temperature=settings.temperature, top_k=0, top_p=1.0, typical_p=1.0)
         self.draft.generation_config.num_assistant_tokens = k
         self.draft.generation_config.num_assistant_tokens_schedule = "constant"
         self.draft.generation_config.assistant_confidence_threshold = 0.0
