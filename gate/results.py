@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from gate.errors import Problem, SpecguardError
@@ -124,12 +123,3 @@ def load_results(path: str | Path) -> dict:
         if key not in doc:
             raise ResultsError(Problem(str(path), "required field is missing", field=key))
     return doc
-
-
-def iter_sequences(doc: dict, **match) -> Iterator[tuple[dict, dict]]:
-    """(execution, sequence) pairs of non-filler sequences whose execution matches ``match``."""
-    for ex in doc["executions"]:
-        if all(ex.get(k) == v for k, v in match.items()):
-            for seq in ex["sequences"]:
-                if not seq.get("filler"):
-                    yield ex, seq

@@ -26,7 +26,6 @@ floor*: how often plain decoding itself changes with batch shape.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -208,7 +207,3 @@ def example(v: SequenceVerdict, out: list[int], ref: list[int], decode) -> dict:
         "got": decode(out[j:j + CONTEXT_TOKENS]),
         "reference": decode(ref[j:j + CONTEXT_TOKENS]),
     }
-
-
-def finite(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None

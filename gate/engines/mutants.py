@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from gate.engines.layout import RaggedBatch
+from gate.engines.sampling import probs, sample
 from gate.engines.speculative import SpeculativeEngine
 from gate.engines.tracking import Tracker
 
@@ -68,8 +69,6 @@ class AcceptOffByOne(SpeculativeEngine):
     def accept_sampling(self, drafts, logits, q, k_row, settings, u):
         n, _ = super().accept_sampling(drafts, logits, q, k_row, settings, u)
         n = torch.minimum(n + 1, k_row)  # BUG: off by one
-        from gate.engines.sampling import probs, sample
-
         dist = self.final_distribution(probs(logits, settings.temperature), q, n, k_row)
         return n, sample(dist, u[:, 2 * settings.num_draft_tokens])
 
@@ -80,13 +79,11 @@ class BonusFromDraft(SpeculativeEngine):
     def propose(self, draft, lags, k_row, K, settings, u):
         drafts, q = super().propose(draft, lags, k_row, K, settings, u)
         # The draft's own next proposal, from its logits after the last draft token.
-        self._draft_next = self._peek(draft, drafts[:, -1:], settings)
-        draft.rollback(draft.length - 1, torch.zeros_like(k_row))
+        last = drafts[:, -1:]
+        logits = draft.forward(last, torch.ones_like(last, dtype=torch.bool), logits_to_keep=1)
+        self._draft_next = logits[:, -1].argmax(-1)
+        draft.rollback(draft.length - 1, torch.zeros_like(k_row))  # leave the draft cache as the engine expects
         return drafts, q
-
-    def _peek(self, draft, last, settings):
-        valid = torch.ones_like(last, dtype=torch.bool)
-        return draft.forward(last, valid, logits_to_keep=1)[:, -1].argmax(-1)
 
     def _bonus(self, drafts, n, k_row, nxt):
         K = drafts.shape[1]
@@ -116,8 +113,6 @@ class InvertedRatio(SpeculativeEngine):
     """Acceptance test uses q/p instead of p/q."""
 
     def accept_sampling(self, drafts, logits, q, k_row, settings, u):
-        from gate.engines.sampling import probs, sample
-
         R, K = drafts.shape
         k = settings.num_draft_tokens
         p = probs(logits, settings.temperature)
