@@ -138,6 +138,7 @@ class Runner:
         self.reused: list[str] = []
         self.current: dict | None = None
         self.prompts = self._prompts()
+        self.hardware = fp.hardware(pair.device)
         gen = self.cfg.generation
         self.greedy = GenerationSettings(0.0, self.cfg.speculation.num_draft_tokens,
                                          pair.eos_token_ids if gen.stop_at_eos else ())
@@ -157,7 +158,7 @@ class Runner:
 
     def header(self) -> dict:
         pair, cfg = self.pair, self.cfg
-        hw = fp.hardware(pair.device)
+        hw = self.hardware
         models = {
             role: {"location": m.location, "fingerprint": m.fingerprint, "dtype": str(m.dtype).replace("torch.", ""),
                    "revision": m.spec.revision}
@@ -249,7 +250,7 @@ class Runner:
         t = self.pair.target
         return fp.digest({
             "target": t.fingerprint, "device": self.pair.device.type, "phase": phase,
-            "hardware": fp.hardware_key(fp.hardware(self.pair.device)),
+            "hardware": fp.hardware_key(self.hardware),
             "prompts": [self.prompts[i].prompt_ids for i in batch.members],
             "max_new": [self.prompts[i].max_new_tokens for i in batch.members],
             "seeds": [prompt_seed(self._seed(), self.prompts[i].id, repeat) for i in batch.members],
