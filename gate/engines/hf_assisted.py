@@ -23,6 +23,7 @@ from contextlib import contextmanager
 import torch
 
 from gate.engines.base import BatchResult, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
 
@@ -88,10 +89,8 @@ class HFAssistedEngine:
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
         if len(requests) != 1:
             raise EngineError(Problem("engine 'hf_assisted'", f"got a batch of {len(requests)}: {HF_BATCH_LIMIT}"))
+        check_requests(requests)
         req = requests[0]
-        if not req.prompt_ids:
-            raise EngineError(Problem("engine input", "empty prompt: generation needs at least one prompt token",
-                                      field="requests[0].prompt_ids"))
         k = settings.num_draft_tokens
         gen_cfg = copy.deepcopy(self.target.generation_config)
         gen_cfg.update(

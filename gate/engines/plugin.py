@@ -23,6 +23,7 @@ from importlib.metadata import entry_points
 import torch
 
 from gate.engines.base import BatchResult, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
 
@@ -126,6 +127,7 @@ class PluginEngine:
         self.base = base
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
+        check_requests(requests)
         plug = PluginSettings(
             max_new_tokens=[r.max_new_tokens for r in requests], seeds=[r.seed for r in requests],
             temperature=settings.temperature, num_draft_tokens=settings.num_draft_tokens,

@@ -14,19 +14,8 @@ import torch
 from gate.engines.base import BatchResult, GenerationSettings, Request
 from gate.engines.layout import RaggedBatch, right_align
 from gate.engines.sampling import RowRandom, probs, sample
-from gate.engines.tracking import Tracker
+from gate.engines.tracking import Tracker, shrink
 from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
-
-
-def shrink(rows: list[int], tracker: Tracker, batches: list[RaggedBatch]) -> list[int]:
-    """Drop finished rows once they are at least half of the batch; return the kept request indices."""
-    alive = [j for j, r in enumerate(rows) if not tracker.done(r)]
-    if alive and len(alive) <= len(rows) // 2:
-        keep = torch.tensor(alive, device=batches[0].valid.device)
-        for b in batches:
-            b.select(keep)
-        return [rows[j] for j in alive]
-    return rows
 
 
 class ReferenceEngine:

@@ -37,9 +37,8 @@ import torch
 
 from gate.engines.base import BatchResult, GenerationSettings, Request
 from gate.engines.layout import RaggedBatch, right_align
-from gate.engines.reference import shrink
 from gate.engines.sampling import RowRandom, probs, sample
-from gate.engines.tracking import Tracker
+from gate.engines.tracking import Tracker, shrink
 from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 
 

@@ -7,21 +7,40 @@ records when the first and last tokens appeared.
 
 from __future__ import annotations
 
+import torch
+
 from gate.engines.base import GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.layout import RaggedBatch
 from gate.errors import EngineError, Problem
+
+
+def check_requests(requests: list[Request]) -> None:
+    """Refuse requests no engine can serve, before any engine (or plug-in) sees them."""
+    for i, r in enumerate(requests):
+        if not r.prompt_ids:
+            raise EngineError(Problem("engine input", "empty prompt: generation needs at least one "
+                                      "prompt token", field=f"requests[{i}].prompt_ids",
+                                      hint="remove the empty prompt or give it text"))
+        if r.max_new_tokens < 1:
+            raise EngineError(Problem("engine input", f"max_new_tokens is {r.max_new_tokens}",
+                                      field=f"requests[{i}].max_new_tokens", hint="use 1 or more"))
+
+
+def shrink(rows: list[int], tracker: Tracker, batches: list[RaggedBatch]) -> list[int]:
+    """Drop finished rows once they are at least half of the batch; return the kept request indices."""
+    alive = [j for j, r in enumerate(rows) if not tracker.done(r)]
+    if alive and len(alive) <= len(rows) // 2:
+        keep = torch.tensor(alive, device=batches[0].valid.device)
+        for b in batches:
+            b.select(keep)
+        return [rows[j] for j in alive]
+    return rows
 
 
 class Tracker:
     def __init__(self, requests: list[Request], settings: GenerationSettings, start: float,
                  speculative: bool):
-        for i, r in enumerate(requests):
-            if not r.prompt_ids:
-                raise EngineError(Problem("engine input", "empty prompt: generation needs at least one "
-                                          "prompt token", field=f"requests[{i}].prompt_ids",
-                                          hint="remove the empty prompt or give it text"))
-            if r.max_new_tokens < 1:
-                raise EngineError(Problem("engine input", f"max_new_tokens is {r.max_new_tokens}",
-                                          field=f"requests[{i}].max_new_tokens", hint="use 1 or more"))
+        check_requests(requests)
         self.requests = requests
         self.eos = set(settings.eos_token_ids)
         self.start = start
