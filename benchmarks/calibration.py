@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from gate.checks import distribution as dist
@@ -29,6 +29,9 @@ from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
 from gate.models import load_pair
 from gate.suite import load_suite
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers import results_doc
 
 CONFIG = """\
 version: 1
@@ -54,17 +57,17 @@ def size_of_test(trials: int, alpha: float) -> dict:
     prompts = [tuple(pair.encode(p.text)) for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts]
     ref = ReferenceEngine(pair.target.model, pair.device)
     outs = generate(ref, prompts, 8, 48, GenerationSettings(temperature=1.0))
-    pos = dist.collect_positions(Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device),
-                                 list(zip(prompts, [tuple(o) for o in outs])), 1.0, 2000)
-    prep = dist.Prepared(pos.p, pos.q)
-    rng = np.random.default_rng(7)
+    items = dist.truncate(list(zip(prompts, [tuple(o) for o in outs])), 2000)
+    # Tokens really drawn from p: the null simulation's rejection rate is the test's size.
+    a = dist.analyze(Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device), items, 1.0,
+                     pair.target.vocab_size, power_trials=trials, null_seed=7)
     hits = dict.fromkeys((*dist.TESTS, "combined"), 0)
-    for _ in range(trials):
-        pv = prep.pvalues(dist._sample(prep.cdf, rng), rng)
+    for t in range(trials):
+        pv = dist.pvalues(a.null[t], a.moments, a.null_sim.pit_u[t])
         hits["combined"] += dist.rejects(pv, alpha)
-        for t in dist.TESTS:
-            hits[t] += pv[t] < alpha / len(dist.TESTS)
-    return {"n": pos.n, "trials": trials, "alpha": alpha,
+        for name in dist.TESTS:
+            hits[name] += pv[name] < alpha / len(dist.TESTS)
+    return {"n": a.n, "trials": trials, "alpha": alpha,
             "rejection_rate": {k: v / trials for k, v in hits.items()}}
 
 
@@ -78,13 +81,7 @@ def bf16_noise() -> dict:
     g = GenerationSettings(0.0, 4)
     outs = {("reference", 1): generate(ref, ids, 1, 48, g), ("reference", 8): generate(ref, ids, 8, 48, g),
             ("speculative", 8): generate(spec, ids, 8, 48, g)}
-    doc = {"prompts": [{"id": p.id, "slice": p.slice, "prompt_ids": list(i), "max_new_tokens": 48}
-                       for p, i in zip(suite.prompts, ids)],
-           "settings": {"eos_token_ids": [], "num_draft_tokens": 4}, "status": "complete",
-           "executions": [{"engine": e, "mode": "greedy", "phase": "outputs", "batch_size": b, "repeat": 0,
-                           "batch": 0, "sequences": [{"prompt_id": p.id, "token_ids": o, "stop_reason": "max_tokens"}
-                                                     for p, o in zip(suite.prompts, out)]}
-                          for (e, b), out in outs.items()]}
+    doc = results_doc([i for i in ids], {key: [(o, "max_tokens") for o in out] for key, out in outs.items()}, 48)
     checks = run_checks(doc, pair, loaded.config)
     pick = ("sequences", "exact_match", "divergences", "confident_inconsistencies")
     return {"tolerance": checks["tolerance"],

@@ -74,24 +74,24 @@ def main() -> None:
 
     # own vs HF assisted at batch size 1: paired by (batch, repeat)
     walls: dict[tuple, dict] = {}
-    for ex in doc["executions"]:
-        if ex["phase"] == "timing" and ex["batch_size"] == 1:
-            walls.setdefault((ex["batch"], ex["repeat"]), {})[ex["engine"]] = ex["wall_s"]
+    for ex in doc.executions:
+        if ex.phase == "timing" and ex.batch_size == 1:
+            walls.setdefault((ex.batch, ex.repeat), {})[ex.engine] = ex.wall_s
     own_vs_hf = bootstrap_median_ci([w["hf_assisted"] / w["speculative"] for w in walls.values()
                                      if "hf_assisted" in w and "speculative" in w])
 
     own = analysis["engines"]["speculative"]
     hf = analysis["engines"]["hf_assisted"]
     print(f"\nk={args.k}, max_new_tokens={args.max_new_tokens}, {args.repeats} repeats, "
-          f"{len(doc['prompts'])} prompts, torch threads {args.threads}\n")
-    print("| engine | batch size | speedup vs reference (95% CI) | tokens/step | acceptance | c | expected | "
+          f"{len(doc.prompts)} prompts, torch threads {args.threads}\n")
+    print("| engine | batch size | speedup vs reference (95% CI) | tokens/target forward | acceptance | c | expected | "
           "efficiency | verify cost (decode steps) | expected with verify cost | realign share |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, e in (("speculative", own), ("hf_assisted", hf)):
         for bs, r in e["load_curve"].items():
             sp, ex = r["speedup"], r.get("expected") or {}
             print(f"| {name} | {bs} | {sp['estimate']:.2f}x ({sp['low']:.2f}-{sp['high']:.2f}) | "
-                  f"{r.get('mean_accepted_length', 0):.2f} | {r.get('acceptance_rate', 0):.2f} | "
+                  f"{r['tokens_per_target_forward'] or 0:.2f} | {r['acceptance_rate'] or 0:.2f} | "
                   f"{ex.get('cost_ratio', 0):.3f} | {ex.get('speedup', 0):.2f}x | {ex.get('efficiency', 0):.0%} | "
                   f"{ex.get('verify_ratio', 0):.2f} | {ex.get('speedup_with_verify_cost', 0):.2f}x | "
                   f"{r['realign_share'] or 0:.1%} |")
@@ -100,7 +100,7 @@ def main() -> None:
     print(f"realignment share of speculative step time at batch size 8: {own['load_curve']['8']['realign_share']:.1%}")
     if args.json:
         args.json.write_text(json.dumps({"analysis": analysis, "own_vs_hf_bs1": own_vs_hf.to_dict(),
-                                         "calibration": doc.get("calibration")}, indent=1))
+                                         "calibration": doc.calibration}, indent=1))
 
 
 if __name__ == "__main__":

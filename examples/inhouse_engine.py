@@ -19,6 +19,8 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
+from gate.engines.base import SpecCounters
+
 _MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": torch.float32}
 
@@ -40,8 +42,7 @@ def _one(target, draft, prompt: list[int], max_new: int, seed: int, settings) ->
     gen = torch.Generator().manual_seed(seed)
     greedy, T, k = settings.greedy, settings.temperature, settings.num_draft_tokens
     out: list[int] = []
-    counters = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "num_target_forwards": 0,
-                "num_draft_forwards": 0, "num_emitted_tokens": 0}
+    counters = SpecCounters()  # vLLM's counters, updated once per verification step
     start = time.perf_counter()
     first = None
     while len(out) < max_new:
@@ -50,12 +51,10 @@ def _one(target, draft, prompt: list[int], max_new: int, seed: int, settings) ->
         drafts, qs = [], []
         for _ in range(k_now):  # draft k tokens
             q = _probs(draft, ctx + drafts, settings.device, T)[-1]
-            counters["num_draft_forwards"] += 1
             d = int(q.argmax()) if greedy else int(torch.multinomial(q.cpu(), 1, generator=gen))
             drafts.append(d)
             qs.append(q)
         p = _probs(target, ctx + drafts, settings.device, T)[len(ctx) - 1:]  # verify all at once
-        counters["num_target_forwards"] += 1
         n = 0
         for j, d in enumerate(drafts):  # accept the longest valid prefix
             if greedy:
@@ -77,15 +76,11 @@ def _one(target, draft, prompt: list[int], max_new: int, seed: int, settings) ->
             block = block[: eos + 1]
         out += block
         first = first or time.perf_counter() - start
-        if k_now:
-            counters["num_drafts"] += 1
-            counters["num_draft_tokens"] += k_now
-        counters["num_accepted_tokens"] += min(n, len(block))
-        counters["num_emitted_tokens"] += len(block)
+        counters.observe_step(drafted=k_now, accepted=n, emitted=len(block), draft_forwards=k_now)
         if eos is not None:
             break
     wall = time.perf_counter() - start
-    return {"token_ids": out, "wall_s": wall, "ttft_s": first, "counters": counters,
+    return {"token_ids": out, "wall_s": wall, "ttft_s": first, "counters": counters.to_dict(),
             "stop_reason": "eos" if out and out[-1] in settings.eos_token_ids else "max_tokens"}
 
 

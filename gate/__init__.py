@@ -1,10 +1,6 @@
 """specguard: a merge gate for speculative decoding.
 
-The package is laid out along the data flow::
-
-    config -> suite -> engines -> checks -> results -> (baseline) -> report
-
-Each stage takes and returns plain data objects that serialise to JSON.
+See ``docs/architecture.md`` for the stages and the types that pass between them.
 """
 
 __version__ = "0.1.0"

@@ -2,14 +2,16 @@
 
 An entry is one reference batch execution (outputs and timings), stored as
 JSON under ``<cache_dir>/reference/<key>.json``.  The key is a digest of
-everything the reference output depends on: the target model's content
-fingerprint and dtype, device and hardware, the batch's prompt token ids, token
-budgets and seeds, generation settings, batch size, attention implementation
-and the engine version (see ``Runner._reference_key``).  The draft is not part
-of the key, by design.
+everything the reference output can depend on (``Executor.cache_key`` and
+``Runner.cache_context``): the target model's content fingerprint and dtype,
+the device kind and hardware, the library versions (python, torch,
+transformers, specguard), the attention implementation, the engine version,
+the batch's exact prompt token ids in order, token budgets and seeds, the
+generation settings and the batch size.  The draft is not part of the key, by
+design.
 
-A damaged entry is a cache miss, never an error: the cache can only save work.
-On GitHub Actions, persist the directory with ``actions/cache``.
+A damaged or foreign entry is a cache miss, never an error: the cache can only
+save work.  On GitHub Actions, persist the directory with ``actions/cache``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import contextlib
 import json
 from pathlib import Path
 
-from gate.results import atomic_write_json
+from pydantic import ValidationError
+
+from gate.results import Execution, atomic_write_json
 
 
 class ReferenceCache:
@@ -30,18 +34,15 @@ class ReferenceCache:
     def _path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> Execution | None:
         try:
-            rec = json.loads(self._path(key).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            self.misses += 1
-            return None
-        if not isinstance(rec, dict) or rec.get("kind") != "execution" or "sequences" not in rec:
+            rec = Execution.model_validate(json.loads(self._path(key).read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError):
             self.misses += 1
             return None
         self.hits += 1
         return rec
 
-    def put(self, key: str, record: dict) -> None:
+    def put(self, key: str, record: Execution) -> None:
         with contextlib.suppress(OSError):  # a read-only or full disk only costs us the saving
             atomic_write_json(self._path(key), record)

@@ -80,13 +80,14 @@ def _run(args):
     cache_dir = loaded.config.output.cache_dir
     cache = None if (args.no_cache or not cache_dir) else ReferenceCache(loaded.resolve_path(cache_dir))
     runner = Runner(loaded, pair, suite, build_reference(pair), engines, out, log=_say, cache=cache)
-    doc = runner.run(resume=args.resume)
-    n = len(doc["executions"])
-    if doc["status"] == "interrupted":
-        _say(f"interrupted at {doc['stopped_at']}; {n} finished executions kept in {out / 'records.jsonl'}. "
+    results = runner.run(resume=args.resume)
+    n = len(results.executions)
+    if results.status == "interrupted":
+        where = results.stopped_at.model_dump(exclude_none=True) if results.stopped_at else {}
+        _say(f"interrupted at {where}; {n} finished executions kept in {out / 'records.jsonl'}. "
              "Rerun with --resume to continue.")
         return EXIT_INTERRUPTED, loaded, pair, out
-    reused = len(doc["cache"]["reused"])
+    reused = len(results.cache.get("reused", []))
     _say(f"wrote {out / 'results.json'} ({n} executions"
          + (f", {reused} reused from the reference cache" if reused else "") + ")")
     return EXIT_OK, loaded, pair, out
@@ -94,18 +95,18 @@ def _run(args):
 
 def _check(loaded, pair, out: Path) -> int:
     from gate.checks import run_checks
-    from gate.results import atomic_write_json, load_results
+    from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
 
-    doc = load_results(out)
-    checks = run_checks(doc, pair, loaded.config, say=_say)
+    results = load_results(out)
+    checks = run_checks(results, pair, loaded.config, say=_say)
     atomic_write_json(out / "checks.json", checks)
-    text = render_text(doc, checks)
-    (out / "summary.md").write_text(text, encoding="utf-8")
+    text = render_text(results, checks)
+    atomic_write_text(out / "summary.md", text)
     print(text)
     _say(f"wrote {out / 'checks.json'} and {out / 'summary.md'}")
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
-    return EXIT_FAIL if failed or doc["status"] != "complete" else EXIT_OK
+    return EXIT_FAIL if failed or results.status != "complete" else EXIT_OK
 
 
 def cmd_run(args) -> int:

@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gate.errors import ConfigError, Problem, closest, read_input
 
 CONFIG_VERSION = 1
+REFERENCE = "reference"  # the non-speculative reference engine, which always runs
+# Engine names the gate itself uses in results and reports: a configured engine may not take them.
+RESERVED_ENGINE_NAMES = (REFERENCE, "gate", "base", "head")
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
 
@@ -104,13 +107,27 @@ class EngineConfig(_Strict):
     type: Literal["speculative", "hf_assisted", "plugin"]
     name: str | None = Field(None, validate_default=True)
     callable: str | None = Field(None, validate_default=True)
+    max_batch_size: PositiveInt | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None, info) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
             raise ValueError(f"expected 1-64 characters from [A-Za-z0-9_.-], got {v!r}")
+        if v is not None and (v.lower() in RESERVED_ENGINE_NAMES or v.lower().startswith("base-")):
+            raise ValueError(f"{v!r} is reserved: the gate uses it for its own engines "
+                             f"({', '.join(RESERVED_ENGINE_NAMES)} and base-*); choose another name")
         return v
+
+    @model_validator(mode="after")
+    def _plugin_only(self) -> EngineConfig:
+        if self.type != "plugin":
+            if self.extra:
+                raise ValueError(f"only plugin engines take 'extra' (this engine is {self.type!r})")
+            if self.max_batch_size is not None:
+                raise ValueError(f"only plugin engines take 'max_batch_size' (this engine is {self.type!r})")
+        return self
 
     @field_validator("callable")
     @classmethod

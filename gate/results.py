@@ -1,4 +1,4 @@
-"""The results of ``specguard run``: a versioned JSON document, written incrementally.
+"""The results of ``specguard run``: typed records, written incrementally, read through query helpers.
 
 While a run is in progress every finished batch execution is appended to
 ``records.jsonl`` (flushed and fsynced), and ``results.json`` is rewritten
@@ -6,16 +6,15 @@ atomically at the end, or when the run is interrupted, with ``status`` saying
 which.  A crash mid-run therefore loses at most the batch in flight, and
 ``specguard run --resume`` picks up where it stopped.
 
-Layout of ``results.json`` (schema ``specguard.results/1``)::
+The types below are the contract between the runner and every later stage;
+``gate/schemas/results.schema.json`` is generated from them
+(``python scripts/make_schemas.py``).  Checks read a :class:`Results` through its
+query helpers (:meth:`Results.greedy_outputs`, :meth:`Results.timing_pairs`,
+:meth:`Results.sampled`, :meth:`Results.reruns`), never raw dicts, and never the
+runner's protocol.
 
-    {"schema": "specguard.results/1", "status": "complete" | "interrupted" | "failed",
-     "stopped_at": null | {"phase", "engine", "batch_size", "batch", "repeat", "reason"},
-     "fingerprint": {...}, "settings": {...},
-     "prompts": [{"id", "slice", "bucket", "prompt_ids", "max_new_tokens"}],
-     "executions": [{"engine", "mode", "phase", "batch_size", "batch", "repeat", "slice", "bucket",
-                     "prompts", "wall_s", "realign_s", ..., "sequences": [...]}],
-     "skipped": [{"engine", "batch_size", "mode", "reason"}],
-     "cache": {"reused": [...]}}
+Schema history: ``specguard.results/1`` (flat dicts, no ``composition``) loads
+through :func:`migrate`.
 """
 
 from __future__ import annotations
@@ -23,33 +22,410 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from gate.config import REFERENCE
+from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError
 
-SCHEMA = "specguard.results/1"
+SCHEMA = "specguard.results/2"
+OLDER_SCHEMAS = ("specguard.results/1",)
 RECORDS = "records.jsonl"
 RESULTS = "results.json"
+
+Mode = Literal["greedy", "sampling"]
+Status = Literal["complete", "interrupted", "failed"]
+
+
+class Phase(str, Enum):
+    """What an execution was for."""
+
+    CALIBRATION = "calibration"  # step timings of the loaded pair (not an execution record)
+    OUTPUTS = "outputs"  # greedy equivalence data: the whole suite at every batch size
+    TIMING = "timing"  # paired, interleaved speedup samples of per-cell batches
+    CANONICAL = "canonical"  # the reference at batch size 1 when 1 is not a configured size
+    SAMPLING = "sampling"  # sampled tokens for the distribution test
 
 
 class ResultsError(SpecguardError):
     """A results file is missing, corrupt or from another schema version."""
 
 
-def atomic_write_json(path: Path, obj) -> None:
-    """Write JSON so that readers see the old file or the new one, never half of one."""
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --- one execution ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class JobKey:
+    """Identity of one batch execution: the runner never runs the same key twice, merging unions by it."""
+
+    phase: str
+    engine: str
+    mode: str
+    batch_size: int
+    composition: int
+    batch: int
+    repeat: int
+
+    def label(self) -> str:
+        return (f"{self.phase}/{self.engine}/{self.mode}/bs{self.batch_size}/c{self.composition}"
+                f"/batch{self.batch}/r{self.repeat}")
+
+
+class SequenceOutput(_Record):
+    """One row of one executed batch."""
+
+    prompt_id: str
+    filler: bool = False  # a repeat of a prompt already in this composition (the suite was too small)
+    seed: int = 0
+    text: str = ""
+    token_ids: list[int]
+    stop_reason: Literal["eos", "max_tokens"]
+    wall_s: float
+    ttft_s: float | None = None
+    per_token_s: float | None = None
+    counters: SpecCounters | None = None
+
+
+class Execution(_Record):
+    """One batch run by one engine (``kind: execution`` in ``records.jsonl``)."""
+
+    kind: Literal["execution"] = "execution"
+    phase: Phase
+    engine: str
+    mode: Mode
+    batch_size: int
+    composition: int = 0
+    batch: int
+    repeat: int = 0
+    slice: str | None = None  # the batch's cell, for per-cell batches (timing); None for mixed batches
+    bucket: str | None = None
+    temperature: float = 0.0
+    prompts: list[str]
+    n_real: int
+    wall_s: float
+    realign_s: float = 0.0
+    num_target_forwards: int = 0
+    num_draft_forwards: int = 0
+    peak_memory_bytes: int | None = None
+    cached: bool = False
+    sequences: list[SequenceOutput]
+
+    @property
+    def key(self) -> JobKey:
+        return JobKey(self.phase.value, self.engine, self.mode, self.batch_size, self.composition, self.batch,
+                      self.repeat)
+
+    @property
+    def cell(self) -> tuple[str | None, str | None]:
+        return (self.slice, self.bucket)
+
+    def real(self) -> list[SequenceOutput]:
+        return [s for s in self.sequences if not s.filler]
+
+    def tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.sequences)
+
+    def counters(self) -> SpecCounters | None:
+        """The speculation counters of this batch's real rows, summed; None if the engine reported none."""
+        total, seen = SpecCounters(), False
+        for s in self.real():
+            if s.counters is not None:
+                total.add(s.counters)
+                seen = True
+        return total if seen else None
+
+
+# --- the header ----------------------------------------------------------------------------
+
+
+class ModelFingerprint(_Record):
+    location: str
+    fingerprint: str
+    dtype: str
+    revision: str | None = None
+
+
+class SuiteFingerprint(_Record):
+    name: str
+    fingerprint: str
+    prompts: int
+    slices: list[str]
+
+
+class Fingerprint(_Record):
+    """What a measurement depends on; resume, the cache and comparisons check it."""
+
+    hardware: dict[str, Any]
+    hardware_key: str
+    libraries: dict[str, str]
+    models: dict[str, ModelFingerprint]
+    config: str  # digest of the validated config
+    suite: SuiteFingerprint
+
+    def differences(self, other: Fingerprint) -> list[str]:
+        """What differs from ``other``, one readable line each (empty: the same run setup)."""
+        out = []
+        if self.suite.fingerprint != other.suite.fingerprint:
+            out.append(f"suite: {other.suite.name} ({other.suite.fingerprint}) -> "
+                       f"{self.suite.name} ({self.suite.fingerprint})")
+        if self.config != other.config:
+            out.append(f"config digest: {other.config} -> {self.config}")
+        for role in sorted(set(self.models) | set(other.models)):
+            a, b = other.models.get(role), self.models.get(role)
+            if a is None or b is None or (a.fingerprint, a.dtype) != (b.fingerprint, b.dtype):
+                out.append(f"{role} model: {a.fingerprint if a else None} -> {b.fingerprint if b else None}")
+        for lib in sorted(set(self.libraries) | set(other.libraries)):
+            if self.libraries.get(lib) != other.libraries.get(lib):
+                out.append(f"{lib}: {other.libraries.get(lib)} -> {self.libraries.get(lib)}")
+        if self.hardware_key != other.hardware_key:
+            out.append(f"hardware: {other.hardware_key} -> {self.hardware_key}")
+        return out
+
+
+class Settings(_Record):
+    num_draft_tokens: int
+    batch_sizes: list[int]
+    max_new_tokens: int
+    eos_token_ids: list[int]
+    greedy: bool
+    sampling: dict[str, Any] | None = None
+    engines: list[str]
+    engine_version: str
+    capabilities: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    compositions: int = 1
+
+
+class PromptRecord(_Record):
+    id: str
+    slice: str
+    bucket: str
+    n_prompt_tokens: int
+    max_new_tokens: int
+    prompt_ids: list[int]
+
+
+class BatchPlanRecord(_Record):
+    """One planned equivalence batch: its composition, members and length spread (issue: traffic-like batches)."""
+
+    batch_size: int
+    composition: int
+    batch: int
+    kind: Literal["mixed", "stress", "cell"]
+    prompts: list[str]
+    n_real: int
+    min_prompt_tokens: int
+    max_prompt_tokens: int
+
+
+class Skip(_Record):
+    engine: str
+    batch_size: int
+    mode: Mode
+    reason: str
+
+
+class StoppedAt(_Record):
+    model_config = ConfigDict(extra="allow")
+    reason: str
+    phase: str | None = None
+    engine: str | None = None
+    batch_size: int | None = None
+    batch: int | None = None
+    repeat: int | None = None
+
+
+class RunHeader(_Record):
+    """The first line of ``records.jsonl`` and the head of ``results.json``."""
+
+    schema_id: str = Field(SCHEMA, alias="schema")
+    fingerprint: Fingerprint
+    settings: Settings
+    prompts: list[PromptRecord]
+    batches: list[BatchPlanRecord] = Field(default_factory=list)
+
+
+class Results(RunHeader):
+    """``results.json``: the header, every execution, and how the run ended."""
+
+    status: Status
+    stopped_at: StoppedAt | None = None
+    calibration: dict[str, dict[str, float]] = Field(default_factory=dict)  # batch size -> step timings
+    calibrated_engines: list[str] = Field(default_factory=list)  # engines the pair's calibration applies to
+    timing: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)  # bs -> cell -> repeats
+    executions: list[Execution] = Field(default_factory=list)
+    skipped: list[Skip] = Field(default_factory=list)
+    cache: dict[str, list[str]] = Field(default_factory=lambda: {"reused": []})
+    _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
+
+    # --- queries ----------------------------------------------------------------------
+
+    def prompt(self, prompt_id: str) -> PromptRecord:
+        if self._prompt_index is None:
+            self._prompt_index = {p.id: p for p in self.prompts}
+        return self._prompt_index[prompt_id]
+
+    def engines(self) -> list[str]:
+        """Engines under test (the reference excluded), in run order."""
+        seen = dict.fromkeys(e.engine for e in self.executions if e.engine != REFERENCE)
+        return list(seen)
+
+    def greedy_outputs(self, engine: str, batch_size: int, composition: int | None = 0
+                       ) -> dict[str, SequenceOutput]:
+        """{prompt_id: output} of an engine's greedy equivalence run at one batch size.
+
+        For the reference at batch size 1 this is the canonical reference.  ``composition=None``
+        merges all compositions (first seen wins).  Filler rows are left out.
+        """
+        out: dict[str, SequenceOutput] = {}
+        for ex in self.executions:
+            if (ex.mode == "greedy" and ex.engine == engine and ex.batch_size == batch_size and ex.repeat == 0
+                    and ex.phase in (Phase.OUTPUTS, Phase.CANONICAL)
+                    and (composition is None or ex.composition == composition)):
+                for s in ex.real():
+                    out.setdefault(s.prompt_id, s)
+        return out
+
+    def canonical(self) -> dict[str, SequenceOutput]:
+        """The canonical reference: non-speculative, greedy, batch size 1."""
+        return self.greedy_outputs(REFERENCE, 1)
+
+    def greedy_batch_sizes(self, engine: str) -> list[int]:
+        return sorted({ex.batch_size for ex in self.executions if ex.engine == engine and ex.mode == "greedy"
+                       and ex.phase in (Phase.OUTPUTS, Phase.CANONICAL)})
+
+    def compositions(self, engine: str, batch_size: int) -> list[int]:
+        return sorted({ex.composition for ex in self.executions if ex.engine == engine and ex.mode == "greedy"
+                       and ex.batch_size == batch_size and ex.phase == Phase.OUTPUTS and ex.repeat == 0})
+
+    def reruns(self, engine: str, batch_size: int) -> list[tuple[SequenceOutput, SequenceOutput]]:
+        """(first, later) outputs of a prompt whose identical batch (same prompts, same order) ran again.
+
+        This is run-to-run repeatability: nothing differs between the two runs but time.
+        """
+        first: dict[tuple, SequenceOutput] = {}
+        pairs = []
+        for ex in self.executions:
+            if ex.engine != engine or ex.mode != "greedy" or ex.batch_size != batch_size:
+                continue
+            members = tuple(ex.prompts)
+            for row, s in enumerate(ex.sequences):
+                key = (members, row)
+                if key in first:
+                    pairs.append((first[key], s))
+                else:
+                    first[key] = s
+        return pairs
+
+    def sampled(self, engine: str, batch_size: int) -> list[SequenceOutput]:
+        return [s for ex in self.executions if ex.mode == "sampling" and ex.engine == engine
+                and ex.batch_size == batch_size for s in ex.real()]
+
+    def sampled_groups(self) -> list[tuple[str, int]]:
+        return sorted({(ex.engine, ex.batch_size) for ex in self.executions if ex.mode == "sampling"})
+
+    def timing_pairs(self, engine: str | None = None) -> list[TimingPair]:
+        """Paired (reference, engine) executions of the same timed batch and repeat, in run order."""
+        by_key: dict[tuple, dict[str, Execution]] = defaultdict(dict)
+        for ex in self.executions:
+            if ex.phase == Phase.TIMING:
+                by_key[(ex.batch_size, ex.composition, ex.batch, ex.repeat)][ex.engine] = ex
+        out = []
+        for engines in by_key.values():
+            ref = engines.get(REFERENCE)
+            if ref is None:
+                continue
+            for name, ex in engines.items():
+                if name != REFERENCE and (engine is None or name == engine):
+                    out.append(TimingPair(name, ref, ex))
+        return out
+
+    def has_timing(self) -> bool:
+        return any(ex.phase == Phase.TIMING for ex in self.executions)
+
+
+@dataclass(frozen=True)
+class TimingPair:
+    """One paired speedup sample: the reference and an engine on the same batch, back to back."""
+
+    engine: str
+    reference: Execution
+    execution: Execution
+
+    @property
+    def batch_size(self) -> int:
+        return self.execution.batch_size
+
+    @property
+    def slice(self) -> str | None:
+        return self.execution.slice
+
+    @property
+    def bucket(self) -> str | None:
+        return self.execution.bucket
+
+    @property
+    def repeat(self) -> int:
+        return self.execution.repeat
+
+    @property
+    def ratio(self) -> float | None:
+        return self.reference.wall_s / self.execution.wall_s if self.execution.wall_s > 0 else None
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that readers see the old one or the new one, never half of one.
+
+    Temp file in the same directory, fsync, rename, directory fsync.  The file gets
+    the permissions a plain ``open()`` would give (the umask is respected), so an
+    artifact upload or a second user on the runner can read it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=False)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json", by_alias=True)
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
 class RecordLog:
@@ -59,15 +435,13 @@ class RecordLog:
         self.path = path
         self._fh = None
 
-    def start(self, header: dict, keep: list[dict] | None = None) -> None:
+    def start(self, header: RunHeader) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = self.path.open("w", encoding="utf-8")
-        self._write({"kind": "header", **header})
-        for rec in keep or []:
-            self._write(rec)
+        self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
 
-    def append(self, record: dict) -> None:
-        self._write(record)
+    def append(self, record: Execution) -> None:
+        self._write(record.model_dump(mode="json"))
 
     def _write(self, record: dict) -> None:
         self._fh.write(json.dumps(record) + "\n")
@@ -80,12 +454,19 @@ class RecordLog:
             self._fh = None
 
 
-def read_records(path: Path) -> tuple[dict | None, list[dict]]:
-    """The header and the complete records of a log; a torn last line (a crash mid-write) is dropped."""
-    header, records = None, []
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_records(path: Path) -> tuple[RunHeader | None, list[Execution]]:
+    """The header and the complete records of a log; a torn last line (a crash mid-write) is dropped.
+
+    A log from another schema version, or one that does not parse, gives no header and no
+    records: it cannot be resumed.
+    """
     if not path.exists():
         return None, []
     lines = path.read_text(encoding="utf-8").splitlines()
+    header, records = None, []
     for n, line in enumerate(lines, start=1):
         try:
             rec = json.loads(line)
@@ -94,15 +475,67 @@ def read_records(path: Path) -> tuple[dict | None, list[dict]]:
                 break  # torn write of the batch in flight
             raise ResultsError(Problem(str(path), "corrupt record (not JSON)", line=n,
                                        hint="delete the output directory and run again")) from None
-        if rec.get("kind") == "header":
-            header = rec
-        else:
-            records.append(rec)
+        if not isinstance(rec, dict):
+            raise ResultsError(Problem(str(path), "corrupt record (not an object)", line=n,
+                                       hint="delete the output directory and run again"))
+        try:
+            if rec.get("kind") == "header":
+                if rec.get("schema") != SCHEMA:
+                    return None, []
+                header = RunHeader.model_validate({k: v for k, v in rec.items() if k != "kind"})
+            else:
+                records.append(Execution.model_validate(rec))
+        except ValidationError as exc:
+            raise ResultsError(Problem(str(path), f"corrupt record: {_first_error(exc)}", line=n,
+                                       hint="delete the output directory and run again")) from None
     return header, records
 
 
-def load_results(path: str | Path) -> dict:
-    """Read results.json (or a directory holding it) and check its schema."""
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors(include_url=False)[0]
+    loc = ".".join(str(x) for x in e["loc"])
+    return f"{loc}: {e['msg']}" if loc else e["msg"]
+
+
+def migrate(doc: dict) -> dict:
+    """Bring an older results document to the current schema (one function for every version)."""
+    if doc.get("schema") == "specguard.results/1":
+        doc = dict(doc)
+        for ex in doc.get("executions", []):
+            ex.setdefault("composition", 0)
+            for s in ex.get("sequences", []):
+                c = s.get("counters")
+                if isinstance(c, dict):
+                    s["counters"] = {k: v for k, v in c.items() if k in SpecCounters.__dataclass_fields__}
+        calib = doc.get("calibration") or {}
+        doc["calibrated_engines"] = [e for e in doc.get("settings", {}).get("engines", [])] if calib else []
+        doc.setdefault("settings", {}).setdefault("compositions", 1)
+        doc["schema"] = SCHEMA
+    return doc
+
+
+def parse_results(doc: Any, source: str) -> Results:
+    if not isinstance(doc, dict):
+        raise ResultsError(Problem(source, f"expected a JSON object, got {type(doc).__name__}",
+                                   hint="produce it with `specguard run`"))
+    found = doc.get("schema")
+    if found in OLDER_SCHEMAS:
+        doc = migrate(doc)
+    elif found != SCHEMA:
+        raise ResultsError(Problem(source, f"expected schema {SCHEMA!r}, got {found!r}", field="schema",
+                                   hint="produce it with this version of specguard (`specguard run`)"))
+    try:
+        return Results.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        msg = "required field is missing" if e["type"] == "missing" else e["msg"]
+        raise ResultsError(Problem(source, msg, field=loc,
+                                   hint="the file is corrupt or was edited; rerun `specguard run`")) from None
+
+
+def load_results(path: str | Path) -> Results:
+    """Read results.json (or a directory holding it), migrate older schemas, and validate it."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -111,15 +544,10 @@ def load_results(path: str | Path) -> dict:
     except FileNotFoundError:
         raise ResultsError(Problem(str(path), "results file not found",
                                    hint="run `specguard run CONFIG` first")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(Problem(str(path), f"cannot read results: {exc}")) from None
     except json.JSONDecodeError as exc:
         raise ResultsError(Problem(str(path), f"not valid JSON: {exc.msg}", line=exc.lineno,
                                    hint="the file is corrupt; rerun, or rebuild it from records.jsonl "
                                         "with `specguard run --resume`")) from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise ResultsError(Problem(str(path), f"expected schema {SCHEMA!r}, got {found!r}", field="schema",
-                                   hint="produce it with this version of specguard"))
-    for key in ("prompts", "executions", "fingerprint", "settings"):
-        if key not in doc:
-            raise ResultsError(Problem(str(path), "required field is missing", field=key))
-    return doc
+    return parse_results(doc, str(path))

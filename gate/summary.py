@@ -12,6 +12,8 @@ import math
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from gate.results import Results
+
 
 def untrusted(value, limit: int = 80) -> str:
     """Model output or user text, made inert for Markdown/HTML and shown in a code span."""
@@ -34,6 +36,10 @@ def pct(value, missing: str = "–") -> str:
     return missing if value is None else f"{value:.0%}"
 
 
+def ms(seconds) -> str:
+    return "–" if not seconds else f"{seconds * 1000:.1f}"
+
+
 def mib(value) -> str:
     return "–" if not value else f"{value / 2**20:.0f} MiB"
 
@@ -42,12 +48,13 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters.update(untrusted=untrusted, num=num, pct=pct, mib=mib)
+    env.globals.update(ms=ms)
     return env
 
 
-def render_text(results: dict, checks: dict) -> str:
+def render_text(results: Results, checks: dict) -> str:
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
+    doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts"})
     return _env().get_template("summary.md.j2").render(
-        results=results, checks=checks, failed=failed,
-        passed=not failed and results.get("status") == "complete",
+        results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from gate.config import LoadedConfig, parse_config
-from gate.engines.base import BatchResult, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
 
 DEMO_YAML = """\
 version: 1
@@ -26,14 +26,15 @@ def demo_config(dtype: str = "float32", extra: str = "") -> LoadedConfig:
 
 
 class FakeEngine:
-    """Emits ``(last prompt token + i) % 50 + 10`` and reports a scripted wall time."""
+    """Emits ``(last prompt token + i) % 50 + 10`` and reports a scripted wall time.
 
-    max_batch_size = None
+    It cannot be stepped, so runs with it skip calibration (which times the real pair)."""
 
     def __init__(self, name: str, speculative: bool, wall=lambda n: 1.0, fail_after: int | None = None,
-                 exc: type[BaseException] = KeyboardInterrupt):
+                 exc: type[BaseException] = KeyboardInterrupt, capabilities: Capabilities | None = None):
         self.name = name
         self.speculative = speculative
+        self.capabilities = capabilities or Capabilities(counters="engine" if speculative else "none")
         self.wall = wall
         self.calls = 0
         self.fail_after = fail_after
@@ -65,3 +66,29 @@ def noisy(ratio_median: float, spread: float, seed: int = 0):
 def constant(value: float):
     return lambda n: value
 
+
+
+def results_doc(prompts: list[tuple], outputs: dict, max_new: int, eos=(), slices=("t", "s")):
+    """A minimal, valid results document: {(engine, batch_size): [(token ids, stop reason)]} as greedy
+    outputs of one batch each, the prompts alternating between two slices."""
+    from gate.results import Results
+
+    pids = [f"p{i}" for i in range(len(prompts))]
+    execs = []
+    for (engine, bs), outs in outputs.items():
+        execs.append({
+            "phase": "outputs", "engine": engine, "mode": "greedy", "batch_size": bs, "batch": 0,
+            "prompts": pids, "n_real": len(pids), "wall_s": 1.0,
+            "sequences": [{"prompt_id": pid, "token_ids": list(o), "stop_reason": stop, "wall_s": 1.0}
+                          for pid, (o, stop) in zip(pids, outs)]})
+    return Results.model_validate({
+        "schema": "specguard.results/2", "status": "complete",
+        "fingerprint": {"hardware": {}, "hardware_key": "h", "libraries": {}, "models": {}, "config": "c",
+                        "suite": {"name": "s", "fingerprint": "f", "prompts": len(prompts), "slices": list(slices)}},
+        "settings": {"num_draft_tokens": 4, "batch_sizes": sorted({bs for _, bs in outputs}),
+                     "max_new_tokens": max_new, "eos_token_ids": list(eos), "greedy": True,
+                     "engines": sorted({e for e, _ in outputs if e != "reference"}), "engine_version": "test"},
+        "prompts": [{"id": pid, "slice": slices[i % 2], "bucket": "0-127", "n_prompt_tokens": len(p),
+                     "max_new_tokens": max_new, "prompt_ids": list(p)}
+                    for i, (pid, p) in enumerate(zip(pids, prompts))],
+        "executions": execs})

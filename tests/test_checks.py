@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
-from helpers import demo_config
+from helpers import demo_config, results_doc
 
 from gate.checks import distribution as dist
 from gate.checks import run_checks
@@ -15,24 +17,17 @@ from gate.engines.base import GenerationSettings, Request
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
 from gate.models import load_pair
+from gate.results import Results
 from gate.suite import load_suite
 
 CPU = torch.device("cpu")
 FP32_TOL = tolerance_for(torch.float32, 1e-5)
 
 
-def doc_for(pair, prompts: list[tuple], outputs: dict, max_new: int, eos=()) -> dict:
+def doc_for(pair, prompts: list[tuple], outputs: dict, max_new: int, eos=()) -> Results:
     """A minimal results document: {(engine, batch_size): [token lists]} as greedy outputs."""
-    doc = {"prompts": [{"id": f"p{i}", "slice": "s" if i % 2 else "t", "prompt_ids": list(p),
-                        "max_new_tokens": max_new, "bucket": "0-127"} for i, p in enumerate(prompts)],
-           "settings": {"eos_token_ids": list(eos), "num_draft_tokens": 4}, "status": "complete",
-           "executions": []}
-    for (engine, bs), outs in outputs.items():
-        doc["executions"].append({"engine": engine, "mode": "greedy", "phase": "outputs", "batch_size": bs,
-                                  "repeat": 0, "batch": 0, "sequences": [
-                                      {"prompt_id": f"p{i}", "token_ids": o, "stop_reason": "max_tokens",
-                                       "filler": False} for i, o in enumerate(outs)]})
-    return doc
+    return results_doc(prompts, {key: [(o, "max_tokens") for o in outs] for key, outs in outputs.items()},
+                       max_new, eos)
 
 
 def generate(engine, prompts, bs, max_new=24, settings=None):
@@ -165,24 +160,67 @@ def test_bf16_batch_size_changes_are_labelled_near_ties(bf16_pair):
 # --- distribution tests on synthetic distributions ---------------------------------------------
 
 
-def _positions(n=2000, v=40, seed=0):
+def _distributions(n=2000, v=40, seed=0):
     rng = np.random.default_rng(seed)
     p = torch.from_numpy(rng.dirichlet(np.full(v, 0.3), n))
     q = torch.from_numpy(rng.dirichlet(np.full(v, 0.3), n)) * 0.5 + p * 0.5  # a draft that half-agrees
-    return dist.Positions(p, q, torch.zeros(n, dtype=torch.long))
+    return p, q
 
 
 def test_distribution_tests_hold_their_size_and_catch_a_draft_bias():
-    pos = _positions()
-    assert dist.null_rate(pos, alpha=0.05, trials=60) <= 0.12
+    p, q = _distributions()
     rng = np.random.default_rng(5)
-    biased = dist._sample(dist.planted(pos, "toward_draft", 0.2).cumsum(1), rng)
-    assert dist.rejects(dist.statistics(pos.p, pos.q, biased, rng), 0.01)
+    null = dist.analyze_distributions(p, q, dist.sample_from(p, rng), power_trials=60)
+    assert dist.null_rate(null, alpha=0.05, trials=60) <= 0.12
+    biased = dist.sample_from(dist.planted(p, q, "toward_draft", 0.2), rng)
+    a = dist.analyze_distributions(p, q, biased)
+    assert dist.rejects(dist.observed_pvalues(a, rng), 0.01)
 
 
 def test_power_curve_is_monotone_and_reports_resolution():
-    pos = _positions(n=1000)
-    pw = dist.power(pos, alpha=0.01, trials=20)
+    """Adjacent points of the curve, on a curve that has points strictly between 0 and 1 (where it could break)."""
+    p, q = _distributions(n=1000)
+    a = dist.analyze_distributions(p, q, dist.sample_from(p, np.random.default_rng(0)), power_trials=60)
+    pw = dist.power(a, alpha=0.01, trials=60)
     curve = [r["combined"] for r in pw["families"]["toward_draft"]["curve"]]
-    assert curve[-1] == 1.0 and curve[0] <= curve[-1]
+    assert any(0.05 < x < 0.95 for x in curve), f"the curve must rise through the middle to test anything: {curve}"
+    mc_error = 2 * (0.25 / 60) ** 0.5  # two Monte Carlo standard errors at the widest (power 0.5)
+    for eps, (lo, hi) in zip(dist.EPSILONS[1:], itertools.pairwise(curve)):
+        assert hi >= lo - mc_error, f"power falls from {lo} to {hi} at e={eps}: {curve}"
+    assert curve[-1] == 1.0
     assert pw["families"]["toward_draft"]["min_detectable_epsilon"] is not None
+
+
+def test_power_is_computed_against_the_planted_distortion():
+    """A power curve that ignored the planted e (e.g. sampled from p every time) would stay near alpha."""
+    p, q = _distributions(n=1000)
+    a = dist.analyze_distributions(p, q, dist.sample_from(p, np.random.default_rng(0)), power_trials=30)
+    curve = [r["combined"] for r in dist.power(a, alpha=0.01, trials=30)["families"]["toward_draft"]["curve"]]
+    assert curve[0] < 0.2 < 0.9 < curve[-1]
+
+
+def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
+    """Bug: the check held [n, V] float64 arrays (2 GB each at V=128k, n=2000). Now positions stream in chunks."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gate.checks.scoring import Scorer
+    from gate.timing import peak_memory_bytes, reset_peak_memory
+
+    vocab, n_tokens = 128_000, 600
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)
+    target, draft = LlamaForCausalLM(cfg).eval(), LlamaForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    items = [(tuple(torch.randint(0, vocab, (8,), generator=g).tolist()),
+              tuple(torch.randint(0, vocab, (40,), generator=g).tolist())) for _ in range(n_tokens // 40)]
+    cpu = torch.device("cpu")
+    # Old layout: five [n, V] float64 arrays (p, q, cdf, log q, q/(p+q)) = 3.1 GB here.
+    old_bytes = 5 * n_tokens * vocab * 8
+    limit = 700 * 2**20
+    reset_peak_memory(cpu)
+    before = peak_memory_bytes(cpu)
+    a = dist.analyze(Scorer(target, cpu), Scorer(draft, cpu), items, 1.0, vocab, power_trials=2)
+    grew = peak_memory_bytes(cpu) - before
+    assert a.n == n_tokens and set(dist.observed_pvalues(a, np.random.default_rng(0))) == set(dist.TESTS)
+    assert grew < limit < old_bytes, f"peak RSS grew by {grew / 2**20:.0f} MiB (limit {limit / 2**20:.0f} MiB)"

@@ -94,7 +94,7 @@ def test_check_without_results_is_a_clear_error(small, capsys):
 
 
 def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
-    from gate.engines.mutants import MUTANTS
+    from gate.selftest.mutants import MUTANTS
 
     assert len(MUTANTS) >= 6
     code = main(["selftest", "--json", "--seeds", "1"])

@@ -148,3 +148,18 @@ def test_sampling_batch_sizes_must_be_configured_sizes():
     p = only(GOOD + "batching: {batch_sizes: [1, 4]}\ngeneration:\n  sampling: {batch_sizes: [8]}\n")
     assert p.field == "generation.sampling.batch_sizes" and p.line == 7
     assert p.message == "expected a subset of batching.batch_sizes [1, 4], got [8]"
+
+
+@pytest.mark.parametrize("name", ["reference", "Reference", "gate", "base-speculative"])
+def test_engine_names_the_gate_uses_are_reserved(name):
+    """Bug: a plug-in named 'reference' merged its records with the real reference's."""
+    p = only(GOOD + f"engines:\n  - {{type: plugin, name: {name}, callable: 'm:f'}}\n")
+    assert p.field == "engines[0].name" and "reserved" in p.message and p.line == 6
+
+
+def test_plugin_options_only_on_plugins():
+    cfg = parse_config(GOOD + "engines:\n  - {type: plugin, name: x, callable: 'm:f', max_batch_size: 4, "
+                              "extra: {port: 8000}}\n", "s.yaml").config
+    assert cfg.engines[0].extra == {"port": 8000} and cfg.engines[0].max_batch_size == 4
+    p = only(GOOD + "engines:\n  - {type: speculative, extra: {a: 1}}\n")
+    assert p.field == "engines[0]" and "only plugin engines take 'extra'" in p.message

@@ -171,3 +171,26 @@ def test_hf_assisted_matches_reference_at_batch_1(demo_pair, demo_prompts, canon
     assert c is not None and c.num_target_forwards > 0 and c.num_emitted_tokens == NEW
     with pytest.raises(EngineError, match="batch size 1 only"):
         engine.generate([Request(demo_prompts[0], 4), Request(demo_prompts[1], 4)], greedy())
+
+
+def test_engines_do_not_change_what_other_engines_see(demo_pair, demo_prompts):
+    """Bug: hf_assisted mutated the shared draft's generation_config and the global RNG."""
+    sampled = GenerationSettings(temperature=1.0, num_draft_tokens=4)
+    prompts = demo_prompts[:3]
+
+    def outputs(order):
+        engines = {"hf": HFAssistedEngine(demo_pair.target.model, demo_pair.draft.model, CPU, 0),
+                   "spec": SpeculativeEngine(demo_pair.target.model, demo_pair.draft.model, CPU),
+                   "ref": ReferenceEngine(demo_pair.target.model, CPU)}
+        return {name: [s.token_ids for s in run(engines[name], prompts, settings, 1, max_new=12)]
+                for name in order for settings in (greedy(), sampled)}
+
+    before_cfg = demo_pair.draft.model.generation_config.to_dict()
+    before_rng = torch.random.get_rng_state()
+    forward = outputs(["hf", "spec", "ref"])
+    backward = outputs(["ref", "spec", "hf"])
+    assert forward == backward
+    assert demo_pair.draft.model.generation_config.to_dict() == before_cfg
+    assert torch.equal(torch.random.get_rng_state(), before_rng)
+    assert not hasattr(demo_pair.target.model, "_get_candidate_generator") or \
+        "_get_candidate_generator" not in vars(demo_pair.target.model)

@@ -66,3 +66,22 @@ def test_behaviour_is_left_to_the_checks():
     too_long = PluginEngine("x", lambda ids, bs, s: [{"token_ids": [5] * 9}], torch.device("cpu"), BASE)
     res = too_long.generate([Request((1,), 3)], GenerationSettings(eos_token_ids=(5,)))
     assert res.sequences[0].token_ids == [5] * 9 and res.sequences[0].stop_reason == "eos"
+
+
+def test_settings_carry_both_dtypes_and_the_configured_extra(demo_pair):
+    seen = {}
+
+    def fn(ids, bs, settings):
+        seen.update(dtype=settings.dtype, draft_dtype=settings.draft_dtype, extra=settings.extra, bs=bs, n=len(ids))
+        return [{"token_ids": [1]} for _ in ids]
+
+    loaded = demo_config(extra='engines:\n  - {type: plugin, name: x, callable: "json:dumps", max_batch_size: 2, '
+                               'extra: {port: 8000}}\n')
+    spec = loaded.config.engines[0]
+    engine = PluginEngine("x", fn, torch.device("cpu"),
+                          PluginSettings([], [], 0.0, 4, [], "t", "d", "float32", "cpu", draft_dtype="bfloat16",
+                                         extra=dict(spec.extra)), max_batch_size=spec.max_batch_size)
+    engine.generate([Request((1,), 2), Request((2,), 2)], GenerationSettings())
+    assert seen == {"dtype": "float32", "draft_dtype": "bfloat16", "extra": {"port": 8000}, "bs": 2, "n": 2}
+    assert engine.capabilities.refuses(4) == "engines[].max_batch_size is 2" and engine.capabilities.refuses(2) is None
+    assert not engine.capabilities.steppable

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,3 +34,25 @@ def test_ci_calls_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")
+
+
+def _run_step(tmp_path, code: int) -> str:
+    """The action's gate step with a stand-in interpreter that exits with ``code``; returns the verdict output."""
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "gate")
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexit {code}\n")
+    fake.chmod(0o755)
+    out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "CONFIG": "c.yaml", "OUT": str(tmp_path / "o"),
+           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
+    assert proc.returncode == code, proc.stderr
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())["verdict"]
+
+
+@pytest.mark.parametrize("code,verdict", [(0, "pass"), (1, "fail"), (2, "error"), (3, "baseline-error"),
+                                          (130, "interrupted"), (7, "error")])
+def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, verdict):
+    """Bug: every non-zero exit became verdict=fail, so bad input looked like a failed gate."""
+    assert _run_step(tmp_path, code) == verdict

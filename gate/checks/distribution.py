@@ -28,6 +28,12 @@ same positions' distributions and the tests are re-run ``power_trials`` times
 per size.  Two families: *toward the draft*, ``(1 - e) p + e q``, and
 *sharpened*, ``p^(1+e)`` renormalised.  The smallest ``e`` detected with 80%
 power is reported as the test's resolution at this sample size.
+
+**Memory.**  Real targets have vocabularies of 128k-152k tokens, so ``[n, V]``
+arrays of distributions (2 GB each at n = 2000) are never held.  Positions are
+streamed in chunks of a few MB; each chunk is reduced to the per-token scalars
+the tests need (:class:`TokenStats`), for the observed tokens and for every
+planted sample of the power simulation, whose uniforms are drawn up front.
 """
 
 from __future__ import annotations
@@ -40,81 +46,82 @@ import torch
 from scipy import stats as sps
 
 from gate.checks.scoring import Item, Scorer
+from gate.checks.verdict import Verdict
+from gate.config import REFERENCE
 
 EPSILONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POWER_TARGET = 0.8
 TESTS = ("pit_ks", "draft_top", "draft_logprob", "draft_ratio")
+FAMILIES = ("toward_draft", "sharpened")
+CHUNK_ELEMENTS = 1 << 22  # positions x vocabulary per chunk: 32 MB per float64 array
 
 
 @dataclass
-class Positions:
-    """Per sampled token: target p and draft q (at temperature T), and the token."""
+class TokenStats:
+    """Per-position scalars: what the four tests need of one token y and of the distributions p and q."""
 
-    p: torch.Tensor  # [n, V]
-    q: torch.Tensor  # [n, V]
-    tokens: torch.Tensor  # [n]
+    below: torch.Tensor  # F(y - 1), the target's CDF below y
+    p_y: torch.Tensor  # p(y)
+    top_hit: torch.Tensor  # 1[y == argmax q]
+    logq_y: torch.Tensor  # log q(y)
+    ratio_y: torch.Tensor  # q(y) / (p(y) + q(y))
 
-    @property
-    def n(self) -> int:
-        return int(self.tokens.shape[0])
-
-
-def collect_positions(target: Scorer, draft: Scorer, items: list[Item], temperature: float,
-                      limit: int) -> Positions:
-    """Teacher-forced p and q at the first ``limit`` sampled positions of ``items``."""
-    kept, total = [], 0
-    for p_o in items:
-        if total >= limit:
-            break
-        take = min(len(p_o[1]), limit - total)
-        if take > 0:
-            kept.append((p_o[0], tuple(p_o[1][:take])))
-            total += take
-    ps = target.logits_rows(kept, lambda i, rows: torch.softmax(rows / temperature, -1).cpu())
-    qs = draft.logits_rows(kept, lambda i, rows: torch.softmax(rows / temperature, -1).cpu())
-    ps = [x for x in ps if x is not None]
-    qs = [x for x in qs if x is not None]
-    toks = torch.tensor([t for _, o in kept for t in o], dtype=torch.long)
-    if not ps:
-        empty = torch.zeros((0, 1))
-        return Positions(empty, empty, torch.zeros(0, dtype=torch.long))
-    return Positions(torch.cat(ps).double(), torch.cat(qs).double(), toks)
+    @staticmethod
+    def cat(parts: list[TokenStats]) -> TokenStats:
+        return TokenStats(*(torch.cat([getattr(p, f) for p in parts]) for f in TokenStats.__dataclass_fields__))
 
 
-class Prepared:
-    """Everything the tests need that depends on p and q only, computed once per set of positions."""
+@dataclass
+class Moments:
+    """Per-position means and variances under p of the three martingale statistics (they do not depend on y)."""
+
+    top_mean: torch.Tensor
+    logq_mean: torch.Tensor
+    logq_var: torch.Tensor
+    ratio_mean: torch.Tensor
+    ratio_var: torch.Tensor
+
+    @staticmethod
+    def cat(parts: list[Moments]) -> Moments:
+        return Moments(*(torch.cat([getattr(p, f) for p in parts]) for f in Moments.__dataclass_fields__))
+
+
+class _Chunk:
+    """Full distributions for a few positions: everything computed from p and q."""
 
     def __init__(self, p: torch.Tensor, q: torch.Tensor):
         self.p = p
+        self.q = q
         self.cdf = p.cumsum(1)
         self.top = q.argmax(1)
-        m = p.gather(1, self.top[:, None])[:, 0]
-        self.top_mean, self.top_var = m, float((m * (1 - m)).sum())
         self.logq = q.clamp(min=1e-30).log()
-        mean = (p * self.logq).sum(1)
-        self.logq_mean = mean
-        self.logq_var = float(((p * self.logq.square()).sum(1) - mean.square()).clamp(min=0).sum())
         self.ratio = q / (p + q).clamp(min=1e-300)
-        mean = (p * self.ratio).sum(1)
-        self.ratio_mean = mean
-        self.ratio_var = float(((p * self.ratio.square()).sum(1) - mean.square()).clamp(min=0).sum())
 
-    def pvalues(self, tokens: torch.Tensor, rng: np.random.Generator) -> dict:
+    def moments(self) -> Moments:
+        p = self.p
+        m = p.gather(1, self.top[:, None])[:, 0]
+        logq_mean = (p * self.logq).sum(1)
+        ratio_mean = (p * self.ratio).sum(1)
+        return Moments(m, logq_mean, ((p * self.logq.square()).sum(1) - logq_mean.square()).clamp(min=0),
+                       ratio_mean, ((p * self.ratio.square()).sum(1) - ratio_mean.square()).clamp(min=0))
+
+    def stats(self, tokens: torch.Tensor) -> TokenStats:
         t = tokens[:, None]
-        py = self.p.gather(1, t)[:, 0]
-        below = (self.cdf.gather(1, t)[:, 0] - py).clamp(min=0)
-        u = (below + torch.from_numpy(rng.random(tokens.shape[0])) * py).clamp(0, 1).numpy()
-        return {
-            "pit_ks": float(sps.kstest(u, "uniform").pvalue),
-            "draft_top": _z_pvalue(float(((tokens == self.top).double() - self.top_mean).sum()), self.top_var),
-            "draft_logprob": _z_pvalue(float((self.logq.gather(1, t)[:, 0] - self.logq_mean).sum()), self.logq_var),
-            "draft_ratio": _z_pvalue(float((self.ratio.gather(1, t)[:, 0] - self.ratio_mean).sum()), self.ratio_var),
-        }
+        p_y = self.p.gather(1, t)[:, 0]
+        return TokenStats((self.cdf.gather(1, t)[:, 0] - p_y).clamp(min=0), p_y, (tokens == self.top).double(),
+                          self.logq.gather(1, t)[:, 0], self.ratio.gather(1, t)[:, 0])
+
+    def planted_cdf(self, family: str, eps: float) -> torch.Tensor:
+        if family == "toward_draft":
+            return ((1 - eps) * self.p + eps * self.q).cumsum(1)
+        sharp = self.p.clamp(min=1e-300) ** (1 + eps)
+        return (sharp / sharp.sum(1, keepdim=True)).cumsum(1)
 
 
-def statistics(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, rng: np.random.Generator) -> dict:
-    """p-values of the four tests for tokens drawn (supposedly) from p."""
-    return Prepared(p, q).pvalues(tokens, rng)
+def _sample(cdf: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+    """One token per row by inverse CDF, from the given uniforms."""
+    x = torch.from_numpy(u)[:, None] * cdf[:, -1:]
+    return torch.searchsorted(cdf, x, right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
 
 
 def _z_pvalue(total: float, variance: float) -> float:
@@ -124,46 +131,245 @@ def _z_pvalue(total: float, variance: float) -> float:
     return float(2 * sps.norm.sf(abs(z)))
 
 
-def rejects(pvalues: dict, alpha: float) -> bool:
-    return min(pvalues.values()) < alpha / len(pvalues)
+def pvalues(s: TokenStats, m: Moments, pit_u: np.ndarray) -> dict[str, float]:
+    """p-values of the four tests; ``pit_u`` are the randomizing uniforms of the PIT."""
+    u = (s.below + torch.from_numpy(pit_u) * s.p_y).clamp(0, 1).numpy()
+    top_var = float((m.top_mean * (1 - m.top_mean)).sum())
+    return {
+        "pit_ks": float(sps.kstest(u, "uniform").pvalue),
+        "draft_top": _z_pvalue(float((s.top_hit - m.top_mean).sum()), top_var),
+        "draft_logprob": _z_pvalue(float((s.logq_y - m.logq_mean).sum()), float(m.logq_var.sum())),
+        "draft_ratio": _z_pvalue(float((s.ratio_y - m.ratio_mean).sum()), float(m.ratio_var.sum())),
+    }
 
 
-def _sample(cdf: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
-    """One token per row, by inverse CDF."""
-    u = torch.from_numpy(rng.random(cdf.shape[0]))[:, None] * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
+def rejects(pv: dict, alpha: float) -> bool:
+    return min(pv.values()) < alpha / len(pv)
 
 
-def planted(pos: Positions, family: str, eps: float) -> torch.Tensor:
-    if family == "toward_draft":
-        return (1 - eps) * pos.p + eps * pos.q
-    sharp = pos.p.clamp(min=1e-300) ** (1 + eps)
-    return sharp / sharp.sum(1, keepdim=True)
+@dataclass
+class Simulation:
+    """Uniforms drawn up front for the planted samples, so chunks can be processed in any grouping."""
+
+    sample_u: np.ndarray  # [families, epsilons, trials, n] (or [trials, n] for the null)
+    pit_u: np.ndarray
 
 
-def power(pos: Positions, alpha: float, trials: int, seed: int = 0) -> dict:
+def _draws(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> Simulation:
+    """Per trial, n uniforms to sample with, then n for the PIT (the order a trial-by-trial loop draws them)."""
+    sample_u = np.empty((*shape, n))
+    pit_u = np.empty((*shape, n))
+    for idx in np.ndindex(*shape):
+        sample_u[idx] = rng.random(n)
+        pit_u[idx] = rng.random(n)
+    return Simulation(sample_u, pit_u)
+
+
+@dataclass
+class Analysis:
+    """Everything the tests and the power simulation need, as per-position scalars."""
+
+    n: int
+    observed: TokenStats | None
+    moments: Moments | None
+    planted: dict[tuple[str, int, int], TokenStats] | None = None  # (family, eps index, trial) -> stats
+    null: list[TokenStats] | None = None  # per trial
+    sim: Simulation | None = None
+    null_sim: Simulation | None = None
+
+
+def _chunks(items: list[Item], vocab: int) -> list[list[Item]]:
+    per = max(1, CHUNK_ELEMENTS // max(vocab, 1))
+    out, cur, count = [], [], 0
+    for it in items:
+        if cur and count + len(it[1]) > per:
+            out.append(cur)
+            cur, count = [], 0
+        cur.append(it)
+        count += len(it[1])
+    if cur:
+        out.append(cur)
+    return out
+
+
+def truncate(items: list[Item], limit: int) -> list[Item]:
+    """The first ``limit`` sampled positions of ``items``."""
+    kept, total = [], 0
+    for prompt, out in items:
+        if total >= limit:
+            break
+        take = min(len(out), limit - total)
+        if take > 0:
+            kept.append((prompt, tuple(out[:take])))
+            total += take
+    return kept
+
+
+class _Accumulator:
+    """Reduces chunks of (p, q, tokens) to per-position scalars, for the observed and the planted tokens."""
+
+    def __init__(self, n: int, power_trials: int, seed: int, null_seed: int):
+        self.n, self.trials, self.start = n, power_trials, 0
+        self.sim = self.null_sim = None
+        if power_trials:
+            self.sim = _draws(np.random.default_rng(seed), (len(FAMILIES), len(EPSILONS), power_trials), n)
+            self.null_sim = _draws(np.random.default_rng(null_seed), (power_trials,), n)
+        self.observed: list[TokenStats] = []
+        self.moments: list[Moments] = []
+        self.planted: dict[tuple[str, int, int], list[TokenStats]] = {}
+        self.nulls: list[list[TokenStats]] = [[] for _ in range(power_trials)]
+
+    def add(self, p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> None:
+        c = _Chunk(p, q)
+        stop = self.start + tokens.shape[0]
+        self.observed.append(c.stats(tokens))
+        self.moments.append(c.moments())
+        if self.sim is not None:
+            for fi, family in enumerate(FAMILIES):
+                for ei, eps in enumerate(EPSILONS):
+                    cdf = c.planted_cdf(family, eps)
+                    for t in range(self.trials):
+                        y = _sample(cdf, self.sim.sample_u[fi, ei, t, self.start:stop])
+                        self.planted.setdefault((family, ei, t), []).append(c.stats(y))
+            for t in range(self.trials):
+                self.nulls[t].append(c.stats(_sample(c.cdf, self.null_sim.sample_u[t, self.start:stop])))
+        self.start = stop
+
+    def result(self) -> Analysis:
+        if not self.n:
+            return Analysis(0, None, None)
+        out = Analysis(self.n, TokenStats.cat(self.observed), Moments.cat(self.moments))
+        if self.sim is not None:
+            out.planted = {k: TokenStats.cat(v) for k, v in self.planted.items()}
+            out.null = [TokenStats.cat(v) for v in self.nulls]
+            out.sim, out.null_sim = self.sim, self.null_sim
+        return out
+
+
+def analyze(target: Scorer, draft: Scorer, items: list[Item], temperature: float, vocab: int,
+            power_trials: int = 0, seed: int = 0, null_seed: int = 1) -> Analysis:
+    """Stream the teacher-forced distributions of ``items`` in chunks, keeping only per-position scalars.
+
+    With ``power_trials``, also draw the planted samples of the power simulation and the null
+    (uniforms drawn up front from ``seed`` and ``null_seed``, so results do not depend on chunking).
+    """
+    acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed)
+
+    def softmax(_, rows: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(rows / temperature, -1).cpu()
+
+    for chunk in _chunks(items, vocab):
+        ps = [x for x in target.logits_rows(chunk, softmax) if x is not None]
+        qs = [x for x in draft.logits_rows(chunk, softmax) if x is not None]
+        acc.add(torch.cat(ps).double(), torch.cat(qs).double(),
+                torch.tensor([t for _, o in chunk for t in o], dtype=torch.long))
+    return acc.result()
+
+
+def analyze_distributions(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, power_trials: int = 0,
+                          seed: int = 0, null_seed: int = 1) -> Analysis:
+    """The same analysis on given distributions ([n, V] each), in chunks (for tests and simulations)."""
+    acc = _Accumulator(int(tokens.shape[0]), power_trials, seed, null_seed)
+    per = max(1, CHUNK_ELEMENTS // max(int(p.shape[1]), 1))
+    for i in range(0, int(tokens.shape[0]), per):
+        acc.add(p[i:i + per].double(), q[i:i + per].double(), tokens[i:i + per])
+    return acc.result()
+
+
+def sample_from(p: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+    """One token per row of ``p`` [n, V] (for simulations)."""
+    return _sample(p.double().cumsum(1), rng.random(p.shape[0]))
+
+
+def planted(p: torch.Tensor, q: torch.Tensor, family: str, eps: float) -> torch.Tensor:
+    """The planted distortion of p, as a distribution (for simulations)."""
+    cdf = _Chunk(p.double(), q.double()).planted_cdf(family, eps)
+    return torch.diff(cdf, dim=1, prepend=torch.zeros_like(cdf[:, :1]))
+
+
+def observed_pvalues(a: Analysis, rng: np.random.Generator) -> dict[str, float]:
+    return pvalues(a.observed, a.moments, rng.random(a.n)) if a.n else {}
+
+
+def power(a: Analysis, alpha: float, trials: int) -> dict:
     """Empirical power of the combined test (and of each test) against planted distortions."""
-    rng = np.random.default_rng(seed)
-    prep = Prepared(pos.p, pos.q)
-    out: dict = {"trials": trials, "n": pos.n, "families": {}}
-    for family in ("toward_draft", "sharpened"):
+    out: dict = {"trials": trials, "n": a.n, "families": {}}
+    for fi, family in enumerate(FAMILIES):
         rows = []
-        for eps in EPSILONS:
-            cdf = planted(pos, family, eps).cumsum(1)
+        for ei, eps in enumerate(EPSILONS):
             hits = dict.fromkeys((*TESTS, "combined"), 0)
-            for _ in range(trials):
-                pv = prep.pvalues(_sample(cdf, rng), rng)
+            for t in range(trials):
+                pv = pvalues(a.planted[(family, ei, t)], a.moments, a.sim.pit_u[fi, ei, t])
                 hits["combined"] += rejects(pv, alpha)
-                for t in TESTS:
-                    hits[t] += pv[t] < alpha / len(TESTS)
+                for name in TESTS:
+                    hits[name] += pv[name] < alpha / len(TESTS)
             rows.append({"epsilon": eps, **{k: v / trials for k, v in hits.items()}})
         detect = next((r["epsilon"] for r in rows if r["combined"] >= POWER_TARGET), None)
         out["families"][family] = {"curve": rows, "min_detectable_epsilon": detect}
     return out
 
 
-def null_rate(pos: Positions, alpha: float, trials: int, seed: int = 1) -> float:
+def null_rate(a: Analysis, alpha: float, trials: int) -> float:
     """False-rejection rate of the combined test when tokens really are drawn from p."""
-    rng = np.random.default_rng(seed)
-    prep = Prepared(pos.p, pos.q)
-    return sum(rejects(prep.pvalues(_sample(prep.cdf, rng), rng), alpha) for _ in range(trials)) / trials
+    return sum(rejects(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), alpha) for t in range(trials)) / trials
+
+
+# --- the check ---------------------------------------------------------------------------------
+
+
+def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
+    groups = results.sampled_groups()
+    if not groups or ctx.config.generation.sampling is None:
+        return None, []
+    ctx.say("distribution tests")
+    dcfg = ctx.config.checks.distribution
+    temperature = ctx.config.generation.sampling.temperature
+    target = Scorer(ctx.pair.target.model, ctx.pair.device)
+    draft = Scorer(ctx.pair.draft.model, ctx.pair.device)
+    vocab = ctx.pair.target.vocab_size
+    findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
+                      "tests": list(TESTS), "engines": {}}
+    verdicts: list[Verdict] = []
+    power_done = False
+    for engine, bs in groups:
+        seqs = results.sampled(engine, bs)
+        items = truncate([(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs],
+                         dcfg.num_samples)
+        trials = dcfg.power_trials if not power_done else 0
+        a = analyze(target, draft, items, temperature, vocab, power_trials=trials)
+        pv = observed_pvalues(a, np.random.default_rng(bs))
+        failed = bool(pv) and rejects(pv, dcfg.alpha)
+        if trials and a.n:
+            findings["power"] = power(a, dcfg.alpha, trials)
+            findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials)
+            power_done = True
+        findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
+                                                               "control": engine == REFERENCE}
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg)
+    return findings, verdicts
+
+
+def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> list[Verdict]:
+    out = []
+    if n < dcfg.num_samples:
+        out.append(Verdict("distribution", engine, "warn", f"only {n} of {dcfg.num_samples} sampled tokens "
+                                                           "available", bs))
+    pmin = min(pv.values()) if pv else None
+    worst = min(pv, key=pv.get) if pv else None
+    if engine == REFERENCE:
+        if failed:
+            out.append(Verdict("distribution", engine, "warn",
+                               f"the control (plain sampling) fails too (p={pmin:.2g} on {worst}): the test "
+                               "cannot separate engines on this setup", bs))
+    elif failed:
+        out.append(Verdict("distribution", engine, "fail",
+                           f"sampled tokens are not distributed as the target's (p={pmin:.2g} on {worst}, "
+                           f"alpha={dcfg.alpha}/{len(pv)})", bs))
+    elif pv:
+        out.append(Verdict("distribution", engine, "pass",
+                           f"consistent with the target's distribution (smallest p={pmin:.2g}, n={n})", bs))
+    return out
+
+
+__all__ = ["Analysis", "analyze", "analyze_distributions", "null_rate", "planted", "power", "pvalues", "rejects",
+           "run", "sample_from", "truncate"]

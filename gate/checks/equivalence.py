@@ -32,6 +32,8 @@ import torch
 
 from gate.checks.scoring import Scorer
 from gate.checks.tolerance import Tolerance
+from gate.checks.verdict import Verdict
+from gate.config import REFERENCE
 
 GIBBERISH_PROB = 0.01
 GIBBERISH_RUN = 3
@@ -207,3 +209,67 @@ def example(v: SequenceVerdict, out: list[int], ref: list[int], decode) -> dict:
         "got": decode(out[j:j + CONTEXT_TOKENS]),
         "reference": decode(ref[j:j + CONTEXT_TOKENS]),
     }
+
+
+# --- the check ---------------------------------------------------------------------------------
+
+MAX_EXAMPLES = 5
+
+
+def summary_of(compared: list, canonical: dict, decode) -> dict:
+    """Counts, per-slice figures and a few decoded examples for one engine at one batch size."""
+    vs = [c.verdict for c in compared]
+    exs = []
+    for c in compared:
+        v = c.verdict
+        if v.divergence and v.divergence["kind"] != "length" and len(exs) < MAX_EXAMPLES:
+            exs.append(example(v, c.output.token_ids, canonical[v.prompt_id].token_ids, decode))
+    return {**summarize(vs), "compositions": len({c.composition for c in compared}), "by_slice": by_slice(vs),
+            "examples": exs,
+            "sequences_with_signatures": [{"prompt_id": v.prompt_id, "signatures": v.signatures}
+                                          for v in vs if v.signatures][:MAX_EXAMPLES],
+            "first_inconsistencies": [{"prompt_id": v.prompt_id, **v.inconsistent[0]}
+                                      for v in vs if v.inconsistent][:MAX_EXAMPLES]}
+
+
+def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
+    """Each engine under test at each batch size against the canonical reference."""
+    if not any(ex.mode == "greedy" for ex in results.executions):
+        return None, []
+    verdicts = []
+    if not ctx.canonical:
+        verdicts.append(Verdict("equivalence", None, "fail", "no canonical reference (non-speculative, batch "
+                                "size 1) in the results, so nothing can be compared; rerun `specguard run`"))
+    eq_cfg = ctx.config.checks.equivalence
+    findings: dict = {}
+    for engine, bs in ctx.compared_keys():
+        if engine == REFERENCE:
+            continue
+        s = summary_of(ctx.compared(engine, bs), ctx.canonical, ctx.pair.decode)
+        findings.setdefault(engine, {})[str(bs)] = s
+        verdicts += _verdicts(engine, bs, s, eq_cfg)
+    return findings, verdicts
+
+
+def _verdicts(engine: str, bs: int, s: dict, eq_cfg) -> list[Verdict]:
+    out = []
+    conf, incons = s["divergences"]["confident"], s["confident_inconsistencies"]
+    near = s["divergences"]["near_tie"]
+    problems = []
+    if conf > eq_cfg.max_confident_divergences:
+        problems.append(f"{conf} confident divergence(s) from the reference")
+    if incons > eq_cfg.max_confident_inconsistencies:
+        problems.append(f"{incons} token(s) clearly below the target's argmax")
+    if s["divergences"]["length"]:
+        problems.append(f"{s['divergences']['length']} sequence(s) that stop or continue where the reference does not")
+    if s["exact_match"] is not None and s["exact_match"] < eq_cfg.min_exact_match:
+        problems.append(f"exact match {s['exact_match']:.0%} < min_exact_match {eq_cfg.min_exact_match:.0%}")
+    if problems:
+        out.append(Verdict("equivalence", engine, "fail", "; ".join(problems) + ": a bug, not float noise", bs))
+    else:
+        out.append(Verdict("equivalence", engine, "pass",
+                           f"{s['exact_match']:.0%} identical to the reference; {near} divergence(s), all near-ties "
+                           "(float noise)" if near else f"{s['exact_match']:.0%} identical to the reference", bs))
+    for name, count in sorted(s["signatures"].items()):
+        out.append(Verdict(f"signature:{name}", engine, "fail", f"{count} sequence(s) show {name}", bs))
+    return out

@@ -17,12 +17,18 @@ import torch
 Item = tuple[tuple[int, ...], tuple[int, ...]]  # (prompt ids, output ids)
 
 
+LOGITS_BUDGET = 1 << 25  # logits held at once per forward (tokens x vocabulary): 128 MB in float32
+
+
 class Scorer:
     def __init__(self, model: torch.nn.Module, device: torch.device, max_batch_tokens: int = 8192,
                  max_batch_size: int = 16):
         self.model = model
         self.device = device
-        self.max_batch_tokens = max_batch_tokens
+        # A 128k-vocabulary target gives 0.5 MB of logits per token: bound the batch by the
+        # vocabulary, so re-scoring memory does not grow with it.
+        vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+        self.max_batch_tokens = min(max_batch_tokens, max(1, LOGITS_BUDGET // vocab)) if vocab else max_batch_tokens
         self.max_batch_size = max_batch_size
         self.forwards = 0
 

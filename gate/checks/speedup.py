@@ -22,9 +22,14 @@ batch, measured back to back.  From those:
 * the **worst slice** and its gap to the mean of slices;
 * the share of engine time spent realigning ragged rows.
 
-Mean accepted length under greedy decoding is deterministic (no timing noise),
-which makes it the sharpest regression signal; it is reported per cell for the
-baseline comparison.
+Mean acceptance length (vLLM's meaning: ``1 + accepted / drafts``) under greedy
+decoding is deterministic (no timing noise), which makes it the sharpest
+regression signal; it is reported per cell for the baseline comparison.
+
+The expectation needs the draft/target cost ratio, which calibration measures on
+the loaded pair.  It is reported only for engines that run the pair's own steps
+(``Capabilities.steppable``); for a plug-in it says "not measured" instead of
+borrowing the pair's numbers.
 """
 
 from __future__ import annotations
@@ -33,77 +38,67 @@ import itertools
 import statistics
 from collections import defaultdict
 
+from gate.checks.verdict import Verdict
+from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
+from gate.results import Execution, Results, TimingPair
 from gate.stats import alpha_from_mean_accepted, bootstrap_median_ci, expected_speedup
 
-REFERENCE = "reference"
+NOT_CALIBRATED = "not measured: the engine cannot be stepped, so the pair's step costs do not apply to it"
 
 
-def _pairs(doc: dict) -> dict:
-    """{(engine, bs, batch, repeat): (ref_exec, engine_exec)} for timing executions."""
-    by_key: dict = defaultdict(dict)
-    for ex in doc["executions"]:
-        if ex["phase"] == "timing":
-            by_key[(ex["batch_size"], ex["batch"], ex["repeat"])][ex["engine"]] = ex
-    out = {}
-    for (bs, batch, rep), engines in by_key.items():
-        ref = engines.get(REFERENCE)
-        if ref is None:
-            continue
-        for name, ex in engines.items():
-            if name != REFERENCE:
-                out[(name, bs, batch, rep)] = (ref, ex)
-    return out
-
-
-def _tokens(ex: dict) -> int:
-    return sum(len(s["token_ids"]) for s in ex["sequences"])
-
-
-def _latency(ex: dict) -> float | None:
-    vals = [s["per_token_s"] for s in ex["sequences"] if not s.get("filler") and s.get("per_token_s")]
+def _latency(ex: Execution) -> float | None:
+    vals = [s.per_token_s for s in ex.real() if s.per_token_s]
     return statistics.median(vals) if vals else None
 
 
-def _counters(execs: list[dict]) -> SpecCounters | None:
+def _counters(execs: list[Execution]) -> SpecCounters | None:
     total, seen = SpecCounters(), False
     for ex in execs:
-        for s in ex["sequences"]:
-            if s.get("counters") and not s.get("filler"):
-                total.add(SpecCounters.from_dict(s["counters"]))
-                seen = True
+        c = ex.counters()
+        if c is not None:
+            total.add(c)
+            seen = True
     return total if seen else None
 
 
-def _block(samples: list[tuple[dict, dict]], k: int, calib: dict | None, resamples: int) -> dict:
+def _tps(ex: Execution) -> float:
+    return ex.tokens() / ex.wall_s
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int) -> dict:
     """Statistics over paired (reference, engine) executions."""
-    ratios = [ref["wall_s"] / ex["wall_s"] for ref, ex in samples if ex["wall_s"] > 0]
+    ratios = [r for r in (s.ratio for s in samples) if r is not None]
     ci = bootstrap_median_ci(ratios, resamples)
-    first = [ex for _, ex in samples if ex["repeat"] == 0]  # counters are identical across greedy repeats
-    counters = _counters(first)
-    ref_tps = [_tokens(r) / r["wall_s"] for r, _ in samples if r["wall_s"] > 0]
-    eng_tps = [_tokens(e) / e["wall_s"] for _, e in samples if e["wall_s"] > 0]
-    ref_lat = [x for x in (_latency(r) for r, _ in samples) if x]
-    eng_lat = [x for x in (_latency(e) for _, e in samples) if x]
+    counters = _counters([s.execution for s in samples if s.repeat == 0])  # identical across greedy repeats
+    engine_wall = sum(s.execution.wall_s for s in samples)
     row = {
         "samples": len(ratios),
         "speedup": ci.to_dict(),
-        "throughput_tok_s": {"reference": statistics.median(ref_tps) if ref_tps else None,
-                             "engine": statistics.median(eng_tps) if eng_tps else None},
-        "per_token_latency_s": {"reference": statistics.median(ref_lat) if ref_lat else None,
-                                "engine": statistics.median(eng_lat) if eng_lat else None},
-        "realign_share": (sum(e["realign_s"] for _, e in samples) / sum(e["wall_s"] for _, e in samples))
-        if samples and sum(e["wall_s"] for _, e in samples) else None,
+        "throughput_tok_s": {"reference": _median([_tps(s.reference) for s in samples if s.reference.wall_s > 0]),
+                             "engine": _median([_tps(s.execution) for s in samples if s.execution.wall_s > 0])},
+        "per_token_latency_s": {
+            "reference": _median([x for x in (_latency(s.reference) for s in samples) if x]),
+            "engine": _median([x for x in (_latency(s.execution) for s in samples) if x])},
+        "realign_share": (sum(s.execution.realign_s for s in samples) / engine_wall) if engine_wall else None,
+        "acceptance_rate": None, "mean_accepted_length": None, "tokens_per_target_forward": None,
+        "acceptance_per_pos": None, "expected": None,
     }
     if counters is not None and counters.num_target_forwards:
         mal = counters.mean_accepted_length
         row.update({
             "acceptance_rate": counters.acceptance_rate,
             "mean_accepted_length": mal,
+            "tokens_per_target_forward": counters.tokens_per_target_forward,
             "acceptance_per_pos": counters.acceptance_per_pos(),
         })
-        if calib and mal is not None:
-            alpha = alpha_from_mean_accepted(mal, k)
+        tpf = counters.tokens_per_target_forward
+        if calib and tpf is not None:
+            alpha = alpha_from_mean_accepted(tpf, k)
             c = calib["cost_ratio"]
             expected = expected_speedup(alpha, k, c)
             row["expected"] = {"alpha_effective": alpha, "cost_ratio": c, "speedup": expected,
@@ -113,63 +108,60 @@ def _block(samples: list[tuple[dict, dict]], k: int, calib: dict | None, resampl
                 # The same model with the measured cost of a (k+1)-token verification
                 # instead of the paper's assumption that it costs one decode step.
                 row["expected"]["verify_ratio"] = verify
-                row["expected"]["speedup_with_verify_cost"] = mal / (verify + c * k)
+                row["expected"]["speedup_with_verify_cost"] = tpf / (verify + c * k)
     return row
 
 
-def analyze_speedup(doc: dict, resamples: int = 2000) -> dict:
-    k = doc["settings"]["num_draft_tokens"]
-    calib = doc.get("calibration", {})
-    pairs = _pairs(doc)
-    engines = sorted({key[0] for key in pairs})
-    out: dict = {"engines": {}, "protocol": doc.get("timing", {}), "calibration": calib}
-    for engine in engines:
-        mine = {key: v for key, v in pairs.items() if key[0] == engine}
-        sizes = sorted({key[1] for key in mine})
+def analyze_speedup(results: Results, resamples: int = 2000) -> dict:
+    k = results.settings.num_draft_tokens
+    protocol = results.timing
+    out: dict = {"engines": {}, "protocol": protocol, "calibration": results.calibration,
+                 "calibrated_engines": results.calibrated_engines}
+    for engine in sorted({p.engine for p in results.timing_pairs()}):
+        mine = results.timing_pairs(engine)
+        sizes = sorted({p.batch_size for p in mine})
+        calibrated = engine in results.calibrated_engines
 
-        def select(pred, mine=mine):
-            return [v for key, v in sorted(mine.items()) if pred(key, v[1])]
+        def calib_at(bs, calibrated=calibrated):
+            return results.calibration.get(str(bs)) if calibrated else None
 
-        def calib_at(bs):
-            return calib.get(str(bs))
+        def block(pred, bs, mine=mine):
+            return _block([p for p in mine if p.batch_size == bs and pred(p)], k, calib_at(bs), resamples)
 
         cells: dict = {}
         for bs in sizes:
-            for slc, bucket in sorted({(v[1]["slice"], v[1]["bucket"]) for key, v in mine.items() if key[1] == bs}):
-                s = select(lambda key, ex, bs=bs, slc=slc, bucket=bucket:
-                           key[1] == bs and ex["slice"] == slc and ex["bucket"] == bucket)
-                stop = out["protocol"].get(str(bs), {}).get(f"{slc}|{bucket}", {})
-                cells[f"{slc}|{bs}|{bucket}"] = {"slice": slc, "batch_size": bs, "bucket": bucket,
-                                                 "stopped_by": stop.get("stopped_by"), "repeats": stop.get("repeats"),
-                                                 **_block(s, k, calib_at(bs), resamples)}
-        load = {str(bs): _block(select(lambda key, ex, bs=bs: key[1] == bs), k, calib_at(bs), resamples)
-                for bs in sizes}
+            for slc, bucket in sorted({(p.slice, p.bucket) for p in mine if p.batch_size == bs}):
+                stop = protocol.get(str(bs), {}).get(f"{slc}|{bucket}", {})
+                cells[f"{slc}|{bs}|{bucket}"] = {
+                    "slice": slc, "batch_size": bs, "bucket": bucket, "stopped_by": stop.get("stopped_by"),
+                    "repeats": stop.get("repeats"),
+                    **block(lambda p, slc=slc, bucket=bucket: p.slice == slc and p.bucket == bucket, bs)}
+        load = {str(bs): block(lambda p: True, bs) for bs in sizes}
         for bs, row in load.items():
-            cells_at = out["protocol"].get(bs, {}).values()
+            cells_at = protocol.get(bs, {}).values()
             reps = [c["repeats"] for c in cells_at]
             row["repeats"] = {"min": min(reps), "max": max(reps),
                               "stopped_by": sorted({c["stopped_by"] for c in cells_at})} if reps else None
-        buckets = sorted({v[1]["bucket"] for v in mine.values()}, key=_bucket_order)
-        by_bucket = {b: {str(bs): _block(select(lambda key, ex, b=b, bs=bs: ex["bucket"] == b and key[1] == bs),
-                                         k, calib_at(bs), resamples)
-                         for bs in sizes if any(key[1] == bs and v[1]["bucket"] == b for key, v in mine.items())}
+        buckets = sorted({p.bucket for p in mine}, key=_bucket_order)
+        by_bucket = {b: {str(bs): block(lambda p, b=b: p.bucket == b, bs)
+                         for bs in sizes if any(p.batch_size == bs and p.bucket == b for p in mine)}
                      for b in buckets}
-        slices = sorted({v[1]["slice"] for v in mine.values()})
-        by_slice = {s: {str(bs): _block(select(lambda key, ex, s=s, bs=bs: ex["slice"] == s and key[1] == bs),
-                                        k, calib_at(bs), resamples)
-                        for bs in sizes if any(key[1] == bs and v[1]["slice"] == s for key, v in mine.items())}
+        slices = sorted({p.slice for p in mine})
+        by_slice = {s: {str(bs): block(lambda p, s=s: p.slice == s, bs)
+                        for bs in sizes if any(p.batch_size == bs and p.slice == s for p in mine)}
                     for s in slices}
         out["engines"][engine] = {
             "cells": cells, "load_curve": load, "by_bucket": by_bucket, "by_slice": by_slice,
             "crossover": _crossover(load), "worst_slice": _worst_slice(by_slice),
             "crossover_by_slice": {s: _crossover(rows) for s, rows in by_slice.items()},
-            "memory": _memory(doc, engine),
+            "memory": _memory(results, engine),
+            "expected_note": None if calibrated else NOT_CALIBRATED,
         }
     return out
 
 
-def _bucket_order(name: str) -> int:
-    return int(name.split("-")[0].rstrip("+"))
+def _bucket_order(name: str | None) -> int:
+    return int(name.split("-")[0].rstrip("+")) if name else 0
 
 
 def _crossover(load: dict) -> dict:
@@ -199,34 +191,48 @@ def _worst_slice(by_slice: dict) -> dict:
     return out
 
 
-def _memory(doc: dict, engine: str) -> dict:
+def _memory(results: Results, engine: str) -> dict:
     out: dict = defaultdict(dict)
-    for ex in doc["executions"]:
-        if ex["phase"] == "timing" and ex["engine"] in (engine, REFERENCE) and ex.get("peak_memory_bytes"):
-            row = out[str(ex["batch_size"])]
-            key = "engine" if ex["engine"] == engine else "reference"
-            row[key] = max(row.get(key, 0), ex["peak_memory_bytes"])
+    for p in results.timing_pairs(engine):
+        for key, ex in (("reference", p.reference), ("engine", p.execution)):
+            if ex.peak_memory_bytes:
+                row = out[str(ex.batch_size)]
+                row[key] = max(row.get(key, 0), ex.peak_memory_bytes)
     return dict(out)
 
 
-def speedup_verdicts(analysis: dict, min_speedup: float | None, add) -> None:
+def verdicts_for(analysis: dict, min_speedup: float | None) -> list[Verdict]:
+    out = []
     for engine, e in analysis["engines"].items():
         for bs, row in e["load_curve"].items():
             sp = row["speedup"]
             text = (f"{sp['estimate']:.2f}x (95% CI {sp['low']:.2f}-{sp['high']:.2f}, n={sp['n']})"
                     if sp["n"] > 1 else f"{sp['estimate']:.2f}x (one sample)")
             if min_speedup is not None and sp["high"] < min_speedup:
-                add("speedup", engine, "fail", f"{text} is clearly below min_speedup {min_speedup}", int(bs))
+                out.append(Verdict("speedup", engine, "fail", f"{text} is clearly below min_speedup {min_speedup}",
+                                   int(bs)))
             elif min_speedup is not None and sp["estimate"] < min_speedup:
-                add("speedup", engine, "warn", f"{text}: median below min_speedup {min_speedup}, "
-                                               "but within noise", int(bs))
+                out.append(Verdict("speedup", engine, "warn", f"{text}: median below min_speedup {min_speedup}, "
+                                                              "but within noise", int(bs)))
             else:
-                add("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs))
+                out.append(Verdict("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
         cross = e["crossover"]
         if cross["seen"]:
-            add("speedup", engine, "info", f"speculation stops paying off at batch size {cross['batch_size']}")
-        worst = e["worst_slice"]
-        for bs, w in worst.items():
+            out.append(Verdict("speedup", engine, "info",
+                               f"speculation stops paying off at batch size {cross['batch_size']}"))
+        for bs, w in e["worst_slice"].items():
             if w["relative_gap"] is not None and w["relative_gap"] < -0.1:
-                add("speedup", engine, "info", f"worst slice '{w['slice']}': {w['speedup']:.2f}x, "
-                                               f"{-w['relative_gap']:.0%} below the mean of slices", int(bs))
+                out.append(Verdict("speedup", engine, "info", f"worst slice '{w['slice']}': {w['speedup']:.2f}x, "
+                                   f"{-w['relative_gap']:.0%} below the mean of slices", int(bs)))
+    return out
+
+
+def run(results: Results, ctx) -> tuple[dict | None, list[Verdict]]:
+    if not results.has_timing():
+        return None, []
+    sp = ctx.config.checks.speedup
+    analysis = analyze_speedup(results, sp.bootstrap_resamples)
+    return analysis, verdicts_for(analysis, sp.min_speedup)
+
+
+__all__ = ["REFERENCE", "analyze_speedup", "run", "verdicts_for"]

@@ -4,21 +4,29 @@
 * ``speculative``: the gate's own batched speculative decoder (:mod:`gate.engines.speculative`);
 * ``hf_assisted``: transformers' assisted generation, batch size 1 (:mod:`gate.engines.hf_assisted`);
 * ``plugin``: an in-house engine named by a callable (:mod:`gate.engines.plugin`);
-* mutants: deliberately broken speculative engines for the self-test (:mod:`gate.engines.mutants`).
+* mutants: deliberately broken speculative engines for the self-test (:mod:`gate.selftest.mutants`).
 """
 
 from __future__ import annotations
 
-from gate.config import EngineConfig, LoadedConfig
-from gate.engines.base import BatchResult, Engine, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.config import REFERENCE, EngineConfig, LoadedConfig
+from gate.engines.base import (
+    BatchResult,
+    Capabilities,
+    Engine,
+    GenerationSettings,
+    Request,
+    SequenceResult,
+    SpecCounters,
+)
 from gate.models import ModelPair
 
 # Bump when an engine's output or timing behaviour changes: cached reference
 # generations are keyed by it.
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"
 
-__all__ = ["ENGINE_VERSION", "BatchResult", "Engine", "GenerationSettings", "Request", "SequenceResult",
-           "SpecCounters", "build_engine", "build_reference"]
+__all__ = ["ENGINE_VERSION", "REFERENCE", "BatchResult", "Capabilities", "Engine", "GenerationSettings", "Request",
+           "SequenceResult", "SpecCounters", "build_engine", "build_reference"]
 
 
 def build_reference(pair: ModelPair) -> Engine:
@@ -45,7 +53,8 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> E
         models = loaded.config.models
         base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=0,
                               eos_token_ids=[], target=pair.target.location, draft=pair.draft.location,
-                              dtype=models.target.dtype, device=str(pair.device))
-        engine = PluginEngine(spec.label, fn, pair.device, base)
+                              dtype=models.target.dtype, device=str(pair.device),
+                              draft_dtype=models.draft.dtype, extra=dict(spec.extra))
+        engine = PluginEngine(spec.label, fn, pair.device, base, max_batch_size=spec.max_batch_size)
     engine.name = spec.label
     return engine

@@ -1,4 +1,4 @@
-"""What every engine takes and returns.
+"""What every engine takes and returns, and what it can do.
 
 An engine turns a batch of requests (prompt token ids, a token budget, a seed)
 into one :class:`SequenceResult` per request, plus batch-level timings.  The
@@ -8,9 +8,9 @@ plug-in engines return the same shape (as objects or plain dicts, see
 
 Speculation counters follow vLLM's names and units (``num_drafts``,
 ``num_draft_tokens``, ``num_accepted_tokens``, ``num_accepted_tokens_per_pos``)
-so that numbers from served engines and in-process engines mean the same thing.
-Acceptance rate and mean accepted length are derived from them in one place,
-:class:`SpecCounters`.
+and are updated in one place, :meth:`SpecCounters.observe_step`, so numbers from
+served engines and in-process engines mean the same thing.  Acceptance rate and
+mean acceptance length are derived from them in one place too.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 StopReason = Literal["eos", "max_tokens"]
+CounterSource = Literal["engine", "none"]
 
 
 @dataclass(frozen=True)
@@ -44,16 +45,38 @@ class Request:
     seed: int = 0  # per-request seed: sampled output does not depend on batch composition
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do; the runner asks these instead of testing engine names."""
+
+    max_batch_size: int | None = None  # None: any batch size
+    batch_limit_reason: str | None = None  # why, when there is a limit
+    in_process: bool = True  # runs inside the gate's process, on its loaded models
+    steppable: bool = False  # its draft/target steps are the loaded pair's, so calibration applies to it
+    counters: CounterSource = "engine"  # where its speculation counters come from
+    per_sequence_seeds: bool = True  # sampled output depends on each request's own seed only
+
+    def refuses(self, batch_size: int) -> str | None:
+        """The reason this engine cannot run ``batch_size``, or None."""
+        if self.max_batch_size is not None and batch_size > self.max_batch_size:
+            return self.batch_limit_reason or f"supports batch size {self.max_batch_size} at most"
+        return None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class SpecCounters:
     """Speculation counters, summed over the steps a sequence (or a run) took part in.
 
-    ``num_accepted_tokens`` counts draft tokens that were accepted *and* emitted
-    (acceptance cut short by EOS or the token budget does not count), so
-    ``mean_accepted_length`` is exactly emitted tokens per target forward.
+    The same meaning as vLLM's ``SpecDecodingStats``: a *draft* is one verification
+    step that had at least one draft token; ``num_accepted_tokens`` counts draft tokens
+    that were accepted *and emitted* (acceptance cut short by EOS or the token budget
+    does not count).
     """
 
-    num_drafts: int = 0  # verification steps with at least one draft token
+    num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
@@ -61,6 +84,24 @@ class SpecCounters:
     num_target_forwards: int = 0  # target forward passes this sequence took part in
     num_draft_forwards: int = 0
     num_emitted_tokens: int = 0
+
+    def observe_step(self, drafted: int, accepted: int, emitted: int, draft_forwards: int = 0) -> None:
+        """One verification step: ``drafted`` draft tokens proposed, the first ``accepted`` of them
+        kept, ``emitted`` tokens appended to the output (accepted drafts plus the target's own)."""
+        accepted = min(accepted, emitted)
+        self.num_target_forwards += 1
+        self.num_draft_forwards += draft_forwards
+        self.num_emitted_tokens += emitted
+        if drafted:
+            self.num_drafts += 1
+            self.num_draft_tokens += drafted
+            self.num_accepted_tokens += accepted
+            _grow(self.num_draft_tokens_per_pos, drafted)
+            _grow(self.num_accepted_tokens_per_pos, drafted)
+            for pos in range(drafted):
+                self.num_draft_tokens_per_pos[pos] += 1
+            for pos in range(accepted):
+                self.num_accepted_tokens_per_pos[pos] += 1
 
     def add(self, other: SpecCounters) -> None:
         self.num_drafts += other.num_drafts
@@ -75,11 +116,17 @@ class SpecCounters:
 
     @property
     def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens over proposed draft tokens (vLLM's draft acceptance rate)."""
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
     def mean_accepted_length(self) -> float | None:
-        """Tokens emitted per target forward (1 + accepted drafts per step)."""
+        """vLLM's mean acceptance length: ``1 + accepted / drafts``, tokens per verification step that drafted."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def tokens_per_target_forward(self) -> float | None:
+        """Emitted tokens per target forward, steps without drafts included (what the user sees)."""
         return self.num_emitted_tokens / self.num_target_forwards if self.num_target_forwards else None
 
     def acceptance_per_pos(self) -> list[float | None]:
@@ -88,16 +135,17 @@ class SpecCounters:
                                                      self.num_draft_tokens_per_pos)]
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["acceptance_rate"] = self.acceptance_rate
-        d["mean_accepted_length"] = self.mean_accepted_length
-        d["acceptance_per_pos"] = self.acceptance_per_pos()
-        return d
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> SpecCounters:
-        keys = {f for f in cls.__dataclass_fields__}
+        keys = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in keys})
+
+
+def _grow(xs: list[int], n: int) -> None:
+    if len(xs) < n:
+        xs.extend([0] * (n - len(xs)))
 
 
 def _add_lists(a: list[int], b: list[int]) -> list[int]:
@@ -135,6 +183,6 @@ class Engine(Protocol):
 
     name: str
     speculative: bool
-    max_batch_size: int | None  # None: any batch size
+    capabilities: Capabilities
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult: ...

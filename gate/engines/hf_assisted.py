@@ -13,6 +13,11 @@ which is how we found out).
 Acceptance counts are read from the candidate generator's
 ``update_candidate_strategy(num_matches=...)`` calls; where a transformers
 version lacks that hook, counters are reported as unavailable rather than guessed.
+
+The engine shares its models with the other engines, so it leaves them as it
+found them: the draft's generation config is swapped for a private copy only
+for the duration of the call, the global RNG is forked, and the counting hook
+on the target is removed afterwards.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from contextlib import contextmanager
 
 import torch
 
-from gate.engines.base import BatchResult, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
@@ -74,10 +79,21 @@ def _count_matches(model, steps: list[tuple[int, int]]):
         del model._get_candidate_generator
 
 
+@contextmanager
+def _swapped_generation_config(model, cfg):
+    """The assistant reads its drafting schedule from its own generation config: lend it a copy."""
+    original = model.generation_config
+    model.generation_config = cfg
+    try:
+        yield
+    finally:
+        model.generation_config = original
+
+
 class HFAssistedEngine:
     name = "hf_assisted"
     speculative = True
-    max_batch_size = 1
+    capabilities = Capabilities(max_batch_size=1, batch_limit_reason=HF_BATCH_LIMIT, steppable=True)
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module, device: torch.device, pad_token_id: int):
         self.target = target
@@ -103,21 +119,23 @@ class HFAssistedEngine:
             # top_k=0 and top_p=1.0, not None: None means "use the default" (top_k=50) in the
             # assistant's copy of the config, which truncates the distribution.
             gen_cfg.update(temperature=settings.temperature, top_k=0, top_p=1.0, typical_p=1.0)
-        self.draft.generation_config.num_assistant_tokens = k
-        self.draft.generation_config.num_assistant_tokens_schedule = "constant"
-        self.draft.generation_config.assistant_confidence_threshold = 0.0
+        assistant_cfg = copy.deepcopy(self.draft.generation_config)
+        assistant_cfg.update(num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                             assistant_confidence_threshold=0.0)
         ids = torch.tensor([list(req.prompt_ids)], device=self.device)
         clock = Clock(self.device)
         stream = _TokenClock(clock)
         steps: list[tuple[int, int]] = []
-        if not settings.greedy:
-            torch.manual_seed(req.seed)
         reset_peak_memory(self.device)
-        start = clock.now()
-        with _count_matches(self.target, steps) as counting:
-            out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                       assistant_model=self.draft, generation_config=gen_cfg, streamer=stream)
-        wall = clock.now() - start
+        devices = [self.device] if self.device.type == "cuda" else []
+        with _swapped_generation_config(self.draft, assistant_cfg), torch.random.fork_rng(devices=devices):
+            if not settings.greedy:
+                torch.manual_seed(req.seed)
+            start = clock.now()
+            with _count_matches(self.target, steps) as counting:
+                out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                           assistant_model=self.draft, generation_config=gen_cfg, streamer=stream)
+            wall = clock.now() - start
         tokens = out[0, ids.shape[1]:].tolist()
         eos = set(settings.eos_token_ids)
         stop = "eos" if tokens and tokens[-1] in eos else "max_tokens"
@@ -135,17 +153,7 @@ class HFAssistedEngine:
         c = SpecCounters(num_accepted_tokens_per_pos=[0] * k, num_draft_tokens_per_pos=[0] * k)
         budget = emitted  # tokens cut by max_new_tokens/EOS do not count as accepted
         for candidates, matches in steps:
-            c.num_target_forwards += 1
-            c.num_draft_forwards += candidates
-            if candidates:
-                c.num_drafts += 1
-                c.num_draft_tokens += candidates
-                for pos in range(min(candidates, k)):
-                    c.num_draft_tokens_per_pos[pos] += 1
-            accepted = max(0, min(matches, budget - 1))
-            for pos in range(min(accepted, k)):
-                c.num_accepted_tokens_per_pos[pos] += 1
-            c.num_accepted_tokens += accepted
-            budget -= accepted + 1
-        c.num_emitted_tokens = emitted
+            step_emitted = max(0, min(matches + 1, budget))
+            c.observe_step(candidates, matches, step_emitted, draft_forwards=candidates)
+            budget -= step_emitted
         return c

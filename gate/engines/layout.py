@@ -107,12 +107,15 @@ class RaggedBatch:
         """Keep the first ``keep[row]`` columns after ``start`` in each row; the rest are rejected."""
         with self.realign():
             new_len = start + int(keep.max()) if keep.numel() else start
-            if new_len < self.length:
+            if new_len < self.length:  # columns no row kept: crop them
                 self._map_layers(lambda t: t[..., :new_len, :])
-            valid = self.valid[:, :new_len].clone()
-            offsets = torch.arange(new_len - start, device=valid.device)
-            valid[:, start:] &= offsets[None, :] < keep[:, None]
-            self.valid = valid
+            self.valid = self.valid[:, :new_len].clone()
+            self.reject(start, keep)
+
+    def reject(self, start: int, keep: torch.Tensor) -> None:
+        """Turn each row's rejected columns (after its first ``keep[row]``) into holes."""
+        offsets = torch.arange(self.length - start, device=self.valid.device)
+        self.valid[:, start:] &= offsets[None, :] < keep[:, None]
 
     def compact(self, force: bool = False) -> bool:
         """Pack each row's valid columns to the right when holes waste enough of the cache."""

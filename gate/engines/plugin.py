@@ -6,8 +6,8 @@ example)::
     def generate(prompt_ids: list[list[int]], batch_size: int,
                  settings: gate.engines.plugin.PluginSettings) -> list[dict | SequenceResult]
 
-``prompt_ids`` is one batch (at most ``batch_size`` prompts; the last batch of
-a suite can be smaller).  Return one result per prompt, in order, each with at
+``prompt_ids`` is one batch of exactly ``batch_size`` prompts (the load level
+being measured).  Return one result per prompt, in order, each with at
 least ``token_ids``.  Structural problems (wrong count, missing fields, wrong
 types) fail with an error that names the engine and the field; behavioural
 ones (too many tokens, text after EOS) are left for the checks to find.
@@ -22,7 +22,7 @@ from importlib.metadata import entry_points
 
 import torch
 
-from gate.engines.base import BatchResult, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
@@ -41,9 +41,10 @@ class PluginSettings:
     eos_token_ids: list[int]
     target: str  # local path or hub id of the target model
     draft: str
-    dtype: str  # as in the config: auto, float32, bfloat16, float16
+    dtype: str  # the target's dtype as in the config: auto, float32, bfloat16, float16
     device: str
-    extra: dict = field(default_factory=dict)
+    draft_dtype: str = "float32"  # the draft's dtype as in the config
+    extra: dict = field(default_factory=dict)  # engines[].extra from the config, passed through unchanged
 
     @property
     def greedy(self) -> bool:
@@ -118,13 +119,19 @@ def _as_result(obj, i: int, label: str, settings: PluginSettings) -> SequenceRes
 
 class PluginEngine:
     speculative = True
-    max_batch_size = None
 
-    def __init__(self, name: str, fn, device: torch.device, base: PluginSettings):
+    def __init__(self, name: str, fn, device: torch.device, base: PluginSettings,
+                 max_batch_size: int | None = None):
         self.name = name
         self.fn = fn
         self.device = device
         self.base = base
+        # Not steppable: the gate cannot time a plug-in's draft and target steps, so the
+        # Leviathan expectation is "not measured" for it rather than borrowed from the loaded pair.
+        self.capabilities = Capabilities(
+            max_batch_size=max_batch_size,
+            batch_limit_reason=f"engines[].max_batch_size is {max_batch_size}" if max_batch_size else None,
+            steppable=False)
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
         check_requests(requests)
@@ -132,7 +139,8 @@ class PluginEngine:
             max_new_tokens=[r.max_new_tokens for r in requests], seeds=[r.seed for r in requests],
             temperature=settings.temperature, num_draft_tokens=settings.num_draft_tokens,
             eos_token_ids=list(settings.eos_token_ids), target=self.base.target, draft=self.base.draft,
-            dtype=self.base.dtype, device=self.base.device, extra=dict(self.base.extra),
+            dtype=self.base.dtype, device=self.base.device, draft_dtype=self.base.draft_dtype,
+            extra=dict(self.base.extra),
         )
         clock = Clock(self.device)
         reset_peak_memory(self.device)

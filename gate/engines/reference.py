@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from gate.engines.base import BatchResult, GenerationSettings, Request
+from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request
 from gate.engines.layout import RaggedBatch, right_align
 from gate.engines.sampling import RowRandom, probs, sample
 from gate.engines.tracking import Tracker, shrink
@@ -21,7 +21,7 @@ from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 class ReferenceEngine:
     name = "reference"
     speculative = False
-    max_batch_size = None
+    capabilities = Capabilities(steppable=True, counters="none")
 
     def __init__(self, target: torch.nn.Module, device: torch.device):
         self.target = target

@@ -1,51 +1,86 @@
 """Batched speculative decoding that stays correct when rows accept different numbers of tokens.
 
-One step, for a batch of rows (Leviathan et al. 2023; Chen et al. 2023):
+One step, for a batch of rows (Leviathan et al. 2023; Chen et al. 2023),
+p: target distribution, q: draft distribution, as in the papers:
 
-1. *Draft.*  The draft model proposes ``k_row`` tokens per row, one forward per
+1. *Draft.*  The draft proposes ``k_row`` tokens per row, one forward per
    position.  ``k_row = min(k, remaining - 1)`` so a row never drafts past its
    token budget; positions past ``k_row`` are holes for that row.
-2. *Verify.*  One target forward over ``[pending tokens, d_1 .. d_K]`` for the
-   whole batch gives the target's distribution at every draft position plus one.
-3. *Accept.*
-   - Greedy: accept the longest prefix where ``d_j == argmax p_j``; then emit
-     the target's own token at the first mismatch (or the bonus position).
-   - Sampling: accept ``d_j`` with probability ``min(1, p_j(d_j) / q_j(d_j))``
-     (p: target, q: draft).  At the first rejection emit a sample from the
-     residual ``norm(max(0, p_j - q_j))``; if every draft was accepted, sample the
-     bonus token from ``p_{k+1}``.  This makes every emitted token an exact draw
-     from the target's distribution.
-4. *Roll back.*  Each row keeps its pending tokens and its accepted drafts in the
-   target cache; the draft cache keeps what the draft saw of them.  Rejected
-   entries become holes (see :mod:`gate.engines.layout`), so each row keeps its
-   own positions, mask and cache length.
+2. *Verify.*  One target forward over ``[pending tokens, d_1 .. d_K]`` gives p at
+   every draft position plus one.
+3. *Accept.*  Greedy: the longest prefix with ``d_j == argmax p_j``.  Sampling:
+   accept ``d_j`` with probability ``min(1, p_j(d_j) / q_j(d_j))``.
+4. *Residual or bonus.*  At the first rejection the next token comes from the
+   residual ``norm(max(0, p_j - q_j))``; if every draft was accepted, the bonus
+   token comes from ``p_{K+1}``.  Every emitted token is then an exact draw from p.
+5. *Roll back.*  Each row keeps its accepted drafts; rejected entries become
+   holes (see :mod:`gate.engines.layout`), so each row keeps its own positions,
+   mask and cache length.
 
-EOS inside an accepted block ends that sequence there, and ``max_new_tokens`` is
-never exceeded (:class:`gate.engines.tracking.Tracker`).
+Each row draws exactly ``2k + 1`` uniforms per step from its own stream
+(``u_draft``, ``u_accept``, ``u_final``), so a sampled sequence does not depend
+on its batch-mates.  EOS inside an accepted block ends that sequence there, and
+``max_new_tokens`` is never exceeded (:class:`gate.engines.tracking.Tracker`).
 
-Each row draws exactly ``2k + 1`` uniforms per step from its own stream, so a
-sampled sequence does not depend on its batch-mates.
-
-The step is split into small methods (``propose``, ``accept_greedy``,
-``accept_sampling``, ``final_distribution``, ``rollback``) so that the self-test's
-mutants can each break exactly one of them.
+:meth:`SpeculativeEngine.step` is the algorithm on one screen; the per-row
+bookkeeping (pending tokens, counters, dropping finished rows) lives beside it
+in :class:`Rows`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gate.engines.base import BatchResult, GenerationSettings, Request
+from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request
 from gate.engines.layout import RaggedBatch, right_align
 from gate.engines.sampling import RowRandom, probs, sample
 from gate.engines.tracking import Tracker, shrink
 from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 
 
+class Rows:
+    """Per-row state of one batch: which request each cache row holds, and its pending tokens."""
+
+    def __init__(self, requests: list[Request], tracker: Tracker):
+        self.tracker = tracker
+        self.ids = list(range(len(requests)))  # cache row -> request index
+        self.t_lag = {i: list(r.prompt_ids) for i, r in enumerate(requests)}  # not yet in the target cache
+        self.d_lag = {i: list(r.prompt_ids) for i, r in enumerate(requests)}  # not yet in the draft cache
+
+    def active(self) -> list[int]:
+        return [j for j, r in enumerate(self.ids) if not self.tracker.done(r)]
+
+    def draft_budget(self, active: list[int], k: int) -> list[int]:
+        """k_row: drafts per row, never past the row's token budget; 0 for finished rows."""
+        k_list = [0] * len(self.ids)
+        for j in active:
+            k_list[j] = min(k, self.tracker.remaining(self.ids[j]) - 1)
+        return k_list
+
+    def commit(self, active: list[int], k_list: list[int], K: int, drafts: list[list[int]],
+               n: list[int], nxt: list[int], now: float) -> None:
+        """Emit each row's accepted drafts and next token; count; set what each cache must see next."""
+        for j in active:
+            r, nj = self.ids[j], n[j]
+            emitted = self.tracker.emit(r, drafts[j][:nj] + [nxt[j]], now)
+            self.tracker.counters[r].observe_step(k_list[j], nj, emitted, draft_forwards=K)
+            if self.tracker.done(r):
+                self.t_lag.pop(r, None)
+                self.d_lag.pop(r, None)
+                continue
+            self.t_lag[r] = [nxt[j]]
+            if not K:  # the draft did not run: it still has to see this step's token
+                self.d_lag[r] = self.d_lag.get(r, []) + [nxt[j]]
+            elif nj == K:  # every draft accepted: the draft never fed its own last token
+                self.d_lag[r] = [drafts[j][K - 1], nxt[j]]
+            else:
+                self.d_lag[r] = [nxt[j]]
+
+
 class SpeculativeEngine:
     name = "speculative"
     speculative = True
-    max_batch_size = None
+    capabilities = Capabilities(steppable=True)
     layout = RaggedBatch
     tracker = Tracker
 
@@ -54,12 +89,46 @@ class SpeculativeEngine:
         self.draft = draft
         self.device = device
 
-    # --- the algorithm, one step ---------------------------------------------------------
+    # --- the algorithm --------------------------------------------------------------------
+
+    def step(self, rows: Rows, tgt: RaggedBatch, drf: RaggedBatch, settings: GenerationSettings,
+             rnd: RowRandom | None, clock: Clock) -> None:
+        """One step for every active row: draft, verify, accept, then the residual or bonus token."""
+        k = settings.num_draft_tokens
+        active = rows.active()
+        k_list = rows.draft_budget(active, k)
+        k_row, K = torch.tensor(k_list, device=self.device), max(k_list)
+        u_draft = u_accept = u_final = None
+        if rnd is not None:
+            u = torch.zeros(len(rows.ids), 2 * k + 1, dtype=torch.float64, device=self.device)
+            u[active] = rnd.uniform([rows.ids[j] for j in active], 2 * k + 1)
+            u_draft, u_accept, u_final = u[:, :k], u[:, k:2 * k], u[:, 2 * k]
+
+        d_start, d_width = drf.length, max(len(rows.d_lag.get(r, [])) for r in rows.ids)
+        drafts, q = self.propose(drf, [rows.d_lag.get(r, []) for r in rows.ids], k_row, K, settings, u_draft)
+
+        t_start = tgt.length
+        lag_ids, lag_valid = right_align([rows.t_lag.get(r, []) for r in rows.ids], self.device)
+        draft_valid = torch.arange(K, device=self.device)[None] < k_row[:, None]
+        logits = tgt.forward(torch.cat([lag_ids, drafts], 1), torch.cat([lag_valid, draft_valid], 1),
+                             logits_to_keep=K + 1)  # p_1 .. p_{K+1}
+
+        if settings.greedy:
+            n, nxt = self.accept_greedy(drafts, logits, k_row)
+        else:
+            n, nxt = self.accept_sampling(drafts, logits, q, k_row, settings, u_accept, u_final)
+
+        rows.commit(active, k_list, K, drafts.tolist(), n.tolist(), nxt.tolist(), clock.now())
+        tgt.rollback(t_start, self.target_keep(lag_ids.shape[1], n, K))
+        if K:
+            drf.rollback(d_start, d_width + n.clamp(max=K - 1))  # what the draft itself fed
 
     def propose(self, draft: RaggedBatch, lags: list[list[int]], k_row: torch.Tensor, K: int,
-                settings: GenerationSettings, u: torch.Tensor | None
+                settings: GenerationSettings, u_draft: torch.Tensor | None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Draft K tokens per row: ([R, K] token ids, [R, K, V] draft probabilities or None)."""
+        """Draft K tokens per row: ([R, K] token ids, [R, K, V] draft distributions q, or None)."""
+        if not K:
+            return torch.zeros(len(lags), 0, dtype=torch.long, device=self.device), None
         ids, valid = right_align(lags, self.device)
         drafts, qs = [], []
         for j in range(K):
@@ -67,8 +136,8 @@ class SpeculativeEngine:
             if settings.greedy:
                 d = logits.argmax(-1)
             else:
-                q = probs(logits, settings.temperature)  # q: draft distribution at position j
-                d = sample(q, u[:, j])
+                q = probs(logits, settings.temperature)  # q_j: draft distribution at position j
+                d = sample(q, u_draft[:, j])
                 qs.append(q)
             drafts.append(d)
             ids, valid = d[:, None], (k_row > j)[:, None]  # d_{j+1} is real only where j < k_row
@@ -76,54 +145,63 @@ class SpeculativeEngine:
 
     def accept_greedy(self, drafts: torch.Tensor, logits: torch.Tensor, k_row: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(accepted count n [R], next token [R]) for greedy decoding."""
+        """(accepted count n [R], next token [R]): the longest prefix the target agrees with, then its own token."""
         K = drafts.shape[1]
         best = logits.argmax(-1)  # [R, K+1]: the target's choice at each position
-        match = (drafts == best[:, :K]) & (torch.arange(K, device=self.device)[None] < k_row[:, None])
-        n = match.int().cumprod(1).sum(1)
-        return n, best.gather(1, n[:, None])[:, 0]
+        match = (drafts == best[:, :K]) & self._real(K, k_row)
+        n = self.accepted_count(match, k_row)
+        return n, best.gather(1, self.next_position(n, k_row)[:, None])[:, 0]
 
     def accept_sampling(self, drafts: torch.Tensor, logits: torch.Tensor, q: torch.Tensor | None,
-                        k_row: torch.Tensor, settings: GenerationSettings, u: torch.Tensor
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(accepted count n [R], next token [R]) by the rejection rule."""
-        R, K = drafts.shape
-        k = settings.num_draft_tokens
-        p = probs(logits, settings.temperature)  # [R, K+1, V]: target distributions
+                        k_row: torch.Tensor, settings: GenerationSettings, u_accept: torch.Tensor,
+                        u_final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(accepted count n [R], next token [R]) by the rejection rule, then the residual or bonus draw."""
+        K = drafts.shape[1]
+        p = probs(logits, settings.temperature)  # [R, K+1, V]: p_1 .. p_{K+1}
         if K:
             p_d = p[:, :K].gather(2, drafts[..., None])[..., 0]
             q_d = q.gather(2, drafts[..., None])[..., 0]
-            # accept d_j with probability min(1, p/q)  <=>  u * q < p
-            ok = (u[:, k:k + K] * q_d < p_d) & (torch.arange(K, device=self.device)[None] < k_row[:, None])
-            n = ok.int().cumprod(1).sum(1)
+            n = self.accepted_count(self.accept_test(u_accept[:, :K], p_d, q_d) & self._real(K, k_row), k_row)
         else:
-            n = torch.zeros(R, dtype=torch.long, device=self.device)
-        dist = self.final_distribution(p, q, n, k_row)
-        return n, sample(dist, u[:, 2 * k])
+            n = torch.zeros(len(drafts), dtype=torch.long, device=self.device)
+        return n, sample(self.final_distribution(p, q, n, k_row), u_final)
+
+    def accept_test(self, u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
+        return u * q_d < p_d  # accept d with probability min(1, p(d) / q(d)); p >= q: always
+
+    def accepted_count(self, ok: torch.Tensor, k_row: torch.Tensor) -> torch.Tensor:
+        return ok.int().cumprod(1).sum(1)  # the accepted prefix ends at the first rejection
+
+    def next_position(self, n: torch.Tensor, k_row: torch.Tensor) -> torch.Tensor:
+        return n  # the token after n accepted drafts is drawn at position n + 1 (index n)
 
     def final_distribution(self, p: torch.Tensor, q: torch.Tensor | None, n: torch.Tensor,
                            k_row: torch.Tensor) -> torch.Tensor:
         """Where the token after the accepted prefix comes from: the residual, or p for the bonus."""
         R, _, V = p.shape
-        p_n = p.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]
+        at = self.next_position(n, k_row)[:, None, None].expand(R, 1, V)
+        p_n = p.gather(1, at)[:, 0]
         if q is None:
             return p_n
-        q_pad = torch.cat([q, torch.zeros_like(q[:, :1])], 1)
-        q_n = q_pad.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]
-        residual = (p_n - q_n).clamp_(min=0)
-        total = residual.sum(-1, keepdim=True)
-        residual = torch.where(total > 0, residual / total.clamp(min=1e-30), p_n)
-        bonus = (n >= k_row)[:, None]  # every real draft accepted: the next token is a plain target draw
-        return torch.where(bonus, p_n, residual)
+        q_n = torch.cat([q, torch.zeros_like(q[:, :1])], 1).gather(1, at)[:, 0]
+        bonus = (n >= k_row)[:, None]  # every real draft accepted: a plain draw from p_{K+1}
+        return torch.where(bonus, p_n, self.residual(p_n, q_n))
 
-    def rollback(self, target: RaggedBatch, draft: RaggedBatch, t_start: int, d_start: int,
-                 t_width: int, d_width: int, n: torch.Tensor, K: int) -> None:
-        """Drop rejected drafts: keep pending + accepted in the target, what the draft saw in the draft."""
-        target.rollback(t_start, t_width + n)
-        if K:
-            draft.rollback(d_start, d_width + n.clamp(max=K - 1))
+    def residual(self, p_n: torch.Tensor, q_n: torch.Tensor) -> torch.Tensor:
+        r = (p_n - q_n).clamp_(min=0)  # norm(max(0, p - q))
+        total = r.sum(-1, keepdim=True)
+        return torch.where(total > 0, r / total.clamp(min=1e-30), p_n)
+
+    def target_keep(self, width: int, n: torch.Tensor, K: int) -> torch.Tensor:
+        return width + n  # pending tokens and accepted drafts stay in the target cache; rejected ones go
+
+    def _real(self, K: int, k_row: torch.Tensor) -> torch.Tensor:
+        return torch.arange(K, device=self.device)[None] < k_row[:, None]
 
     # --- the loop --------------------------------------------------------------------------
+
+    def drop_finished(self, rows: Rows, batches: list[RaggedBatch]) -> None:
+        rows.ids = shrink(rows.ids, rows.tracker, batches)
 
     @torch.inference_mode()
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
@@ -139,74 +217,12 @@ class SpeculativeEngine:
         rnd = None if settings.greedy else RowRandom([r.seed for r in requests], self.device)
         tgt = self.layout(self.target, len(requests), self.device, realign)
         drf = self.layout(self.draft, len(requests), self.device, realign)
-        rows = list(range(len(requests)))  # batch row -> request index
-        t_lag = {i: list(r.prompt_ids) for i, r in enumerate(requests)}  # not yet in the target cache
-        d_lag = {i: list(r.prompt_ids) for i, r in enumerate(requests)}  # not yet in the draft cache
-
-        while True:
-            active = [j for j, r in enumerate(rows) if not tracker.done(r)]
-            if not active:
-                break
-            k_list = [0] * len(rows)
-            for j in active:
-                k_list[j] = min(k, tracker.remaining(rows[j]) - 1)
-            k_row = torch.tensor(k_list, device=self.device)
-            K = max(k_list)
-            u = None
-            if rnd is not None:
-                u = torch.zeros(len(rows), 2 * k + 1, dtype=torch.float64, device=self.device)
-                u[active] = rnd.uniform([rows[j] for j in active], 2 * k + 1)
-
-            d_start, d_width = drf.length, max(len(d_lag.get(r, [])) for r in rows)
-            if K:
-                drafts, q = self.propose(drf, [d_lag.get(r, []) for r in rows], k_row, K, settings, u)
-            else:
-                drafts, q = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device), None
-
-            t_start = tgt.length
-            lag_ids, lag_valid = right_align([t_lag.get(r, []) for r in rows], self.device)
-            draft_valid = torch.arange(K, device=self.device)[None] < k_row[:, None]
-            logits = tgt.forward(torch.cat([lag_ids, drafts], 1), torch.cat([lag_valid, draft_valid], 1),
-                                 logits_to_keep=K + 1)
-            if settings.greedy:
-                n, nxt = self.accept_greedy(drafts, logits, k_row)
-            else:
-                n, nxt = self.accept_sampling(drafts, logits, q, k_row, settings, u)
-
-            n_list, nxt_list, d_list = n.tolist(), nxt.tolist(), drafts.tolist()
-            now = clock.now()
-            for j in active:
-                r, nj = rows[j], n_list[j]
-                emitted = tracker.emit(r, d_list[j][:nj] + [nxt_list[j]], now)
-                c = tracker.counters[r]
-                accepted = min(nj, emitted)
-                c.num_target_forwards += 1
-                c.num_draft_forwards += K
-                c.num_emitted_tokens += emitted
-                c.num_accepted_tokens += accepted
-                if k_list[j]:
-                    c.num_drafts += 1
-                    c.num_draft_tokens += k_list[j]
-                    for pos in range(k_list[j]):
-                        c.num_draft_tokens_per_pos[pos] += 1
-                    for pos in range(accepted):
-                        c.num_accepted_tokens_per_pos[pos] += 1
-                if tracker.done(r):
-                    t_lag.pop(r, None)
-                    d_lag.pop(r, None)
-                    continue
-                t_lag[r] = [nxt_list[j]]
-                if not K:  # the draft did not run: it still has to see this step's token
-                    d_lag[r] = d_lag.get(r, []) + [nxt_list[j]]
-                elif nj == K:  # every draft accepted: the draft never fed its own last token
-                    d_lag[r] = [d_list[j][K - 1], nxt_list[j]]
-                else:
-                    d_lag[r] = [nxt_list[j]]
-            self.rollback(tgt, drf, t_start, d_start, lag_ids.shape[1], d_width, n, K)
-            rows = shrink(rows, tracker, [tgt, drf])
+        rows = Rows(requests, tracker)
+        while rows.active():
+            self.step(rows, tgt, drf, settings, rnd, clock)
+            self.drop_finished(rows, [tgt, drf])
             tgt.compact()
             drf.compact()
-
         wall = clock.now() - start
         return BatchResult(tracker.results(), wall_s=wall, realign_s=realign.total,
                            num_target_forwards=tgt.forwards, num_draft_forwards=drf.forwards,

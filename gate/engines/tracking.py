@@ -57,17 +57,13 @@ class Tracker:
     def done(self, i: int) -> bool:
         return self.stop[i] is not None
 
-    def active(self) -> list[int]:
-        return [i for i in range(len(self.requests)) if self.stop[i] is None]
-
     def emit(self, i: int, toks: list[int], now: float) -> int:
         """Append a step's tokens to sequence ``i``; return how many were kept."""
         kept = toks[: self.remaining(i)]
-        for j, t in enumerate(kept):
-            if t in self.eos:
-                kept = kept[: j + 1]
-                self.stop[i] = "eos"
-                break
+        cut = self.eos_at(kept)
+        if cut is not None:
+            kept = kept[: cut + 1]
+            self.stop[i] = "eos"
         if kept:
             self.tokens[i] += kept
             if self.first[i] is None:
@@ -76,6 +72,10 @@ class Tracker:
         if self.stop[i] is None and self.remaining(i) == 0:
             self.stop[i] = "max_tokens"
         return len(kept)
+
+    def eos_at(self, toks: list[int]) -> int | None:
+        """Index of the first EOS in a step's tokens: the sequence ends there, inclusive."""
+        return next((j for j, t in enumerate(toks) if t in self.eos), None)
 
     def results(self) -> list[SequenceResult]:
         out = []

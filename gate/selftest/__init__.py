@@ -3,7 +3,7 @@
 On the embedded demo pair, with a small slice-balanced subset of the default
 suite, the gate's checks are run against:
 
-* every mutant in :mod:`gate.engines.mutants` — each must be caught by at least
+* every mutant in :mod:`gate.selftest.mutants` — each must be caught by at least
   one named check (equivalence, a corruption signature, or distribution);
 * the correct speculative engine, over ``seeds`` runs that each change the
   sampling seed and the order of prompts (hence batch composition) — it must
@@ -15,6 +15,7 @@ mid-block and EOS handling is exercised.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tempfile
 from collections.abc import Callable
@@ -25,11 +26,11 @@ import torch
 from gate.cache import ReferenceCache
 from gate.checks import run_checks
 from gate.config import PACKAGE_DIR, parse_config
-from gate.engines.mutants import MUTANTS
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
 from gate.models import load_pair
 from gate.runner import Runner
+from gate.selftest.mutants import MUTANTS
 from gate.suite import Suite, load_suite
 
 SELFTEST_CONFIG = """\
@@ -74,11 +75,11 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
              say: Callable[[str], None] = lambda m: None) -> dict:
     torch.manual_seed(0)
     base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples}, PACKAGE_DIR / "selftest.yaml")
-    pair = load_pair(base)
-    eos = pair.encode(EOS_TEXT)
+    loaded = load_pair(base)
+    eos = loaded.encode(EOS_TEXT)
     if len(eos) != 1:
         raise RuntimeError(f"self-test EOS {EOS_TEXT!r} is not one token in the demo tokenizer")
-    pair.eos_override = tuple(eos)
+    pair = dataclasses.replace(loaded, eos_override=tuple(eos))  # a view with another EOS; the models are shared
     reference = ReferenceEngine(pair.target.model, pair.device)
     out: dict = {"mutants": [], "correct_engine": {}}
     with tempfile.TemporaryDirectory(prefix="specguard-selftest-") as tmp:

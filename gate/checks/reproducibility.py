@@ -1,0 +1,84 @@
+"""Reproducibility, reported on its own line: lossless is not the same as bitwise reproducible.
+
+For each engine on its own (speculative and non-speculative separately):
+
+* **across batch sizes**: is each prompt's greedy output bitwise identical at every
+  batch size to the smallest one?
+* **across runs**: when the very same batch (same prompts, same order) ran again,
+  was each output bitwise identical?  Nothing differed but time.
+
+Differences here are expected on GPUs (reduction order changes with batch shape)
+and are not bugs by themselves: equivalence tells bugs from noise.  They fail the
+gate only under ``checks.reproducibility.require_bitwise``.
+"""
+
+from __future__ import annotations
+
+from gate.checks.context import CheckContext
+from gate.checks.verdict import Verdict
+from gate.config import REFERENCE
+from gate.results import Results, SequenceOutput
+
+
+def _identical(a: dict[str, SequenceOutput], b: dict[str, SequenceOutput]) -> tuple[int, int]:
+    common = sorted(set(a) & set(b))
+    return sum(a[p].token_ids == b[p].token_ids for p in common), len(common)
+
+
+def measure(results: Results, repeat_batch_size: int | None) -> dict:
+    out = {}
+    for engine in [REFERENCE, *results.engines()]:
+        have = results.greedy_batch_sizes(engine)
+        if not have:
+            continue
+        base = results.greedy_outputs(engine, have[0])
+        across_bs = {}
+        for bs in have[1:]:
+            same, n = _identical(base, results.greedy_outputs(engine, bs))
+            across_bs[str(bs)] = {"identical": same, "compared": n}
+        runs = None
+        repeated = [bs for bs in have if results.reruns(engine, bs)]
+        if repeated:  # the configured repeat batch size, else the largest that ran a batch twice
+            bs = repeat_batch_size if repeat_batch_size in repeated else repeated[-1]
+            pairs = results.reruns(engine, bs)
+            differing = {a.prompt_id for a, b in pairs if a.token_ids != b.token_ids}
+            prompts = {a.prompt_id for a, _ in pairs}
+            runs = {"batch_size": bs, "identical": len(prompts - differing), "compared": len(prompts)}
+        out[engine] = {
+            "speculative": engine != REFERENCE,
+            "base_batch_size": have[0],
+            "across_batch_sizes": across_bs,
+            "bitwise_across_batch_sizes": all(v["identical"] == v["compared"] for v in across_bs.values())
+            if across_bs else None,
+            "across_runs": runs,
+            "bitwise_across_runs": (runs["identical"] == runs["compared"]) if runs else None,
+        }
+    return out
+
+
+PROPERTIES = (("across batch sizes", "bitwise_across_batch_sizes"), ("across runs", "bitwise_across_runs"))
+
+
+def sentence(kind: str, r: dict) -> str:
+    """One clause per property: 'speculative decoding: NOT bitwise identical across batch sizes; bitwise
+    identical across runs'."""
+    parts = [f"{'bitwise identical' if r[key] else 'NOT bitwise identical'} {label}"
+             for label, key in PROPERTIES if r.get(key) is not None]
+    return f"{kind} decoding: " + "; ".join(parts)
+
+
+def run(results: Results, ctx: CheckContext) -> tuple[dict | None, list[Verdict]]:
+    cfg = ctx.config.checks.reproducibility
+    repro = measure(results, cfg.repeat_batch_size or max(ctx.config.batching.batch_sizes))
+    verdicts = []
+    for engine, r in repro.items():
+        flags = [r[key] for _, key in PROPERTIES if r.get(key) is not None]
+        if not flags:
+            continue
+        ok = all(flags)
+        status = "pass" if ok else ("fail" if cfg.require_bitwise else "warn")
+        kind = "speculative" if r["speculative"] else "non-speculative"
+        verdicts.append(Verdict("reproducibility", engine, status, sentence(kind, r)
+                                + ("" if ok or cfg.require_bitwise else
+                                   " (reported, not gated; set require_bitwise to gate it)")))
+    return repro, verdicts

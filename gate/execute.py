@@ -1,0 +1,131 @@
+"""Run planned jobs: the reference cache, resume from a record log, and what stopped a run.
+
+The :class:`Executor` turns a :class:`~gate.plan.Job` into an
+:class:`~gate.results.Execution`.  In order, it takes the execution from:
+
+1. the previous run's ``records.jsonl``, when resuming (same key, same fingerprint);
+2. the reference cache, for reference jobs that do not depend on the draft;
+3. the engine.
+
+Every finished execution is appended to the record log at once, so an
+interrupted run keeps everything but the batch in flight.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from gate import fingerprint as fp
+from gate.cache import ReferenceCache
+from gate.engines.base import Engine, GenerationSettings, Request
+from gate.plan import Job, PlannedBatch, PromptInfo, prompt_seed
+from gate.results import Execution, JobKey, Phase, RecordLog, SequenceOutput
+
+
+class Interrupted(Exception):
+    """The run was asked to stop (SIGTERM; SIGINT arrives as KeyboardInterrupt)."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM (what `timeout` and a cancelled CI job send) into :class:`Interrupted`."""
+
+    def on_term(signum, frame):
+        raise Interrupted("SIGTERM")
+
+    try:
+        old = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class Executor:
+    def __init__(self, prompts: list[PromptInfo], decode: Callable[[list[int]], str], log: RecordLog,
+                 seed: int = 0, cache: ReferenceCache | None = None, cache_context: dict | None = None,
+                 previous: dict[JobKey, Execution] | None = None):
+        self.prompts = prompts
+        self.decode = decode
+        self.log = log
+        self.seed = seed
+        self.cache = cache
+        self.cache_context = cache_context or {}
+        self.previous = dict(previous or {})
+        self.records: list[Execution] = []
+        self.reused: list[str] = []
+        self.current: dict | None = None  # the job in flight, for "stopped at"
+
+    def requests(self, batch: PlannedBatch, repeat: int) -> list[Request]:
+        return [Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens,
+                        prompt_seed(self.seed, self.prompts[i].id, repeat)) for i in batch.members]
+
+    def cache_key(self, batch: PlannedBatch, repeat: int, settings: GenerationSettings) -> str:
+        """Everything a reference generation depends on (see :mod:`gate.cache`); the draft is not part of it."""
+        return fp.digest({
+            **self.cache_context,
+            "prompts": [self.prompts[i].prompt_ids for i in batch.members],
+            "max_new": [self.prompts[i].max_new_tokens for i in batch.members],
+            "seeds": [r.seed for r in self.requests(batch, repeat)],
+            "settings": settings.to_dict(), "batch_size": batch.batch_size, "n_real": batch.n_real,
+        })
+
+    def run(self, engine: Engine, job: Job, settings: GenerationSettings) -> Execution:
+        b = job.batch
+        key = JobKey(job.phase.value, engine.name, job.mode, b.batch_size, b.composition, b.index, job.repeat)
+        if key in self.previous:
+            rec = self.previous.pop(key)
+            self.records.append(rec)
+            return rec
+        self.current = {"phase": job.phase.value, "engine": engine.name, "mode": job.mode,
+                        "batch_size": b.batch_size, "composition": b.composition, "batch": b.index,
+                        "repeat": job.repeat}
+        cache_key = self.cache_key(b, job.repeat, settings) if (self.cache and job.cacheable) else None
+        cached = self.cache.get(cache_key) if cache_key else None
+        if cached is not None:
+            rec = cached.model_copy(update={"phase": job.phase, "engine": engine.name, "mode": job.mode,
+                                            "composition": b.composition, "batch": b.index,
+                                            "repeat": job.repeat, "slice": b.slice, "bucket": b.bucket,
+                                            "cached": True})
+            self.reused.append(key.label())
+        else:
+            rec = self._generate(engine, job, settings)
+            if cache_key:
+                self.cache.put(cache_key, rec)
+        self.log.append(rec)
+        self.records.append(rec)
+        self.current = None
+        return rec
+
+    def _generate(self, engine: Engine, job: Job, settings: GenerationSettings) -> Execution:
+        b = job.batch
+        requests = self.requests(b, job.repeat)
+        result = engine.generate(requests, settings)
+        return Execution(
+            phase=job.phase, engine=engine.name, mode=job.mode, batch_size=b.batch_size,
+            composition=b.composition, batch=b.index, repeat=job.repeat, slice=b.slice, bucket=b.bucket,
+            temperature=settings.temperature, prompts=[self.prompts[i].id for i in b.members], n_real=b.n_real,
+            wall_s=result.wall_s, realign_s=result.realign_s, num_target_forwards=result.num_target_forwards,
+            num_draft_forwards=result.num_draft_forwards, peak_memory_bytes=result.peak_memory_bytes,
+            sequences=[
+                SequenceOutput(prompt_id=self.prompts[i].id, filler=row >= b.n_real, seed=req.seed,
+                               text=self.decode(s.token_ids), token_ids=list(s.token_ids),
+                               stop_reason=s.stop_reason, wall_s=s.wall_s, ttft_s=s.ttft_s,
+                               per_token_s=s.per_token_s, counters=s.counters)
+                for row, (i, req, s) in enumerate(zip(b.members, requests, result.sequences))
+            ],
+        )
+
+    def warm_up(self, engine: Engine, batch: PlannedBatch, settings: GenerationSettings, times: int) -> None:
+        """Unrecorded runs before timing (first calls pay for allocation and kernel selection)."""
+        for _ in range(times):
+            engine.generate([Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens)
+                             for i in batch.members], settings)
+
+
+__all__ = ["Executor", "Interrupted", "Phase", "sigterm_interrupts"]

@@ -1,0 +1,98 @@
+"""Deliberately broken speculative engines, one per known bug class.
+
+``specguard selftest`` runs the gate's checks against each of them and against
+the correct engine: every mutant must be caught by at least one named check,
+and the correct engine must raise no alarm.  Each mutant overrides one small
+hook of :class:`~gate.engines.speculative.SpeculativeEngine` (or of its batch
+layout or tracker) in a line or two, so the diff from the correct engine *is*
+the bug, and stays so as the engine changes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gate.engines.layout import RaggedBatch
+from gate.engines.speculative import SpeculativeEngine
+from gate.engines.tracking import Tracker
+
+
+class _BatchMaxPositions(RaggedBatch):
+    def positions(self, new_valid):
+        # BUG: every row advances to the longest row's position, not its own.
+        return (self.valid.sum(1, keepdim=True).max() + new_valid.cumsum(1) - 1).clamp(min=0)
+
+
+class PositionsBatchMax(SpeculativeEngine):
+    """Position ids advanced by the batch maximum instead of per sequence."""
+
+    layout = _BatchMaxPositions
+
+
+class KVNoRollback(SpeculativeEngine):
+    """Rejected draft tokens stay in the target's KV cache."""
+
+    def target_keep(self, width, n, K):
+        return torch.full_like(n, width + K)  # BUG: every verified column kept, rejected drafts included
+
+
+class _StaleMask(RaggedBatch):
+    def reject(self, start, keep):
+        pass  # BUG: the cache is cropped to the longest row, but the other rows' rejected columns stay visible
+
+
+class StaleMaskAfterRealign(SpeculativeEngine):
+    """Attention mask not updated when ragged rows are realigned (only shows at batch size > 1)."""
+
+    layout = _StaleMask
+
+
+class AcceptOffByOne(SpeculativeEngine):
+    """Accepted count one too high: the first rejected draft token is emitted."""
+
+    def accepted_count(self, ok, k_row):
+        return torch.minimum(super().accepted_count(ok, k_row) + 1, k_row)  # BUG: off by one
+
+
+class BonusWrongPosition(SpeculativeEngine):
+    """When every draft is accepted, the bonus token is read at the last draft's position, not the next one."""
+
+    def next_position(self, n, k_row):
+        return torch.where((n >= k_row) & (k_row > 0), n - 1, n)  # BUG: p_K instead of p_{K+1}
+
+
+class NoResidual(SpeculativeEngine):
+    """On rejection, resample from the target p instead of the residual max(0, p - q)."""
+
+    def residual(self, p_n, q_n):
+        return p_n  # BUG: residual not used
+
+
+class InvertedRatio(SpeculativeEngine):
+    """Acceptance test uses q/p instead of p/q."""
+
+    def accept_test(self, u, p_d, q_d):
+        return u * p_d < q_d  # BUG: min(1, q/p)
+
+
+class _EosOnlyAtBlockEnd(Tracker):
+    def eos_at(self, toks):
+        return len(toks) - 1 if toks and toks[-1] in self.eos else None  # BUG: EOS honoured only at a block's end
+
+
+class EosIgnored(SpeculativeEngine):
+    """An EOS inside an accepted block does not end the sequence."""
+
+    tracker = _EosOnlyAtBlockEnd
+
+
+MUTANTS: dict[str, type[SpeculativeEngine]] = {
+    "positions-batch-max": PositionsBatchMax,
+    "kv-no-rollback": KVNoRollback,
+    "stale-mask-after-realign": StaleMaskAfterRealign,
+    "accept-off-by-one": AcceptOffByOne,
+    "bonus-wrong-position": BonusWrongPosition,
+    "sampling-no-residual": NoResidual,
+    "sampling-inverted-ratio": InvertedRatio,
+    "eos-ignored-in-block": EosIgnored,
+}
