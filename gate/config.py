@@ -69,6 +69,7 @@ class SpeculationConfig(_Strict):
 
 class BatchingConfig(_Strict):
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 8], min_length=1)
+    compositions: Annotated[int, Field(ge=1, le=16)] = 2
 
     @field_validator("batch_sizes")
     @classmethod
@@ -101,6 +102,7 @@ class SuiteConfig(_Strict):
     path: str = "specguard:suites/default.jsonl"
     slices: list[str] = Field(default_factory=list)
     max_prompts_per_slice: PositiveInt | None = None
+    stress_mix: bool = False
 
 
 class EngineConfig(_Strict):

@@ -6,16 +6,29 @@ jobs; the timing scheduler (:mod:`gate.schedule`) decides how often each timing
 cell repeats.  Sharding filters a plan; merging unions executions by
 :class:`~gate.results.JobKey`.
 
-Two ways to cut the suite into batches of exactly the batch size:
+Three ways to cut the suite into batches of exactly the batch size:
 
-* :func:`plan_batches_per_cell`: each batch holds one *cell* (slice x context
-  bucket), a short cell filled up by repeating its own prompts.  Right for
-  timing, where a cell's own speedup is the point.
+* :func:`plan_batches_mixed` (equivalence and sampling): batches drawn from
+  the whole suite under a seeded shuffle, so slices and prompt lengths mix as
+  in production traffic.  The last batch is filled with *other* prompts of the
+  suite, never with copies of a row already in it; copies only when the suite
+  is smaller than the batch, and then the batch says so.  Every prompt appears
+  at least once per composition.  At batch sizes above 1,
+  ``batching.compositions`` shuffles each run, so every prompt meets different
+  batch-mates (batch-composition invariance is measured from them).
+* :func:`plan_batches_stress` (``suite.stress_mix``): the longest prompts
+  batched with the shortest, the worst case for padding and position bookkeeping.
+* :func:`plan_batches_per_cell` (timing): each batch holds one *cell* (slice x
+  context bucket), a short cell filled up by repeating its own prompts.  Right
+  for speedup, where a cell's own speedup is the point; wrong for equivalence,
+  because a copy of a row adds no raggedness and a long prompt never meets a
+  short one (the planner before issue 14; the self-test shows what it misses).
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
@@ -56,11 +69,17 @@ class PlannedBatch:
     def cell(self) -> tuple[str | None, str | None]:
         return (self.slice, self.bucket)
 
+    @property
+    def duplicates(self) -> bool:
+        """A prompt twice in one batch (only when the suite is smaller than the batch, for mixed batches)."""
+        return len(set(self.members)) < len(self.members)
+
     def record(self, prompts: list[PromptInfo]) -> BatchPlanRecord:
         lengths = [len(prompts[i].prompt_ids) for i in self.members]
         return BatchPlanRecord(batch_size=self.batch_size, composition=self.composition, batch=self.index,
                                kind=self.kind, prompts=[prompts[i].id for i in self.members], n_real=self.n_real,
-                               min_prompt_tokens=min(lengths), max_prompt_tokens=max(lengths))
+                               min_prompt_tokens=min(lengths), max_prompt_tokens=max(lengths),
+                               duplicates=self.duplicates)
 
 
 def bucket_name(n_tokens: int, edges: list[int]) -> str:
@@ -83,6 +102,53 @@ def plan_batches_per_cell(prompts: list[PromptInfo], batch_size: int) -> list[Pl
             real = idx[start:start + batch_size]
             fill = [idx[i % len(idx)] for i in range(batch_size - len(real))]
             out.append(PlannedBatch(batch_size, len(out), tuple(real + fill), len(real), "cell", 0, slc, bucket))
+    return out
+
+
+def _cut(order: list[int], batch_size: int, composition: int, kind: BatchKind) -> list[PlannedBatch]:
+    """Consecutive batches of ``order``; the last one filled with prompts not already in it."""
+    out = []
+    for start in range(0, len(order), batch_size):
+        real = order[start:start + batch_size]
+        fill = [i for i in order if i not in real][: batch_size - len(real)]
+        while len(real) + len(fill) < batch_size:  # the suite is smaller than the batch: copies are unavoidable
+            fill.append(order[len(fill) % len(order)])
+        out.append(PlannedBatch(batch_size, len(out), tuple(real + fill), len(real), kind, composition))
+    return out
+
+
+def plan_batches_mixed(prompts: list[PromptInfo], batch_size: int, composition: int = 0) -> list[PlannedBatch]:
+    """Batches drawn from the whole suite, shuffled by a seed of (batch size, composition) only.
+
+    The seed depends on nothing a PR changes (not the draft), so the reference cache serves
+    the same batches again.  Batch size 1 keeps the suite order: composition cannot matter there.
+    """
+    order = [p.index for p in prompts]
+    if batch_size > 1:
+        random.Random(f"specguard-composition:{batch_size}:{composition}").shuffle(order)
+    return _cut(order, batch_size, composition, "mixed")
+
+
+def plan_batches_stress(prompts: list[PromptInfo], batch_size: int, composition: int) -> list[PlannedBatch]:
+    """The longest prompts batched with the shortest: longest, shortest, 2nd longest, 2nd shortest, ..."""
+    by_len = [p.index for p in sorted(prompts, key=lambda p: (len(p.prompt_ids), p.index))]
+    order, lo, hi = [], 0, len(by_len) - 1
+    while lo <= hi:
+        order.append(by_len[hi])
+        if lo < hi:
+            order.append(by_len[lo])
+        lo, hi = lo + 1, hi - 1
+    return _cut(order, batch_size, composition, "stress")
+
+
+def equivalence_batches(prompts: list[PromptInfo], batch_size: int, compositions: int,
+                        stress_mix: bool) -> list[PlannedBatch]:
+    """Every composition of the outputs phase at one batch size."""
+    if batch_size == 1:
+        return plan_batches_mixed(prompts, 1, 0)
+    out = [b for c in range(compositions) for b in plan_batches_mixed(prompts, batch_size, c)]
+    if stress_mix:
+        out += plan_batches_stress(prompts, batch_size, compositions)
     return out
 
 
@@ -202,10 +268,11 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
         second = repeat_runs and not timed
         for b in sizes:
             names = able(b, "greedy")
-            batches = plan_batches_per_cell(prompts, b)
+            batches = equivalence_batches(prompts, b, config.batching.compositions, config.suite.stress_mix)
             out.batches += batches
             for pb in batches:
-                for r in range(2 if (second and b == repeat_bs) else 1):
+                # The run-to-run repeat reruns the first composition's batches unchanged.
+                for r in range(2 if (second and b == repeat_bs and pb.composition == 0) else 1):
                     out.outputs.append(Job(Phase.OUTPUTS, REFERENCE, "greedy", pb, r, cacheable=r == 0))
                     out.outputs += [Job(Phase.OUTPUTS, n, "greedy", pb, r) for n in names]
         if timed:
@@ -219,13 +286,13 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
                     for (slc, bucket), members in cells.items())))
         if 1 not in sizes:
             out.canonical = [Job(Phase.CANONICAL, REFERENCE, "greedy", pb, 0, cacheable=True)
-                             for pb in plan_batches_per_cell(prompts, 1)]
+                             for pb in plan_batches_mixed(prompts, 1)]
 
     if gen.sampling is not None:
         need = config.checks.distribution.num_samples
         sample_sizes = gen.sampling.batch_sizes or sizes
         for b in sample_sizes:
-            batches = tuple(plan_batches_per_cell(prompts, b))
+            batches = tuple(plan_batches_mixed(prompts, b))
             # The plain sampler is the control; with per-request seeds its output does not depend
             # on batch composition, so one batch size is enough for it.
             if b == sample_sizes[0]:

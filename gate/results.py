@@ -203,6 +203,7 @@ class Settings(_Record):
     engine_version: str
     capabilities: dict[str, dict[str, Any]] = Field(default_factory=dict)
     compositions: int = 1
+    stress_mix: bool = False
 
 
 class PromptRecord(_Record):
@@ -215,7 +216,7 @@ class PromptRecord(_Record):
 
 
 class BatchPlanRecord(_Record):
-    """One planned equivalence batch: its composition, members and length spread (issue: traffic-like batches)."""
+    """One planned equivalence batch: its composition, members and prompt-length spread."""
 
     batch_size: int
     composition: int
@@ -225,6 +226,7 @@ class BatchPlanRecord(_Record):
     n_real: int
     min_prompt_tokens: int
     max_prompt_tokens: int
+    duplicates: bool = False  # a prompt twice in the batch: the suite is smaller than the batch size
 
 
 class Skip(_Record):
@@ -265,6 +267,7 @@ class Results(RunHeader):
     executions: list[Execution] = Field(default_factory=list)
     skipped: list[Skip] = Field(default_factory=list)
     cache: dict[str, list[str]] = Field(default_factory=lambda: {"reused": []})
+
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     # --- queries ----------------------------------------------------------------------

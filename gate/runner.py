@@ -12,8 +12,9 @@ Phases, in order:
 
 1. **calibration** of the loaded pair (:mod:`gate.calibrate`), for engines that run its steps;
 2. **outputs** (greedy): every engine on the whole suite at every batch size, the
-   equivalence data.  Reference executions come from the cache when nothing they
-   depend on changed;
+   equivalence data, in batches that mix slices and prompt lengths as traffic does,
+   under ``batching.compositions`` shuffles (:mod:`gate.plan`).  Reference
+   executions come from the cache when nothing they depend on changed;
 3. **timing** (greedy): per load level, a spread subset of each cell, reference and
    engines interleaved, with adaptive repeats.  Never cached: an honest paired
    timing needs the reference measured now, beside the engine;
@@ -121,6 +122,7 @@ class Runner:
             sampling=cfg.generation.sampling.model_dump() if cfg.generation.sampling else None,
             engines=[e.name for e in self.engines], engine_version=ENGINE_VERSION,
             capabilities={e.name: e.capabilities.to_dict() for e in [self.reference, *self.engines]},
+            compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
         )
         return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings,
                          prompts=[p.record() for p in self.prompts],

@@ -54,7 +54,20 @@ def _env() -> Environment:
 
 def render_text(results: Results, checks: dict) -> str:
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
-    doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts"})
+    doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
     return _env().get_template("summary.md.j2").render(
         results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",
+        batch_plan=batch_plan(results),
     )
+
+
+def batch_plan(results: Results) -> list[dict]:
+    """Per batch size: compositions, batches, the widest prompt-length spread in one batch, duplicates."""
+    rows = []
+    for bs in sorted({b.batch_size for b in results.batches}):
+        mine = [b for b in results.batches if b.batch_size == bs]
+        widest = max(mine, key=lambda b: b.max_prompt_tokens - b.min_prompt_tokens)
+        rows.append({"batch_size": bs, "compositions": len({b.composition for b in mine}), "batches": len(mine),
+                     "min": widest.min_prompt_tokens, "max": widest.max_prompt_tokens,
+                     "duplicates": sum(b.duplicates for b in mine)})
+    return rows

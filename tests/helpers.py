@@ -69,15 +69,17 @@ def constant(value: float):
 
 
 def results_doc(prompts: list[tuple], outputs: dict, max_new: int, eos=(), slices=("t", "s")):
-    """A minimal, valid results document: {(engine, batch_size): [(token ids, stop reason)]} as greedy
-    outputs of one batch each, the prompts alternating between two slices."""
+    """A minimal, valid results document: {(engine, batch_size[, composition]): [(token ids, stop reason)]} as
+    greedy outputs of one batch each, the prompts alternating between two slices."""
     from gate.results import Results
 
     pids = [f"p{i}" for i in range(len(prompts))]
     execs = []
-    for (engine, bs), outs in outputs.items():
+    for key, outs in outputs.items():
+        engine, bs, composition = (*key, 0)[:3]
         execs.append({
             "phase": "outputs", "engine": engine, "mode": "greedy", "batch_size": bs, "batch": 0,
+            "composition": composition,
             "prompts": pids, "n_real": len(pids), "wall_s": 1.0,
             "sequences": [{"prompt_id": pid, "token_ids": list(o), "stop_reason": stop, "wall_s": 1.0}
                           for pid, (o, stop) in zip(pids, outs)]})
@@ -85,9 +87,9 @@ def results_doc(prompts: list[tuple], outputs: dict, max_new: int, eos=(), slice
         "schema": "specguard.results/2", "status": "complete",
         "fingerprint": {"hardware": {}, "hardware_key": "h", "libraries": {}, "models": {}, "config": "c",
                         "suite": {"name": "s", "fingerprint": "f", "prompts": len(prompts), "slices": list(slices)}},
-        "settings": {"num_draft_tokens": 4, "batch_sizes": sorted({bs for _, bs in outputs}),
+        "settings": {"num_draft_tokens": 4, "batch_sizes": sorted({k[1] for k in outputs}),
                      "max_new_tokens": max_new, "eos_token_ids": list(eos), "greedy": True,
-                     "engines": sorted({e for e, _ in outputs if e != "reference"}), "engine_version": "test"},
+                     "engines": sorted({k[0] for k in outputs if k[0] != "reference"}), "engine_version": "test"},
         "prompts": [{"id": pid, "slice": slices[i % 2], "bucket": "0-127", "n_prompt_tokens": len(p),
                      "max_new_tokens": max_new, "prompt_ids": list(p)}
                     for i, (pid, p) in enumerate(zip(pids, prompts))],

@@ -6,6 +6,10 @@ For each engine on its own (speculative and non-speculative separately):
   batch size to the smallest one?
 * **across runs**: when the very same batch (same prompts, same order) ran again,
   was each output bitwise identical?  Nothing differed but time.
+* **across compositions** (batch-composition invariance): at the same batch size,
+  is each prompt's output bitwise identical whatever it was batched with?  This is
+  what users rely on when they expect one answer per prompt (vLLM's
+  batch-invariant mode exists for it).
 
 Differences here are expected on GPUs (reduction order changes with batch shape)
 and are not bugs by themselves: equivalence tells bugs from noise.  They fail the
@@ -44,6 +48,17 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict:
             differing = {a.prompt_id for a, b in pairs if a.token_ids != b.token_ids}
             prompts = {a.prompt_id for a, _ in pairs}
             runs = {"batch_size": bs, "identical": len(prompts - differing), "compared": len(prompts)}
+        across_comp = {}
+        for bs in have:
+            comps = results.compositions(engine, bs)
+            if len(comps) < 2:
+                continue
+            outs = [results.greedy_outputs(engine, bs, c) for c in comps]
+            common = set.intersection(*(set(o) for o in outs))
+            same = sum(all(o[p].token_ids == outs[0][p].token_ids for o in outs[1:]) for p in common)
+            differing = sorted(p for p in common if any(o[p].token_ids != outs[0][p].token_ids for o in outs[1:]))
+            across_comp[str(bs)] = {"compositions": len(comps), "identical": same, "compared": len(common),
+                                    "differing": differing[:10]}
         out[engine] = {
             "speculative": engine != REFERENCE,
             "base_batch_size": have[0],
@@ -52,11 +67,15 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict:
             if across_bs else None,
             "across_runs": runs,
             "bitwise_across_runs": (runs["identical"] == runs["compared"]) if runs else None,
+            "across_compositions": across_comp,
+            "bitwise_across_compositions": all(v["identical"] == v["compared"] for v in across_comp.values())
+            if across_comp else None,
         }
     return out
 
 
-PROPERTIES = (("across batch sizes", "bitwise_across_batch_sizes"), ("across runs", "bitwise_across_runs"))
+PROPERTIES = (("across batch sizes", "bitwise_across_batch_sizes"), ("across runs", "bitwise_across_runs"),
+              ("across batch compositions", "bitwise_across_compositions"))
 
 
 def sentence(kind: str, r: dict) -> str:

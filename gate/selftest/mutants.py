@@ -86,6 +86,44 @@ class EosIgnored(SpeculativeEngine):
     tracker = _EosOnlyAtBlockEnd
 
 
+BUCKET_WIDTH = 128  # the first context bucket's width (checks.speedup.context_buckets defaults to [128, 512])
+
+
+class _ShortestPromptBuffer(RaggedBatch):
+    lost = None  # per row: how many of its oldest tokens fall outside the buffer
+
+    def attention_mask(self, new_valid):
+        mask, valid = super().attention_mask(new_valid)
+        if self.lost is None:  # the first forward is the prefill
+            lengths = new_valid.sum(1)
+            self.lost = (lengths - lengths.min() - BUCKET_WIDTH).clamp(min=0)  # BUG: sized from the shortest prompt
+        cols = torch.arange(valid.shape[1], device=valid.device)
+        itself = cols[None, :] == (self.length + torch.arange(new_valid.shape[1], device=valid.device))[:, None]
+        hidden = (valid & (valid.cumsum(1) <= self.lost[:, None]))[:, None, :] & ~itself[None]
+        mask[:, 0].masked_fill_(hidden, torch.finfo(self.dtype).min)
+        return mask, valid
+
+    def select(self, rows):
+        super().select(rows)
+        self.lost = self.lost.index_select(0, rows)
+
+
+class LengthMixBuffer(SpeculativeEngine):
+    """Attention buffer sized from the shortest prompt in the batch: long rows lose context, but only when a
+    batch mixes prompt lengths that differ by more than a context bucket's width."""
+
+    layout = _ShortestPromptBuffer
+
+
+class StaleRowMap(SpeculativeEngine):
+    """Per-row state indexed by the row's position in the first step: once finished rows are dropped, cache
+    rows are matched with the wrong requests (harmless while a batch holds copies of one row)."""
+
+    def drop_finished(self, rows, batches):
+        super().drop_finished(rows, batches)
+        rows.ids = list(range(len(rows.ids)))  # BUG: the row -> request map of the first step
+
+
 MUTANTS: dict[str, type[SpeculativeEngine]] = {
     "positions-batch-max": PositionsBatchMax,
     "kv-no-rollback": KVNoRollback,
@@ -95,4 +133,6 @@ MUTANTS: dict[str, type[SpeculativeEngine]] = {
     "sampling-no-residual": NoResidual,
     "sampling-inverted-ratio": InvertedRatio,
     "eos-ignored-in-block": EosIgnored,
+    "length-mix-buffer": LengthMixBuffer,
+    "stale-row-map": StaleRowMap,
 }

@@ -1,0 +1,67 @@
+"""Batch composition matters: the self-test's batch-only mutants are caught by traffic-like batches,
+and the length-mix bug escapes the per-cell planner the gate used before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from gate.checks import run_checks
+from gate.config import PACKAGE_DIR, REFERENCE, parse_config
+from gate.engines.reference import ReferenceEngine
+from gate.plan import Job, plan_batches_per_cell
+from gate.results import Phase
+from gate.runner import Runner
+from gate.selftest import EOS_TEXT, selftest_suite
+from gate.selftest.mutants import MUTANTS
+
+GREEDY_ONLY = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "specguard:demo/draft"}
+  device: cpu
+batching: {batch_sizes: [1, 4]}
+generation: {max_new_tokens: 24}
+output: {cache_dir: null}
+"""
+
+
+def per_cell_outputs(runner: Runner) -> None:
+    """Plan the outputs phase with the per-cell planner (one slice x bucket per batch, filled with copies)."""
+    jobs, batches = [], []
+    for b in runner.cfg.batching.batch_sizes:
+        for pb in plan_batches_per_cell(runner.prompts, b):
+            batches.append(pb)
+            jobs.append(Job(Phase.OUTPUTS, REFERENCE, "greedy", pb, 0, cacheable=True))
+            jobs += [Job(Phase.OUTPUTS, e.name, "greedy", pb, 0) for e in runner.engines]
+    runner.plan.outputs, runner.plan.batches = jobs, batches
+
+
+@pytest.fixture(scope="module")
+def eos_pair(demo_pair):
+    return dataclasses.replace(demo_pair, eos_override=tuple(demo_pair.encode(EOS_TEXT)))
+
+
+def alarms(pair, name: str, tmp_path, planner=None) -> list[str]:
+    cfg = parse_config(GREEDY_ONLY, PACKAGE_DIR / "t.yaml")
+    engine = MUTANTS[name](pair.target.model, pair.draft.model, torch.device("cpu"))
+    engine.name = name
+    runner = Runner(cfg, pair, selftest_suite(), ReferenceEngine(pair.target.model, torch.device("cpu")), [engine],
+                    tmp_path / f"{name}-{bool(planner)}", log=lambda m: None, timed=False, repeat_runs=False)
+    if planner:
+        planner(runner)
+    checks = run_checks(runner.run(), pair, cfg.config)
+    return sorted({v["check"] for v in checks["verdicts"] if v["status"] == "fail" and v["engine"] == name})
+
+
+def test_length_mix_bug_escapes_per_cell_batches_and_is_caught_by_mixed_ones(eos_pair, tmp_path):
+    assert alarms(eos_pair, "length-mix-buffer", tmp_path, planner=per_cell_outputs) == [], \
+        "per-cell batches never put a long prompt beside a short one: the bug must not show there"
+    assert "equivalence" in alarms(eos_pair, "length-mix-buffer", tmp_path)
+
+
+def test_stale_row_map_is_caught_by_mixed_batches(eos_pair, tmp_path):
+    assert "equivalence" in alarms(eos_pair, "stale-row-map", tmp_path)
