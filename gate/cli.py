@@ -1,8 +1,14 @@
 """The ``specguard`` command line.
 
-Exit codes: 0 pass, 1 a check failed (or the run is incomplete), 2 bad input
-(config, suite, model, results), 130 interrupted (finished work is kept; rerun
-with ``--resume``).
+Exit codes (one table, also in the README and ``--help``):
+
+==== ===============================================================================
+0    pass, or neutral (no baseline to compare with yet): verdicts were written
+1    a check failed or a regression was found (or the run is incomplete)
+2    bad input: config, suite, model, results, arguments
+3    the baseline is unusable: corrupt, another schema version, another suite or k
+130  interrupted: finished work is kept; rerun with ``--resume``
+==== ===============================================================================
 """
 
 from __future__ import annotations
@@ -13,15 +19,30 @@ import sys
 from pathlib import Path
 
 from gate import __version__
-from gate.errors import SpecguardError
+from gate.errors import Problem, SpecguardError
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BASELINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check failed or a regression was found, "
+              "2 bad input, 3 the baseline is unusable, 130 interrupted.")
+
+# Outputs of one run directory, in the order they are written; the verdict files come last.
+RUN_OUTPUTS = ("checks.json", "summary.md", "speedup.png", "comment.md", "verdict.json")
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 def _threads(args) -> None:
@@ -61,7 +82,13 @@ def _out_dir(args, loaded) -> Path:
     return Path(args.out) if args.out else loaded.resolve_path(loaded.config.output.dir)
 
 
-def _run(args):
+def _clear_outputs(out: Path, names=RUN_OUTPUTS) -> None:
+    """A run's outputs are a set: stale ones from an earlier run must not sit beside new ones."""
+    for name in names:
+        (out / name).unlink(missing_ok=True)
+
+
+def _run(args, paired=None):
     """Load everything and run the engines; returns (exit code, loaded config, model pair, out dir)."""
     from gate.cache import ReferenceCache
     from gate.config import load_config
@@ -73,13 +100,15 @@ def _run(args):
     _threads(args)
     loaded = load_config(args.config)
     suite = suite_for(loaded)
+    out = _out_dir(args, loaded)
+    _clear_outputs(out)
     _say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
     pair = load_pair(loaded)
     engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
-    out = _out_dir(args, loaded)
     cache_dir = loaded.config.output.cache_dir
     cache = None if (args.no_cache or not cache_dir) else ReferenceCache(loaded.resolve_path(cache_dir))
-    runner = Runner(loaded, pair, suite, build_reference(pair), engines, out, log=_say, cache=cache)
+    base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
+    runner = Runner(loaded, pair, suite, build_reference(pair), engines, out, log=_say, cache=cache, paired=base)
     results = runner.run(resume=args.resume)
     n = len(results.executions)
     if results.status == "interrupted":
@@ -93,20 +122,135 @@ def _run(args):
     return EXIT_OK, loaded, pair, out
 
 
+def paired_engine(against: str, loaded, pair, engines):
+    """The base's speculative configuration, as an engine timed beside the head's (paired mode)."""
+    from gate.config import load_config
+    from gate.engines.speculative import SpeculativeEngine
+    from gate.models import load_draft_for
+    from gate.runner import PairedBase
+
+    base = load_config(against)
+    head_target, base_target = loaded.config.models.target, base.config.models.target
+    if (loaded.resolve_path(head_target.path), head_target.dtype, head_target.revision) != \
+            (base.resolve_path(base_target.path), base_target.dtype, base_target.revision):
+        raise SpecguardError(Problem(str(base.source), "paired mode times the base's draft against the head's "
+                                     "with one target; the two configs name different targets",
+                                     field="models.target", hint="compare against the stored baseline instead"))
+    if not any(e.name == "speculative" for e in engines):
+        raise SpecguardError(Problem(str(loaded.source), "paired mode compares the gate's own engine: add "
+                                     "`- type: speculative` to engines", field="engines"))
+    draft = load_draft_for(base, pair)
+    engine = SpeculativeEngine(pair.target.model, draft.model, pair.device)
+    engine.name = "base-speculative"
+    return PairedBase(engine=engine, head_engine="speculative", draft=draft,
+                      num_draft_tokens=base.config.speculation.num_draft_tokens,
+                      config=base.config.model_dump(mode="json"), source=str(base.source))
+
+
 def _check(loaded, pair, out: Path) -> int:
     from gate.checks import run_checks
     from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
 
+    _clear_outputs(out)
     results = load_results(out)
     checks = run_checks(results, pair, loaded.config, say=_say)
     atomic_write_json(out / "checks.json", checks)
-    text = render_text(results, checks)
-    atomic_write_text(out / "summary.md", text)
-    print(text)
+    atomic_write_text(out / "summary.md", render_text(results, checks))
     _say(f"wrote {out / 'checks.json'} and {out / 'summary.md'}")
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
     return EXIT_FAIL if failed or results.status != "complete" else EXIT_OK
+
+
+def _find_baseline(results, config, name: str | None, baselines_dir: Path):
+    """(baseline, path, same hardware) for a name or a path; (None, None, True) when there is none yet."""
+    from gate.baseline import BaselineStore, load_baseline, usable_for
+
+    hw = results.fingerprint.hardware_key
+    if name and (name.endswith(".json") or Path(name).is_file()):
+        path, same = Path(name), None
+    else:
+        store = BaselineStore(baselines_dir, name or config.baseline.name or "specguard", config.baseline.history)
+        path, same = store.find(hw)
+        if path is None:
+            return None, str(store.path_for(hw)), True
+    baseline = load_baseline(path)
+    usable_for(baseline, results, str(path))
+    return baseline, str(path), baseline.hardware_key == hw if same is None else same
+
+
+def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,
+             quiet: bool = False) -> int:
+    from gate.compare import Paired, compare
+    from gate.report import build_page, print_terminal, render_comment, render_summary, write_png
+    from gate.results import atomic_write_json, atomic_write_text, load_results
+    from gate.summary import render_text
+
+    results = load_results(out)
+    checks = read_checks(out)
+    dest = report_dir or out
+    _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))
+    name = baseline_name or config.baseline.name or "specguard"
+    paired = None
+    if results.paired:
+        p = results.paired
+        paired = Paired(engine=p["engine"], head_engine=p["head_engine"], k=p["num_draft_tokens"],
+                        calibration=p.get("calibration", {}), config=p.get("config", {}))
+    baseline, path, same = _find_baseline(results, config, name, baselines_dir)
+    verdict = compare(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
+                      paired=paired)
+    page = build_page(results, checks, verdict, baseline, baseline.name if baseline else name)
+    atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
+                      + render_text(results, checks).split("\n", 1)[1])
+    note = write_png(checks, dest / "speedup.png")
+    if note:
+        _say(note)
+    atomic_write_text(dest / "comment.md", render_comment(page))
+    atomic_write_json(dest / "verdict.json", verdict)  # last: its presence means the verdicts were written
+    if not quiet:
+        print_terminal(verdict)
+    _say(f"wrote {dest / 'verdict.json'}, {dest / 'comment.md'} and {dest / 'summary.md'}")
+    return verdict.exit_code
+
+
+def read_checks(run_dir: Path) -> dict:
+    """checks.json of a run directory, validated against its schema."""
+    from pydantic import ValidationError
+
+    from gate.verdict import ChecksDoc
+
+    path = run_dir / "checks.json"
+    hint = "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecguardError(Problem(str(path), "checks not found", hint=hint)) from None
+    except (OSError, ValueError) as exc:
+        raise SpecguardError(Problem(str(path), f"unreadable checks: {exc}", hint=hint)) from None
+    try:
+        ChecksDoc.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        raise SpecguardError(Problem(str(path), f"corrupt checks: {e['msg']}",
+                                     field=".".join(str(x) for x in e["loc"]) or None, hint=hint)) from None
+    return doc
+
+
+def _verdict_says(out: Path) -> str | None:
+    try:
+        return json.loads((out / "verdict.json").read_text(encoding="utf-8")).get("outcome")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _config_of(results):
+    from gate.config import Config
+
+    try:
+        return Config.model_validate(results.config)
+    except Exception:  # an older results file without its config: default rules
+        models = {r: {"path": m.location} for r, m in results.fingerprint.models.items()}
+        return Config.model_validate({"models": models})
 
 
 def cmd_run(args) -> int:
@@ -122,15 +266,76 @@ def cmd_check(args) -> int:
     return _check(loaded, load_pair(loaded), _out_dir(args, loaded))
 
 
+def cmd_compare(args) -> int:
+    from gate.results import load_results
+
+    out = Path(args.run_dir)
+    config = _config_of(load_results(out))
+    return _compare(out, config, args.baseline, Path(args.baselines_dir),
+                    Path(args.out) if args.out else None, quiet=args.quiet)
+
+
 def cmd_gate(args) -> int:
     code, loaded, pair, out = _run(args)
-    return code if code != EXIT_OK else _check(loaded, pair, out)
+    if code != EXIT_OK:
+        return code
+    checked = _check(loaded, pair, out)
+    baselines = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else \
+        loaded.resolve_path(loaded.config.baseline.dir)
+    compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False))
+    outcome = _verdict_says(out)
+    if outcome is None:
+        return EXIT_FAIL  # no verdict file: never a pass
+    if compared == EXIT_OK and checked != EXIT_OK:
+        return checked
+    return compared
 
 
 def cmd_demo(args) -> int:
     args.config = str(DEMO_CONFIG)
     args.out = args.out or "specguard-out"
+    # The demo's committed baselines are this repository's baselines/ (run from its root).
+    args.baselines_dir = args.baselines_dir or "baselines"
     return cmd_gate(args)
+
+
+def cmd_baseline_refresh(args) -> int:
+    from gate.baseline import BaselineStore, derive
+    from gate.config import load_config
+    from gate.results import load_results
+
+    loaded = load_config(args.config)
+    run_dir = Path(args.from_dir)
+    results = load_results(run_dir)
+    ours = results.config and loaded.config.model_dump(mode="json") == results.config
+    if not ours:
+        raise SpecguardError(Problem(str(run_dir / "results.json"), f"this run was not made with {args.config} "
+                                     "(its config differs)", field="config",
+                                     hint="run `specguard gate CONFIG` and refresh from that run's directory"))
+    checks = read_checks(run_dir)
+    if args.force and not args.reason:
+        raise SpecguardError(Problem("specguard baseline refresh", "--force needs --reason: the baseline records "
+                                     "why a failing run was accepted", field="--reason"))
+    baseline = derive(results, checks, loaded.config, loaded.baseline_name,
+                      force_reason=args.reason if args.force else None)
+    root = Path(args.dir) if args.dir else loaded.resolve_path(loaded.config.baseline.dir)
+    store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
+    path = store.write(baseline)
+    print(f"wrote {path}" + (f" (forced: {args.reason})" if baseline.forced else ""))
+    return EXIT_OK
+
+
+def cmd_baseline_history(args) -> int:
+    from gate.baseline import BaselineStore
+    from gate.history import render_history
+
+    store = BaselineStore(Path(args.dir), args.name)
+    docs = store.history(args.hardware)
+    if not docs:
+        raise SpecguardError(Problem(str(store.dir), f"no baselines named {args.name!r}",
+                                     hint="refresh one first: `specguard baseline refresh CONFIG --from RUN_DIR`"))
+    print(render_history(docs))
+    return EXIT_OK
 
 
 def cmd_selftest(args) -> int:
@@ -157,9 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specguard",
         description="A merge gate for speculative decoding: checks that speculative output matches the "
                     "non-speculative reference at production batch sizes (telling bugs from float noise), "
-                    "reports reproducibility on its own line, and measures speedup per task slice, load "
-                    "level and context length.",
-        epilog="Exit codes: 0 pass, 1 a check failed or the run is incomplete, 2 bad input, 130 interrupted.",
+                    "reports reproducibility on its own line, measures speedup per task slice, load level and "
+                    "context length, and compares all of it with a committed baseline.",
+        epilog=EXIT_CODES,
     )
     p.add_argument("--version", action="version", version=f"specguard {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -175,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "specguard-out for demo)")
         q.add_argument("--resume", action="store_true", help="reuse finished executions of an interrupted run")
         q.add_argument("--no-cache", action="store_true", help="do not read or write the reference cache")
-        q.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+        q.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
 
     r = sub.add_parser("run", help="generate with every engine at every batch size; write results.json")
     generation_args(r)
@@ -185,16 +390,50 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and summary.md; exit 1 if a check fails")
     c.add_argument("config", help="path to specguard.yaml")
     c.add_argument("--out", help="directory holding results.json (default: output.dir from the config)")
-    c.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    c.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
     c.set_defaults(fn=cmd_check)
 
-    g = sub.add_parser("gate", help="run, then check; exit 1 if a check fails")
+    m = sub.add_parser("compare", help="compare a run (results.json + checks.json) with its baseline; write "
+                                       "verdict.json, comment.md, summary.md (no model is loaded)")
+    m.add_argument("run_dir", metavar="RUN_DIR", help="directory holding results.json and checks.json")
+    m.add_argument("--baseline", help="a baseline file, or a baseline name looked up in --baselines-dir for this "
+                                      "run's hardware (default: baseline.name from the run's config)")
+    m.add_argument("--baselines-dir", default="baselines", help="where named baselines live (default: baselines)")
+    m.add_argument("--out", help="directory for the verdict and report (default: RUN_DIR)")
+    m.add_argument("-q", "--quiet", action="store_true", help="print no report on the terminal")
+    m.set_defaults(fn=cmd_compare)
+
+    g = sub.add_parser("gate", help="run, check, then compare with the baseline; exit 1 on a failed check or "
+                                    "a regression")
     generation_args(g)
+    g.add_argument("--against", metavar="BASE.yaml", help="paired mode: time the base config's speculative "
+                                                          "engine (its draft and k) beside this one's, in this job")
+    g.add_argument("--baselines-dir", help="where baselines live (default: baseline.dir from the config)")
+    g.add_argument("-q", "--quiet", action="store_true", help="print no report on the terminal")
     g.set_defaults(fn=cmd_gate)
 
-    d = sub.add_parser("demo", help="the whole gate on the embedded demo pair and the default suite")
+    d = sub.add_parser("demo", help="the whole gate on the embedded demo pair and its committed baseline")
     generation_args(d, config=False)
-    d.set_defaults(fn=cmd_demo)
+    d.add_argument("--baselines-dir", help="where baselines live (default: ./baselines)")
+    d.add_argument("-q", "--quiet", action="store_true", help="print no report on the terminal")
+    d.set_defaults(fn=cmd_demo, against=None)
+
+    b = sub.add_parser("baseline", help="refresh a baseline from an accepted run, or print its history")
+    bsub = b.add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
+    br = bsub.add_parser("refresh", help="write baselines/<name>/<hardware>.json from a run (the old one goes to "
+                                         "history); refused for a run that fails equivalence or distribution")
+    br.add_argument("config", help="path to specguard.yaml")
+    br.add_argument("--from", dest="from_dir", required=True, metavar="RUN_DIR",
+                    help="the run's directory (results.json and checks.json)")
+    br.add_argument("--force", action="store_true", help="accept a failing run (needs --reason)")
+    br.add_argument("--reason", help="why a failing run is accepted; recorded in the baseline")
+    br.add_argument("--dir", help="where baselines live (default: baseline.dir from the config)")
+    br.set_defaults(fn=cmd_baseline_refresh)
+    bh = bsub.add_parser("history", help="the trend of speedup and acceptance per slice across refreshes")
+    bh.add_argument("name", help="the baseline's name (baseline.name, or the config file's name)")
+    bh.add_argument("--dir", default="baselines", help="where baselines live (default: baselines)")
+    bh.add_argument("--hardware", help="only this hardware key")
+    bh.set_defaults(fn=cmd_baseline_history)
 
     s = sub.add_parser("selftest", help="prove the checks catch deliberately broken engines and pass the "
                                         "correct one (on the demo pair)")
@@ -204,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--samples", type=int, default=600, help="sampled tokens per engine for the distribution "
                                                             "test (default 600)")
     s.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
-    s.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    s.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
     s.set_defaults(fn=cmd_selftest)
     return p
 

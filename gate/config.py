@@ -203,7 +203,19 @@ class ChecksConfig(_Strict):
 
 
 class BaselineConfig(_Strict):
-    path: str = "baselines/specguard-baseline.json"
+    dir: str = "baselines"
+    name: str | None = None  # default: the config file's name without .yaml
+    history: Annotated[int, Field(ge=0, le=1000)] = 20
+    acceptance_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    speedup_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.10
+    exact_match_drop: Fraction | Literal["auto"] = "auto"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
+            raise ValueError(f"expected 1-64 characters from [A-Za-z0-9_.-], got {v!r}")
+        return v
 
 
 class OutputConfig(_Strict):
@@ -241,6 +253,11 @@ class LoadedConfig(BaseModel):
     config: Config
     source: Path
     raw: dict
+
+    @property
+    def baseline_name(self) -> str:
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "-", self.source.stem)[:64] or "specguard"
+        return self.config.baseline.name or stem
 
     def resolve_path(self, value: str) -> Path:
         """A path from the config: package-relative, absolute, or relative to the config file."""

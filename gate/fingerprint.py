@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import sys
 
 import torch
@@ -59,7 +60,18 @@ def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
 def hardware_key(hw: dict) -> str:
-    """The part of the hardware that timing depends on."""
-    keep = {k: hw.get(k) for k in ("device_type", "cpu", "cpu_count", "torch_threads", "gpu")}
-    return digest(keep)
+    """The part of the hardware that timing depends on, as a readable file-name-safe key.
+
+    ``cuda-nvidia-h100-80gb-hbm3`` on a GPU runner (the CPU does not time the GPU's work);
+    ``cpu-intel-r-xeon-r-processor-2c-2t`` on a CPU (model, cores, torch threads).  Baselines
+    are stored per key, so one repository can hold an A100 and an H100 runner's side by side.
+    """
+    device = hw.get("device_type") or "cpu"
+    if hw.get("gpu"):
+        return _slug(f"{device}-{hw['gpu']}")[:100]
+    return _slug(f"{device}-{hw.get('cpu') or 'unknown'}-{hw.get('cpu_count')}c-{hw.get('torch_threads')}t")[:100]

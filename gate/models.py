@@ -183,3 +183,13 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
     draft_tok = None if bare_draft else _load_tokenizer(loaded, draft.location, "draft")
     check_pair(str(loaded.source), target.model, draft.model, tok, draft_tok)
     return ModelPair(target, draft, tok, device)
+
+
+def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
+    """Another config's draft, checked against an already loaded pair's target (paired mode)."""
+    draft = _load_one(loaded, "draft", pair.device)
+    bare = Path(draft.location).is_dir() and not any(
+        (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    draft_tok = None if bare else _load_tokenizer(loaded, draft.location, "draft")
+    check_pair(str(loaded.source), pair.target.model, draft.model, pair.tokenizer, draft_tok)
+    return draft

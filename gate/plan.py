@@ -237,12 +237,13 @@ class Plan:
 
 
 def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], timed: bool = True,
-         repeat_runs: bool = True) -> Plan:
+         repeat_runs: bool = True, timing_only: list[EngineInfo] | None = None) -> Plan:
     """Which batches, which phases, which engines; every skip with its reason.
 
     ``timed=False`` (the self-test) plans no calibration and no timing, and, with
     ``repeat_runs``, a second outputs pass at the repeat batch size for run-to-run
-    repeatability (timed runs get that from the timing repeats).
+    repeatability (timed runs get that from the timing repeats).  ``timing_only``
+    engines (paired mode's base) run in the timing phase only.
     """
     out = Plan()
     sizes = config.batching.batch_sizes
@@ -281,7 +282,8 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
                 cells: OrderedDict[tuple[str, str], list[PlannedBatch]] = OrderedDict()
                 for pb in plan_batches_per_cell(prompts, b):
                     cells.setdefault(pb.cell, []).append(pb)
-                out.timing.append(TimingLevel(b, tuple(able(b, "greedy")), tuple(
+                names = able(b, "greedy") + [e.name for e in timing_only or [] if e.capabilities.refuses(b) is None]
+                out.timing.append(TimingLevel(b, tuple(names), tuple(
                     TimingCell(b, slc, bucket, tuple(spread_subset(members, cap)))
                     for (slc, bucket), members in cells.items())))
         if 1 not in sizes:

@@ -252,6 +252,7 @@ class RunHeader(_Record):
     schema_id: str = Field(SCHEMA, alias="schema")
     fingerprint: Fingerprint
     settings: Settings
+    config: dict[str, Any] = Field(default_factory=dict)  # the validated config, for compare and the report
     prompts: list[PromptRecord]
     batches: list[BatchPlanRecord] = Field(default_factory=list)
 
@@ -267,7 +268,9 @@ class Results(RunHeader):
     executions: list[Execution] = Field(default_factory=list)
     skipped: list[Skip] = Field(default_factory=list)
     cache: dict[str, list[str]] = Field(default_factory=lambda: {"reused": []})
-
+    # Paired mode: the base config's engine timed beside the head's ({engine, head_engine, num_draft_tokens,
+    # calibration, config, source}); None otherwise.
+    paired: dict[str, Any] | None = None
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     # --- queries ----------------------------------------------------------------------

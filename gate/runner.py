@@ -28,7 +28,9 @@ refuses a log from a different setup (suite, config, models, libraries, hardware
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gate import fingerprint as fp
@@ -38,7 +40,7 @@ from gate.config import REFERENCE, LoadedConfig
 from gate.engines import ENGINE_VERSION, Engine, GenerationSettings
 from gate.errors import Problem, SpecguardError
 from gate.execute import Executor, Interrupted, sigterm_interrupts
-from gate.models import ModelPair
+from gate.models import LoadedModel, ModelPair
 from gate.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_name, plan
 from gate.results import (
     RECORDS,
@@ -65,6 +67,18 @@ class ResumeError(SpecguardError):
     """``--resume`` was asked for a log from a different run setup."""
 
 
+@dataclass
+class PairedBase:
+    """Paired mode: the base config's speculative engine (its draft and k), timed beside the head's."""
+
+    engine: Engine
+    head_engine: str
+    draft: LoadedModel
+    num_draft_tokens: int
+    config: dict
+    source: str
+
+
 def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edges: list[int]) -> list[PromptInfo]:
     out = []
     for i, p in enumerate(suite.prompts):
@@ -77,22 +91,27 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
 class Runner:
     def __init__(self, loaded: LoadedConfig, pair: ModelPair, suite: Suite, reference: Engine,
                  engines: list[Engine], out_dir: Path, log: Callable[[str], None] = print,
-                 cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True):
+                 cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
+                 paired: PairedBase | None = None):
         self.loaded = loaded
         self.cfg = loaded.config
         self.pair = pair
         self.suite = suite
         self.reference = reference
         self.engines = engines  # speculative engines under test
+        self.paired = paired
         self.by_name: dict[str, Engine] = {REFERENCE: reference, **{e.name: e for e in engines}}
+        if paired is not None:
+            self.by_name[paired.engine.name] = paired.engine
         self.out_dir = Path(out_dir)
         self.say = log
         self.cache = cache
         self.hardware = fp.hardware(pair.device)
         gen = self.cfg.generation
         self.prompts = prompt_infos(suite, pair, gen.max_new_tokens, list(self.cfg.checks.speedup.context_buckets))
+        timing_only = [EngineInfo(paired.engine.name, paired.engine.capabilities)] if paired else None
         self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
-                               timed=timed, repeat_runs=repeat_runs)
+                               timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
         k = self.cfg.speculation.num_draft_tokens
         self.greedy = GenerationSettings(0.0, k, pair.eos_token_ids if gen.stop_at_eos else ())
         self.sampled = GenerationSettings(gen.sampling.temperature, k, self.greedy.eos_token_ids) \
@@ -125,6 +144,7 @@ class Runner:
             compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
         )
         return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings,
+                         config=cfg.model_dump(mode="json"),
                          prompts=[p.record() for p in self.prompts],
                          batches=[b.record(self.prompts) for b in self.plan.batches])
 
@@ -139,6 +159,8 @@ class Runner:
 
     def _run(self, job: Job) -> Execution:
         settings = self.greedy if job.mode == "greedy" else self.sampled
+        if self.paired is not None and job.engine == self.paired.engine.name:  # the base's own k
+            settings = dataclasses.replace(settings, num_draft_tokens=self.paired.num_draft_tokens)
         return self.executor.run(self.by_name[job.engine], job, settings)
 
     def outputs_phase(self) -> None:
@@ -220,10 +242,19 @@ class Runner:
         self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
                                  cache_context=self.cache_context(), previous=previous)
         status, stopped, calibration, timing = "complete", None, {}, {}
+        paired = None
+        if self.paired is not None:
+            paired = {"engine": self.paired.engine.name, "head_engine": self.paired.head_engine,
+                      "num_draft_tokens": self.paired.num_draft_tokens, "calibration": {},
+                      "config": self.paired.config, "source": self.paired.source}
         try:
             with sigterm_interrupts():
                 if self.plan.calibrate:
                     calibration = calibrate(self.pair, self.plan.calibrate, self.cfg.speculation.num_draft_tokens)
+                    if paired is not None:
+                        base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
+                        paired["calibration"] = calibrate(base_pair, self.plan.calibrate,
+                                                          self.paired.num_draft_tokens)
                 self.outputs_phase()
                 if self.plan.timing:
                     timing = self.timing_phase()
@@ -242,6 +273,6 @@ class Runner:
             results = Results(**header.model_dump(by_alias=True), status=status, stopped_at=stopped,
                               calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
                               timing=timing, executions=self.executor.records, skipped=self.plan.skips,
-                              cache={"reused": self.executor.reused})
+                              cache={"reused": self.executor.reused}, paired=paired)
             atomic_write_json(self.out_dir / RESULTS, results)
         return results

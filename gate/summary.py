@@ -21,9 +21,16 @@ def untrusted(value, limit: int = 80) -> str:
     if len(text) > limit:
         text = text[:limit] + "…"
     text = "".join(ch if ch.isprintable() else ("⏎" if ch == "\n" else "·") for ch in text)
-    text = html.escape(text, quote=True).replace("|", "&#124;").replace("`", "&#96;")
-    text = text.replace("@", "@\u200b").replace("[", "&#91;").replace("]", "&#93;")
+    text = html.escape(text.replace("#", "#\u200b").replace("@", "@\u200b"), quote=True)
+    text = text.replace("|", "&#124;").replace("`", "&#96;").replace("[", "&#91;").replace("]", "&#93;")
     return f"<code>{text}</code>" if text.strip() else "<code>␣</code>"
+
+
+def inline(value) -> str:
+    """A sentence of ours that may quote user-controlled names: inert in Markdown tables and HTML."""
+    text = " ".join(str(value).split())
+    text = html.escape(text.replace("@", "@\u200b").replace("#", "#\u200b"), quote=False)
+    return text.replace("|", "&#124;")
 
 
 def num(value, fmt: str = ".2f", missing: str = "–") -> str:
@@ -47,12 +54,15 @@ def mib(value) -> str:
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(untrusted=untrusted, num=num, pct=pct, mib=mib)
+    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib)
     env.globals.update(ms=ms)
     return env
 
 
 def render_text(results: Results, checks: dict) -> str:
+    from gate.verdict import ChecksDoc
+
+    checks = ChecksDoc.model_validate(checks).model_dump(by_alias=True)  # every optional section present, or None
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
     doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
     return _env().get_template("summary.md.j2").render(

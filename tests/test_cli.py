@@ -55,8 +55,12 @@ def test_gate_end_to_end(small, tmp_path, capsys):
     assert set(checks["equivalence"]) == {"speculative", "hf_assisted"}
     assert checks["reproducibility"]["speculative"]["speculative"] is True
     assert checks["reproducibility"]["reference"]["speculative"] is False
-    assert "## Reproducibility" in out and "## Speedup" in out and "## Distribution" in out
-    assert out.startswith((tmp_path / "out" / "summary.md").read_text())
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "### Reproducibility" in summary and "### Speedup" in summary and "### Distribution" in summary
+    assert "## Details" in summary and "## Reproducibility" in summary  # the run's full detail follows the page
+    assert out.startswith("specguard: NEUTRAL — Merging keeps outputs equivalent at bs 1/2; no baseline")
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
 
     # A second run with the cache warm reuses reference generations (only the draft "changed": nothing did).
     code = main(["run", str(small), "--out", str(tmp_path / "again")])

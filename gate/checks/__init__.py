@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 from gate.checks import distribution, equivalence, noise_floor, reproducibility, speedup
 from gate.checks.context import CheckContext
-from gate.checks.verdict import Verdict
 from gate.config import Config
 from gate.models import ModelPair
 from gate.results import Results
+from gate.verdict import ChecksDoc, Verdict
 
 SCHEMA = "specguard.checks/1"
 
@@ -60,6 +60,7 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
     doc["verdicts"] = [v.to_dict() for v in verdicts]
     doc["analysis_s"] = time.perf_counter() - started
     doc["rescoring_forwards"] = ctx.scorer.forwards
+    ChecksDoc.model_validate(doc)  # the document matches its schema (gate/schemas/checks.schema.json)
     return doc
 
 

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gate.config import REFERENCE, EngineConfig, LoadedConfig
 from gate.engines.base import (
     BatchResult,
@@ -19,7 +21,9 @@ from gate.engines.base import (
     SequenceResult,
     SpecCounters,
 )
-from gate.models import ModelPair
+
+if TYPE_CHECKING:  # models import torch; the contract types must not (compare and report run without it)
+    from gate.models import ModelPair
 
 # Bump when an engine's output or timing behaviour changes: cached reference
 # generations are keyed by it.

@@ -1,0 +1,385 @@
+"""Baselines: compact documents derived from an accepted run, committed to the repository and reviewed in PRs.
+
+A baseline (``specguard.baseline/1``) holds what a later run is compared with:
+
+* the fingerprint, with **no runner-local paths**: models are named by their
+  config path or hub id (an absolute path keeps only its last component), with
+  revision, dtype and content fingerprint;
+* the settings and the config digest;
+* per engine x batch size: equivalence figures (exact match, prefix match,
+  near-ties, confident divergences, signatures, per slice), and per slice the
+  mean acceptance length, acceptance rate and per-position acceptance of the
+  greedy outputs (deterministic: the noise-free regression signal);
+* per timing cell (slice x load x context bucket): the raw paired speedup
+  samples, so a later comparison can bootstrap against them, and the
+  acceptance and step costs behind them (to explain a change);
+* distribution p-values and measured power, reproducibility, peak memory.
+
+Baselines live at ``<dir>/<name>/<hardware key>.json``, one per config name and
+hardware, so one repository can hold an A100 runner's and an H100 runner's side
+by side; the previous ones go to ``<dir>/<name>/history/<hardware key>/``
+(the last ``baseline.history``).  Writes are atomic (temp file, fsync, rename,
+directory fsync): a refresh killed at any point leaves the old baseline intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gate.config import REFERENCE, Config
+from gate.engines.base import SpecCounters
+from gate.errors import Problem, SpecguardError
+from gate.results import Phase, Results, atomic_write_json
+
+SCHEMA = "specguard.baseline/1"
+SAMPLE_DIGITS = 5  # significant digits kept of each speedup sample: far below timing noise
+
+
+class BaselineError(SpecguardError):
+    """The baseline cannot be used: corrupt, another schema, or for a different suite or k (exit code 3)."""
+
+    exit_code = 3
+
+
+class RefreshRefused(SpecguardError):
+    """A refresh from a run that failed equivalence or distribution, without --force (exit code 1)."""
+
+    exit_code = 1
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ModelName(_Doc):
+    name: str  # config path (relative or specguard:...), hub id, or local:<directory name>
+    revision: str | None = None
+    dtype: str
+    fingerprint: str
+
+
+class SuiteId(_Doc):
+    name: str
+    fingerprint: str
+    prompts: int
+    slices: list[str]
+
+
+class BaselineFingerprint(_Doc):
+    models: dict[str, ModelName]
+    libraries: dict[str, str]
+    config: str
+    suite: SuiteId
+
+
+class EquivalenceFigures(_Doc):
+    sequences: int
+    exact_match: float | None
+    prefix_match: float | None
+    near_ties: int
+    confident: int
+    length: int
+    confident_inconsistencies: int
+    signatures: dict[str, int] = Field(default_factory=dict)
+    by_slice: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+
+
+class AcceptanceFigures(_Doc):
+    """Greedy acceptance of one engine at one batch size on one slice (or all slices: ``*``)."""
+
+    drafts: int
+    mean_accepted_length: float | None
+    acceptance_rate: float | None
+    tokens_per_target_forward: float | None
+    acceptance_per_pos: list[float | None] = Field(default_factory=list)
+
+
+class SpeedupCell(_Doc):
+    slice: str | None
+    batch_size: int
+    bucket: str | None
+    samples: list[float]  # paired reference/engine wall-time ratios
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tokens_per_target_forward: float | None = None
+    acceptance_rate: float | None = None
+
+
+class Forced(_Doc):
+    reason: str
+    failing: list[str]
+
+
+class Baseline(_Doc):
+    schema_id: Literal["specguard.baseline/1"] = Field(SCHEMA, alias="schema")
+    name: str
+    hardware_key: str
+    hardware: dict[str, Any]
+    created_utc: str
+    forced: Forced | None = None
+    source: dict[str, str | None] = Field(default_factory=dict)  # specguard version, commit, run id
+    fingerprint: BaselineFingerprint
+    settings: dict[str, Any]
+    equivalence: dict[str, dict[str, EquivalenceFigures]] = Field(default_factory=dict)
+    noise_floor: dict[str, EquivalenceFigures] = Field(default_factory=dict)
+    acceptance: dict[str, dict[str, dict[str, AcceptanceFigures]]] = Field(default_factory=dict)
+    speedup: dict[str, dict[str, SpeedupCell]] = Field(default_factory=dict)  # engine -> cell key -> cell
+    calibration: dict[str, dict[str, float]] = Field(default_factory=dict)
+    calibrated_engines: list[str] = Field(default_factory=list)
+    distribution: dict[str, Any] | None = None
+    reproducibility: dict[str, Any] = Field(default_factory=dict)
+    memory: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+
+    def cell_key(self, slice_: str | None, batch_size: int, bucket: str | None) -> str:
+        return cell_key(slice_, batch_size, bucket)
+
+
+def cell_key(slice_: str | None, batch_size: int, bucket: str | None) -> str:
+    return f"{slice_}|{batch_size}|{bucket}"
+
+
+# --- deriving a baseline from a run -------------------------------------------------------------
+
+
+def model_name(config_path: str, location: str) -> str:
+    """How a baseline names a model: never by a runner-local absolute path."""
+    local = config_path.startswith(("/", "~")) or Path(config_path).is_absolute()
+    if config_path.startswith("specguard:") or not local:
+        return config_path
+    return f"local:{Path(location).name}"
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{SAMPLE_DIGITS}g}")
+
+
+def _equivalence(summary: dict) -> EquivalenceFigures:
+    d = summary["divergences"]
+    return EquivalenceFigures(sequences=summary["sequences"], exact_match=summary["exact_match"],
+                              prefix_match=summary["prefix_match"], near_ties=d["near_tie"], confident=d["confident"],
+                              length=d["length"], confident_inconsistencies=summary["confident_inconsistencies"],
+                              signatures=dict(summary["signatures"]), by_slice=summary.get("by_slice", {}))
+
+
+def _figures(c: SpecCounters) -> AcceptanceFigures:
+    return AcceptanceFigures(drafts=c.num_drafts, mean_accepted_length=c.mean_accepted_length,
+                             acceptance_rate=c.acceptance_rate, tokens_per_target_forward=c.tokens_per_target_forward,
+                             acceptance_per_pos=c.acceptance_per_pos())
+
+
+def acceptance(results: Results) -> dict[str, dict[str, dict[str, AcceptanceFigures]]]:
+    """Per engine, batch size and slice (and ``*`` for all): greedy acceptance over the equivalence outputs."""
+    sums: dict[tuple[str, int, str], SpecCounters] = {}
+    for ex in results.executions:
+        if ex.mode != "greedy" or ex.phase != Phase.OUTPUTS or ex.engine == REFERENCE or ex.repeat:
+            continue
+        for s in ex.real():
+            if s.counters is None:
+                continue
+            for slc in (results.prompt(s.prompt_id).slice, "*"):
+                sums.setdefault((ex.engine, ex.batch_size, slc), SpecCounters()).add(s.counters)
+    out: dict = {}
+    for (engine, bs, slc), c in sorted(sums.items()):
+        if c.num_drafts:
+            out.setdefault(engine, {}).setdefault(str(bs), {})[slc] = _figures(c)
+    return out
+
+
+def speedup_cells(results: Results) -> dict[str, dict[str, SpeedupCell]]:
+    from gate.stats import bootstrap_median_ci
+
+    groups: dict[tuple[str, str], list] = {}
+    for p in results.timing_pairs():
+        groups.setdefault((p.engine, cell_key(p.slice, p.batch_size, p.bucket)), []).append(p)
+    out: dict = {}
+    for (engine, key), pairs in sorted(groups.items()):
+        ratios = [r for r in (p.ratio for p in pairs) if r is not None]
+        ci = bootstrap_median_ci(ratios, 1000)
+        total = SpecCounters()
+        for p in pairs:
+            c = p.execution.counters()
+            if c is not None and p.repeat == 0:
+                total.add(c)
+        first = pairs[0]
+        out.setdefault(engine, {})[key] = SpeedupCell(
+            slice=first.slice, batch_size=first.batch_size, bucket=first.bucket,
+            samples=[_round(r) for r in ratios], estimate=ci.estimate if ratios else None,
+            low=ci.low if len(ratios) > 1 else None, high=ci.high if len(ratios) > 1 else None,
+            tokens_per_target_forward=total.tokens_per_target_forward, acceptance_rate=total.acceptance_rate)
+    return out
+
+
+def failing_checks(checks: dict) -> list[str]:
+    """The failing verdicts that make a run unfit to be a baseline: equivalence, signatures, distribution."""
+    return sorted({f"{v['check']} ({v['engine']}, batch size {v['batch_size']})" for v in checks.get("verdicts", [])
+                   if v["status"] == "fail" and (v["check"] in ("equivalence", "distribution", "noise_floor")
+                                                 or v["check"].startswith("signature:"))})
+
+
+def derive(results: Results, checks: dict, config: Config, name: str, force_reason: str | None = None) -> Baseline:
+    failing = failing_checks(checks)
+    if results.status != "complete":
+        raise RefreshRefused(Problem("results.json", f"the run is {results.status}, not complete",
+                                     hint="finish it with `specguard run --resume`, then refresh"))
+    if failing and force_reason is None:
+        raise RefreshRefused(Problem("checks.json", "refusing to make a baseline of a run that fails "
+                                     + "; ".join(failing),
+                                     hint="fix the engine, or pass --force --reason '...' to record it as accepted"))
+    fpr = results.fingerprint
+    models = {}
+    for role in ("target", "draft"):
+        m = fpr.models[role]
+        spec = getattr(config.models, role)
+        models[role] = ModelName(name=model_name(spec.path, m.location), revision=m.revision, dtype=m.dtype,
+                                 fingerprint=m.fingerprint)
+    s = results.settings
+    hw = {k: fpr.hardware.get(k) for k in ("device_type", "cpu", "cpu_count", "torch_threads", "gpu", "machine")
+          if fpr.hardware.get(k) is not None}
+    speed = checks.get("speedup") or {}
+    memory = {e: v.get("memory", {}) for e, v in speed.get("engines", {}).items()}
+    dist = checks.get("distribution")
+    distribution = None
+    if dist:
+        distribution = {"alpha": dist["alpha"], "engines": {e: {bs: {k: row[k] for k in ("n", "pvalues", "rejected")}
+                                                                for bs, row in rows.items()}
+                                                            for e, rows in dist["engines"].items()}}
+        if dist.get("power"):
+            distribution["min_detectable_epsilon"] = {f: v["min_detectable_epsilon"]
+                                                      for f, v in dist["power"]["families"].items()}
+    return Baseline(
+        name=name, hardware_key=fpr.hardware_key, hardware=hw,
+        created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        forced=Forced(reason=force_reason, failing=failing) if failing and force_reason is not None else None,
+        source={"specguard": fpr.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
+                "run_id": os.environ.get("GITHUB_RUN_ID")},
+        fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,
+                                        suite=SuiteId(**fpr.suite.model_dump())),
+        settings={"num_draft_tokens": s.num_draft_tokens, "batch_sizes": s.batch_sizes,
+                  "max_new_tokens": s.max_new_tokens, "greedy": s.greedy, "sampling": s.sampling,
+                  "engines": s.engines, "compositions": s.compositions},
+        equivalence={e: {bs: _equivalence(x) for bs, x in rows.items()}
+                     for e, rows in (checks.get("equivalence") or {}).items()},
+        noise_floor={bs: _equivalence(x) for bs, x in (checks.get("noise_floor") or {}).items()},
+        acceptance=acceptance(results), speedup=speedup_cells(results),
+        calibration={bs: {k: row[k] for k in ("cost_ratio", "verify_ratio") if k in row}
+                     for bs, row in results.calibration.items()},
+        calibrated_engines=list(results.calibrated_engines), distribution=distribution,
+        reproducibility=checks.get("reproducibility") or {}, memory=memory,
+    )
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+
+class BaselineStore:
+    """``<root>/<name>/<hardware key>.json``, with history beside it."""
+
+    def __init__(self, root: str | Path, name: str, keep: int = 20):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise BaselineError(Problem("baseline", f"invalid baseline name {name!r}",
+                                        hint="use 1-64 characters from [A-Za-z0-9_.-]"))
+        self.root = Path(root)
+        self.name = name
+        self.keep = keep
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.name
+
+    def path_for(self, hardware_key: str) -> Path:
+        return self.dir / f"{hardware_key}.json"
+
+    def available(self) -> list[Path]:
+        return sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []
+
+    def find(self, hardware_key: str) -> tuple[Path | None, bool]:
+        """(path, same hardware): this hardware's baseline, else the newest for other hardware, else None."""
+        exact = self.path_for(hardware_key)
+        if exact.is_file():
+            return exact, True
+        others = sorted(self.available(), key=lambda p: p.stat().st_mtime)
+        return (others[-1], False) if others else (None, False)
+
+    def write(self, baseline: Baseline) -> Path:
+        """Atomically replace this hardware's baseline; the previous one goes to history first."""
+        target = self.path_for(baseline.hardware_key)
+        if target.is_file():
+            previous = target.read_text(encoding="utf-8")
+            try:
+                stamp = json.loads(previous).get("created_utc", "unknown")
+            except ValueError:
+                stamp = "unreadable"
+            hist = self.history_dir(baseline.hardware_key)
+            from gate.results import atomic_write_text
+
+            atomic_write_text(hist / f"{re.sub(r'[^0-9A-Za-z]', '', stamp)}.json", previous)
+            for old in sorted(hist.glob("*.json"))[: max(0, len(list(hist.glob("*.json"))) - self.keep)]:
+                old.unlink(missing_ok=True)
+        atomic_write_json(target, baseline)
+        return target
+
+    def history_dir(self, hardware_key: str) -> Path:
+        return self.dir / "history" / hardware_key
+
+    def history(self, hardware_key: str | None = None) -> list[Baseline]:
+        """Every stored baseline of this name (history and current), oldest first."""
+        paths = []
+        keys = [hardware_key] if hardware_key else sorted({p.stem for p in self.available()}
+                                                           | {d.name for d in (self.dir / "history").glob("*")
+                                                              if d.is_dir()})
+        for key in keys:
+            paths += sorted(self.history_dir(key).glob("*.json"))
+            if self.path_for(key).is_file():
+                paths.append(self.path_for(key))
+        docs = [load_baseline(p) for p in paths]
+        return sorted(docs, key=lambda b: (b.hardware_key, b.created_utc))
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read and validate a baseline; every way it can be unusable is a BaselineError (exit code 3)."""
+    path = Path(path)
+    hint = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BaselineError(Problem(str(path), "baseline not found", hint=hint)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(Problem(str(path), f"cannot read the baseline: {exc}", hint=hint)) from None
+    except json.JSONDecodeError as exc:
+        raise BaselineError(Problem(str(path), f"corrupt baseline (not valid JSON: {exc.msg})", line=exc.lineno,
+                                    hint=hint)) from None
+    found = doc.get("schema") if isinstance(doc, dict) else None
+    if found != SCHEMA:
+        raise BaselineError(Problem(str(path), f"baseline schema {found!r}, but this specguard reads {SCHEMA!r}",
+                                    field="schema", hint=hint))
+    try:
+        return Baseline.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        raise BaselineError(Problem(str(path), f"corrupt baseline: {e['msg']}", field=loc, hint=hint)) from None
+
+
+def usable_for(baseline: Baseline, results: Results, source: str) -> None:
+    """Refuse a baseline measured on a different suite or k: nothing in it would compare (exit code 3)."""
+    problems = []
+    hint = "refresh the baseline for this config, or point --baseline at the right one"
+    suite = results.fingerprint.suite
+    if baseline.fingerprint.suite.fingerprint != suite.fingerprint:
+        problems.append(Problem(source, f"the baseline is for suite {baseline.fingerprint.suite.name} "
+                                f"({baseline.fingerprint.suite.fingerprint}), this run used {suite.name} "
+                                f"({suite.fingerprint})", field="fingerprint.suite", hint=hint))
+    if baseline.settings.get("num_draft_tokens") != results.settings.num_draft_tokens:
+        problems.append(Problem(source, f"the baseline has k={baseline.settings.get('num_draft_tokens')}, this run "
+                                f"k={results.settings.num_draft_tokens}", field="settings.num_draft_tokens",
+                                hint=hint))
+    if problems:
+        raise BaselineError(problems)

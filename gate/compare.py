@@ -1,0 +1,581 @@
+"""Compare a run with its baseline: what got worse than what was accepted before, and why.
+
+``compare`` needs ``results.json``, ``checks.json`` and a baseline: no model.
+Each rule gives pass, fail, warn or neutral with one sentence a reviewer can act
+on (``baseline.*`` in the config sets the tolerances):
+
+* **equivalence** — any confident divergence, confident inconsistency or
+  corruption signature fails (from the checks); so does an exact-match drop
+  against the baseline beyond the measured noise floor;
+* **distribution** — a test below alpha while the control passes fails;
+* **acceptance** — mean acceptance length below the baseline by more than
+  ``acceptance_drop`` (5%, vLLM's tolerance) in any slice fails.  Under greedy
+  decoding it is deterministic: a noise-free regression signal;
+* **speedup** — a drop fails only when it is beyond ``speedup_drop`` *and*
+  significant: the bootstrap CI of the head/baseline ratio lies below
+  ``1 - speedup_drop``.  A slice whose speedup CI lies below
+  ``checks.speedup.min_speedup`` fails too.  On other hardware, timing is "not
+  comparable" (a warning), never a failure; equivalence and acceptance are still
+  compared.  In paired mode the ratio comes from head and base timed side by
+  side, interleaved, in the same job;
+* **reproducibility** — reported; fails only under ``require_bitwise``;
+* **no baseline** — neutral, with how to create one.
+
+Every speedup change is explained by its causes (:func:`explain`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from gate.baseline import Baseline, SpeedupCell, acceptance, cell_key, speedup_cells
+from gate.config import REFERENCE, Config
+from gate.results import Results
+from gate.stats import alpha_from_mean_accepted
+
+SCHEMA = "specguard.verdict/1"
+Status = Literal["pass", "fail", "warn", "neutral"]
+EXIT_PASS, EXIT_FAIL = 0, 1
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class CheckVerdict(_Doc):
+    check: str
+    status: Status
+    why: str
+    engine: str | None = None
+    batch_size: int | None = None
+    slice: str | None = None
+
+
+class Interval(_Doc):
+    estimate: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+class Explanation(_Doc):
+    """log-points (100 x change of log S) of the Leviathan model's parts; they add up to ``model``."""
+
+    acceptance: float
+    draft_cost: float | None = None
+    verify_cost: float | None = None
+    model: float | None = None
+    alpha_base: float | None = None
+    alpha_head: float | None = None
+    cost_base: float | None = None
+    cost_head: float | None = None
+    verify_base: float | None = None
+    verify_head: float | None = None
+    sentence: str = ""
+
+
+class SpeedupChange(_Doc):
+    engine: str
+    slice: str | None
+    batch_size: int
+    bucket: str | None
+    base: Interval
+    head: Interval
+    ratio: Interval  # head speedup / base speedup
+    status: Status
+    significant: bool
+    explanation: Explanation | None = None
+
+
+class AcceptanceChange(_Doc):
+    engine: str
+    batch_size: int
+    slice: str
+    base: float
+    head: float
+    relative: float
+    status: Status
+    acceptance_per_pos_base: list[float | None] = Field(default_factory=list)
+    acceptance_per_pos_head: list[float | None] = Field(default_factory=list)
+
+
+class EquivalenceChange(_Doc):
+    engine: str
+    batch_size: int
+    base: float | None
+    head: float | None
+    allowed_drop: float
+    status: Status
+
+
+class Changed(_Doc):
+    what: str
+    base: str
+    head: str
+
+
+class BaselineRef(_Doc):
+    path: str
+    name: str
+    hardware_key: str
+    created_utc: str
+    same_hardware: bool
+    forced: bool = False
+
+
+class VerdictDoc(_Doc):
+    schema_id: Literal["specguard.verdict/1"] = Field(SCHEMA, alias="schema")
+    outcome: Literal["pass", "fail", "neutral"]
+    exit_code: int
+    headline: str
+    mode: Literal["stored", "paired", "none"]
+    baseline: BaselineRef | None = None
+    hardware_key: str
+    checks: list[CheckVerdict]
+    equivalence: list[EquivalenceChange] = Field(default_factory=list)
+    acceptance: list[AcceptanceChange] = Field(default_factory=list)
+    speedup: list[SpeedupChange] = Field(default_factory=list)
+    changed: list[Changed] = Field(default_factory=list)
+    run_status: str
+
+    def failed(self) -> list[CheckVerdict]:
+        return [c for c in self.checks if c.status == "fail"]
+
+
+# --- the cause split ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What the Leviathan model needs of one side: tokens per target forward (from acceptance), k, c, v."""
+
+    tokens_per_forward: float
+    k: int
+    cost_ratio: float | None = None  # c: one draft step over one target step
+    verify_ratio: float | None = None  # v: one (k+1)-token verification over one target step
+
+
+def explain(base: Cost, head: Cost) -> Explanation:
+    """Split the change of log S between base and head into acceptance, draft cost and verification cost.
+
+    S = T / (v + c k), with T the tokens per target forward (Leviathan et al.: T = (1 - a^(k+1)) / (1 - a);
+    their model takes v = 1).  log S_head - log S_base is, exactly:
+
+    * acceptance:  log T_h - log T_b
+    * draft cost:  -[log(v_b + c_h k_h) - log(v_b + c_b k_b)]
+    * verify cost: -[log(v_h + c_h k_h) - log(v_b + c_h k_h)]
+    """
+    acc = 100 * math.log(head.tokens_per_forward / base.tokens_per_forward)
+    pts = _points
+    out = Explanation(acceptance=acc, alpha_base=alpha_from_mean_accepted(base.tokens_per_forward, base.k),
+                      alpha_head=alpha_from_mean_accepted(head.tokens_per_forward, head.k))
+    if None in (base.cost_ratio, head.cost_ratio):
+        out.sentence = f"acceptance {out.alpha_base:.2f} → {out.alpha_head:.2f} explains {pts(acc)} points; " \
+                       "draft and verification costs not measured"
+        return out
+    vb, vh = base.verify_ratio or 1.0, head.verify_ratio or 1.0
+    cb, ch = base.cost_ratio, head.cost_ratio
+    draft = -100 * (math.log(vb + ch * head.k) - math.log(vb + cb * base.k))
+    verify = -100 * (math.log(vh + ch * head.k) - math.log(vb + ch * head.k))
+    out.draft_cost, out.verify_cost, out.model = draft, verify, acc + draft + verify
+    out.cost_base, out.cost_head, out.verify_base, out.verify_head = cb, ch, vb, vh
+    out.sentence = (f"acceptance {out.alpha_base:.2f} → {out.alpha_head:.2f} explains {pts(acc)} points, "
+                    f"draft cost {pts(draft)}, verify cost {pts(verify)}")
+    return out
+
+
+def _points(x: float) -> str:
+    return f"{round(x) + 0:+d}"  # + 0: no "-0"
+
+
+def main_cause(e: Explanation | None) -> str | None:
+    if e is None:
+        return None
+    parts = {"acceptance": e.acceptance, "draft cost": e.draft_cost or 0.0, "verification cost": e.verify_cost or 0.0}
+    return min(parts, key=parts.get)
+
+
+# --- ratio statistics -------------------------------------------------------------------------
+
+
+def ratio_ci(head: list[float], base: list[float], resamples: int = 2000, seed: int = 0) -> Interval:
+    """Bootstrap CI of median(head) / median(base) from independent samples (stored-baseline mode)."""
+    if not head or not base:
+        return Interval(estimate=None)
+    h, b = np.asarray(head, dtype=float), np.asarray(base, dtype=float)
+    est = float(np.median(h) / np.median(b))
+    if len(h) < 2 or len(b) < 2:
+        return Interval(estimate=est)
+    rng = np.random.default_rng(seed)
+    mh = np.median(h[rng.integers(0, len(h), (resamples, len(h)))], axis=1)
+    mb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
+    r = mh / mb
+    return Interval(estimate=est, low=float(np.quantile(r, 0.025)), high=float(np.quantile(r, 0.975)))
+
+
+def paired_ratio_ci(ratios: list[float], resamples: int = 2000) -> Interval:
+    """Bootstrap CI of the median of paired head/base ratios (paired mode)."""
+    from gate.stats import bootstrap_median_ci
+
+    if not ratios:
+        return Interval(estimate=None)
+    ci = bootstrap_median_ci(ratios, resamples)
+    return Interval(estimate=ci.estimate, low=ci.low if len(ratios) > 1 else None,
+                    high=ci.high if len(ratios) > 1 else None)
+
+
+def _interval(cell: SpeedupCell | None) -> Interval:
+    if cell is None:
+        return Interval(estimate=None)
+    return Interval(estimate=cell.estimate, low=cell.low, high=cell.high)
+
+
+# --- the comparison -------------------------------------------------------------------------
+
+
+@dataclass
+class Paired:
+    """Paired mode: the base's speculative configuration ran as ``engine`` beside the head's, interleaved."""
+
+    engine: str  # the base engine's name in the results, e.g. "base-speculative"
+    head_engine: str  # the head engine it is compared with
+    k: int
+    calibration: dict[str, dict[str, float]]
+    config: dict[str, Any]
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def compare(results: Results, checks: dict, config: Config, baseline: Baseline | None = None,
+            baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
+            say: Callable[[str], None] = lambda m: None) -> VerdictDoc:
+    rules = config.baseline
+    verdicts: list[CheckVerdict] = []
+    hw = results.fingerprint.hardware_key
+
+    # Verdicts of the run itself: equivalence, signatures, noise floor, distribution, reproducibility, speedup floor.
+    for v in checks.get("verdicts", []):
+        status = {"pass": "pass", "fail": "fail", "warn": "warn", "info": None}[v["status"]]
+        if status is None:
+            continue
+        verdicts.append(CheckVerdict(check=v["check"], status=status, why=v["why"], engine=v["engine"],
+                                     batch_size=v["batch_size"]))
+    if results.status != "complete":
+        verdicts.append(CheckVerdict(check="run", status="fail",
+                                     why=f"the run is {results.status}: only what finished was checked; rerun with "
+                                         "--resume to complete it"))
+
+    eq_changes: list[EquivalenceChange] = []
+    acc_changes: list[AcceptanceChange] = []
+    sp_changes: list[SpeedupChange] = []
+    if baseline is None and paired is None:
+        verdicts.append(CheckVerdict(
+            check="baseline", status="neutral",
+            why=f"no baseline for '{results_name(config, baseline_path)}' yet, so nothing was compared: run the "
+                "refresh workflow (or `specguard baseline refresh CONFIG --from RUN_DIR`) and commit the file it "
+                "writes"))
+    if baseline is not None:
+        eq_changes = _exact_match_changes(checks, baseline, rules.exact_match_drop)
+        verdicts += [CheckVerdict(check="equivalence", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                  why=f"exact match fell from {c.base:.0%} to {c.head:.0%} at batch size "
+                                      f"{c.batch_size}, more than the {c.allowed_drop:.0%} that float noise "
+                                      "explains here")
+                     for c in eq_changes if c.status == "fail"]
+        acc_changes = _acceptance_changes(results, baseline, rules.acceptance_drop)
+        verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop)
+        if paired is None:
+            if same_hardware:
+                sp_changes = _stored_speedup_changes(results, baseline, rules.speedup_drop)
+            else:
+                verdicts.append(CheckVerdict(
+                    check="speedup", status="warn",
+                    why=f"not comparable: the baseline was measured on {baseline.hardware_key}, this run on {hw}; "
+                        "timing was not compared (equivalence and acceptance were)"))
+    if paired is not None:
+        sp_changes = _paired_speedup_changes(results, paired, rules.speedup_drop)
+    verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
+    verdicts += _slice_floor(checks, config)
+
+    failed = [v for v in verdicts if v.status == "fail"]
+    mode = "paired" if paired else ("stored" if baseline else "none")
+    outcome = "fail" if failed else ("neutral" if mode == "none" else "pass")
+    ref = None
+    if baseline is not None:
+        ref = BaselineRef(path=baseline_path or "", name=baseline.name, hardware_key=baseline.hardware_key,
+                          created_utc=baseline.created_utc, same_hardware=same_hardware,
+                          forced=baseline.forced is not None)
+    doc = VerdictDoc(outcome=outcome, exit_code=EXIT_FAIL if failed else EXIT_PASS, headline="", mode=mode,
+                     baseline=ref, hardware_key=hw, checks=verdicts, equivalence=eq_changes, acceptance=acc_changes,
+                     speedup=sp_changes, changed=what_changed(results, baseline, paired), run_status=results.status)
+    doc.headline = headline(doc, results)
+    return doc
+
+
+def results_name(config: Config, baseline_path: str | None) -> str:
+    return config.baseline.name or (baseline_path or "this config")
+
+
+def _exact_match_changes(checks: dict, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
+    out = []
+    floor = checks.get("noise_floor") or {}
+    for engine, rows in (checks.get("equivalence") or {}).items():
+        for bs, s in rows.items():
+            base = baseline.equivalence.get(engine, {}).get(bs)
+            if base is None or base.exact_match is None or s["exact_match"] is None:
+                continue
+            if fixed == "auto":
+                noise = 1 - (floor.get(bs, {}).get("exact_match") or 1.0)
+                allowed = max(noise, 1 / max(s["sequences"], 1))
+            else:
+                allowed = float(fixed)
+            drop = base.exact_match - s["exact_match"]
+            out.append(EquivalenceChange(engine=engine, batch_size=int(bs), base=base.exact_match,
+                                         head=s["exact_match"], allowed_drop=allowed,
+                                         status="fail" if drop > allowed + 1e-12 else "pass"))
+    return out
+
+
+def _acceptance_changes(results: Results, baseline: Baseline, tolerance: float) -> list[AcceptanceChange]:
+    head = acceptance(results)
+    out = []
+    for engine, per_bs in baseline.acceptance.items():
+        for bs, per_slice in per_bs.items():
+            for slc, base in per_slice.items():
+                now = head.get(engine, {}).get(bs, {}).get(slc)
+                if now is None or base.mean_accepted_length is None or now.mean_accepted_length is None:
+                    continue
+                rel = now.mean_accepted_length / base.mean_accepted_length - 1
+                out.append(AcceptanceChange(
+                    engine=engine, batch_size=int(bs), slice=slc, base=base.mean_accepted_length,
+                    head=now.mean_accepted_length, relative=rel, status="fail" if rel < -tolerance else "pass",
+                    acceptance_per_pos_base=base.acceptance_per_pos, acceptance_per_pos_head=now.acceptance_per_pos))
+    return out
+
+
+def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float) -> list[CheckVerdict]:
+    out = []
+    for c in changes:
+        if c.status == "fail":
+            where = "all slices" if c.slice == "*" else f"{c.slice}"
+            out.append(CheckVerdict(check="acceptance", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                    slice=c.slice,
+                                    why=f"mean acceptance length on {where} at batch size {c.batch_size} fell "
+                                        f"{c.base:.2f} → {c.head:.2f} ({_fmt_pct(c.relative)}), beyond the "
+                                        f"{tolerance:.0%} tolerance: the draft agrees with the target less often"))
+    for engine in sorted({c.engine for c in changes}):
+        mine = [c for c in changes if c.engine == engine]
+        if all(c.status == "pass" for c in mine):
+            worst = min(mine, key=lambda c: c.relative)
+            out.append(CheckVerdict(check="acceptance", status="pass", engine=engine,
+                                    why=f"mean acceptance length within {tolerance:.0%} of the baseline on every "
+                                        f"slice and batch size (worst {worst.slice} at batch size "
+                                        f"{worst.batch_size}: {_fmt_pct(worst.relative)})"))
+    return out
+
+
+def _costs(results: Results, engine: str, bs: int, tpf: float | None, calibration: dict | None,
+           k: int) -> Cost | None:
+    if not tpf:
+        return None
+    row = (calibration or {}).get(str(bs))
+    return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
+
+
+def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float) -> list[SpeedupChange]:
+    head_cells = speedup_cells(results)
+    k = results.settings.num_draft_tokens
+    out = []
+    for engine, cells in head_cells.items():
+        for key, now in cells.items():
+            base = baseline.speedup.get(engine, {}).get(key)
+            if base is None or not base.samples or not now.samples:
+                continue
+            ratio = ratio_ci(now.samples, base.samples)
+            significant = ratio.high is not None and ratio.high < 1 - tolerance
+            beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
+            status = "fail" if significant else ("warn" if beyond else "pass")
+            head_cal = results.calibration if engine in results.calibrated_engines else None
+            base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
+            hc = _costs(results, engine, now.batch_size, now.tokens_per_target_forward, head_cal, k)
+            bc = _costs(results, engine, base.batch_size, base.tokens_per_target_forward, base_cal,
+                        int(baseline.settings.get("num_draft_tokens", k)))
+            out.append(SpeedupChange(engine=engine, slice=now.slice, batch_size=now.batch_size, bucket=now.bucket,
+                                     base=_interval(base), head=_interval(now), ratio=ratio, status=status,
+                                     significant=significant,
+                                     explanation=explain(bc, hc) if hc and bc else None))
+    return out
+
+
+def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float) -> list[SpeedupChange]:
+    """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat)."""
+    groups: dict[str, dict[tuple, dict[str, float]]] = {}
+    cells: dict[str, tuple] = {}
+    for p in results.timing_pairs():
+        if p.engine not in (paired.engine, paired.head_engine):
+            continue
+        key = cell_key(p.slice, p.batch_size, p.bucket)
+        cells[key] = (p.slice, p.batch_size, p.bucket)
+        groups.setdefault(key, {}).setdefault((p.execution.batch, p.repeat), {})[p.engine] = p.execution.wall_s
+    head_cells = speedup_cells(results)
+    out = []
+    for key, rows in sorted(groups.items()):
+        ratios = [r[paired.engine] / r[paired.head_engine] for r in rows.values()
+                  if paired.engine in r and paired.head_engine in r and r[paired.head_engine] > 0]
+        ratio = paired_ratio_ci(ratios)
+        significant = ratio.high is not None and ratio.high < 1 - tolerance
+        beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
+        status = "fail" if significant else ("warn" if beyond else "pass")
+        slc, bs, bucket = cells[key]
+        head, base = head_cells.get(paired.head_engine, {}).get(key), head_cells.get(paired.engine, {}).get(key)
+        hc = _costs(results, paired.head_engine, bs, head.tokens_per_target_forward if head else None,
+                    results.calibration, results.settings.num_draft_tokens)
+        bc = _costs(results, paired.engine, bs, base.tokens_per_target_forward if base else None,
+                    paired.calibration, paired.k)
+        out.append(SpeedupChange(engine=paired.head_engine, slice=slc, batch_size=bs, bucket=bucket,
+                                 base=_interval(base), head=_interval(head), ratio=ratio, status=status,
+                                 significant=significant, explanation=explain(bc, hc) if hc and bc else None))
+    return out
+
+
+def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bool) -> list[CheckVerdict]:
+    out = []
+    how = "paired with the base in this job" if paired else "against the baseline's samples"
+    for c in changes:
+        if c.status != "fail":
+            continue
+        why = (f"speedup on {c.slice} (context {c.bucket}) at batch size {c.batch_size}: "
+               f"{_x(c.base.estimate)} → {_x(c.head.estimate)} ({_fmt_pct(c.ratio.estimate - 1)}, 95% CI "
+               f"{_fmt_pct(c.ratio.low - 1)} to {_fmt_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
+               "tolerance")
+        if c.explanation:
+            why += f": {c.explanation.sentence}"
+        out.append(CheckVerdict(check="speedup", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                slice=c.slice, why=why))
+    if changes and not any(c.status == "fail" for c in changes):
+        worst = min((c for c in changes if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate,
+                    default=None)
+        if worst is not None:
+            out.append(CheckVerdict(check="speedup", status="pass", engine=worst.engine,
+                                    why=f"no significant drop beyond {tolerance:.0%} in any cell ({how}; worst "
+                                        f"{worst.slice} at batch size {worst.batch_size}: "
+                                        f"{_fmt_pct(worst.ratio.estimate - 1)})"))
+    return out
+
+
+def _slice_floor(checks: dict, config: Config) -> list[CheckVerdict]:
+    floor = config.checks.speedup.min_speedup
+    out = []
+    if floor is None:
+        return out
+    for engine, e in (checks.get("speedup") or {}).get("engines", {}).items():
+        for slc, rows in e.get("by_slice", {}).items():
+            for bs, row in rows.items():
+                sp = row["speedup"]
+                if sp["n"] > 1 and sp["high"] < floor:
+                    out.append(CheckVerdict(check="speedup", status="fail", engine=engine, batch_size=int(bs),
+                                            slice=slc, why=f"speedup on {slc} at batch size {bs} is "
+                                                           f"{sp['estimate']:.2f}x (CI up to {sp['high']:.2f}), "
+                                                           f"clearly below min_speedup {floor}"))
+    return out
+
+
+def _x(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def what_changed(results: Results, baseline: Baseline | None, paired: Paired | None) -> list[Changed]:
+    """Draft, target and batching settings, base vs head."""
+    head = results.config or {}
+    out: list[Changed] = []
+    if paired is not None:
+        base_cfg = paired.config
+        for path in (("models", "draft", "path"), ("models", "draft", "dtype"), ("models", "target", "path"),
+                     ("models", "target", "dtype"), ("speculation", "num_draft_tokens"),
+                     ("batching", "batch_sizes")):
+            b, h = _get(base_cfg, path), _get(head, path)
+            if b != h:
+                out.append(Changed(what=".".join(path), base=str(b), head=str(h)))
+        return out
+    if baseline is None:
+        return out
+    for role in ("target", "draft"):
+        b = baseline.fingerprint.models.get(role)
+        h = results.fingerprint.models.get(role)
+        spec = _get(head, ("models", role, "path"))
+        if b is None or h is None:
+            continue
+        if b.fingerprint != h.fingerprint:
+            out.append(Changed(what=f"{role} model", base=f"{b.name} ({b.fingerprint})",
+                               head=f"{spec} ({h.fingerprint})"))
+        if b.dtype != h.dtype:
+            out.append(Changed(what=f"{role} dtype", base=b.dtype, head=h.dtype))
+    for name in ("num_draft_tokens", "batch_sizes", "max_new_tokens"):
+        b, h = baseline.settings.get(name), getattr(results.settings, name)
+        if b != h:
+            out.append(Changed(what=name, base=str(b), head=str(h)))
+    for lib in ("torch", "transformers"):
+        b, h = baseline.fingerprint.libraries.get(lib), results.fingerprint.libraries.get(lib)
+        if b != h:
+            out.append(Changed(what=lib, base=str(b), head=str(h)))
+    return out
+
+
+def _get(d: dict, path: tuple) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _sizes(sizes: list[int]) -> str:
+    return "/".join(str(s) for s in sorted(sizes))
+
+
+def headline(doc: VerdictDoc, results: Results) -> str:
+    """One line a reviewer understands, e.g. 'Merging keeps outputs equivalent at bs 1/4/8; speedup drops
+    14% on code at bs 8 (acceptance)'."""
+    sizes = results.settings.batch_sizes
+    eq_fail = [c for c in doc.checks if c.status == "fail" and (c.check in ("equivalence", "noise_floor")
+                                                                or c.check.startswith("signature:"))]
+    parts = []
+    if doc.run_status != "complete":
+        parts.append(f"the run is {doc.run_status}")
+    if eq_fail:
+        bad = sorted({c.batch_size for c in eq_fail if c.batch_size})
+        parts.append(f"Merging breaks output equivalence{' at bs ' + _sizes(bad) if bad else ''}")
+    elif results.settings.greedy:
+        parts.append(f"Merging keeps outputs equivalent at bs {_sizes(sizes)}")
+    else:
+        parts.append("Merging")
+    if any(c.status == "fail" and c.check == "distribution" for c in doc.checks):
+        parts.append("sampled tokens no longer follow the target's distribution")
+    acc = [c for c in doc.acceptance if c.status == "fail"]
+    if acc:
+        worst = min(acc, key=lambda c: c.relative)
+        where = "all slices" if worst.slice == "*" else worst.slice
+        parts.append(f"acceptance drops {-worst.relative:.0%} on {where} at bs {worst.batch_size}")
+    drops = [c for c in doc.speedup if c.status == "fail"]
+    if drops:
+        worst = min(drops, key=lambda c: c.ratio.estimate)
+        cause = main_cause(worst.explanation)
+        parts.append(f"speedup drops {1 - worst.ratio.estimate:.0%} on {worst.slice} at bs {worst.batch_size}"
+                     + (f" ({cause})" if cause else ""))
+    elif any(c.check == "speedup" and c.status == "warn" and c.why.startswith("not comparable") for c in doc.checks):
+        parts.append("speedup not compared (other hardware)")
+    elif doc.speedup:
+        parts.append("speedup holds")
+    if doc.mode == "none":
+        parts.append("no baseline to compare with yet")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:]
+
+
+__all__ = ["REFERENCE", "SCHEMA", "Cost", "Paired", "VerdictDoc", "compare", "explain", "headline", "ratio_ci"]

@@ -1,0 +1,235 @@
+"""The page a reviewer reads: one data model, three renderings (PR comment, step summary, terminal) and a chart.
+
+* ``comment.md`` — the PR comment: a headline, what changed, equivalence,
+  reproducibility and speedup as separate sections with base / head / delta
+  tables, a Mermaid chart, collapsed divergence examples, and a footer with the
+  fingerprint and the hidden marker that identifies the config.  At most 65,536
+  characters (GitHub's limit): the least important sections are dropped first,
+  with a note.
+* the step summary — the same page with a 1 MiB limit.
+* the terminal — rich tables; plain text when stdout is not a terminal.
+* ``speedup.png`` — speedup against load per slice with CI bars, when the
+  ``specguard[plot]`` extra (matplotlib) is installed; otherwise skipped with a note.
+
+Model output, prompts and prompt ids are untrusted: they go through
+:func:`gate.summary.untrusted` (inert code spans); every other sentence through
+:func:`inline`, so nothing can break a table, close a ``<details>``,
+@-mention someone, link an issue or inject HTML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from gate.baseline import Baseline
+from gate.compare import VerdictDoc
+from gate.results import Results
+from gate.summary import inline, ms, num, pct, untrusted
+
+COMMENT_LIMIT = 65_536
+SUMMARY_LIMIT = 1 << 20
+STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
+
+
+def marker(name: str) -> str:
+    """The hidden marker that identifies this config's comment on a PR."""
+    return f"<!-- specguard:{name} -->"
+
+
+@dataclass
+class Section:
+    name: str
+    text: str
+    priority: int  # higher survives longer when the page must be cut
+
+
+@dataclass
+class Page:
+    sections: list[Section] = field(default_factory=list)
+
+    def render(self, limit: int) -> str:
+        """Join the sections; drop the least important ones until the page fits, and say so."""
+        kept = list(self.sections)
+        dropped: list[str] = []
+        while True:
+            note = (f"\n> Cut to fit {limit:,} characters: {', '.join(dropped)} left out. The full report is in "
+                    "the job's step summary and the `specguard-report` artifact.\n") if dropped else ""
+            text = "".join(s.text for s in kept if s.name != "footer") + note \
+                + "".join(s.text for s in kept if s.name == "footer")
+            if len(text) <= limit or len(kept) <= 2:
+                return text[:limit]
+            victim = min((s for s in kept if s.name not in ("headline", "footer")), key=lambda s: s.priority)
+            kept.remove(victim)
+            dropped.append(victim.name)
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, signed=_signed, x=_x)
+    env.globals.update(icon=STATUS_ICON, ms=ms)
+    return env
+
+
+def _signed(value, fmt: str = "+.0%") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _x(value) -> str:
+    return "–" if value is None else f"{value:.2f}x"
+
+
+def build_page(results: Results, checks: dict, verdict: VerdictDoc, baseline: Baseline | None, name: str,
+               examples_limit: int = 20) -> Page:
+    env = _env()
+    ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
+           "examples": _examples(checks, examples_limit), "chart": _chart(checks),
+           "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline)}
+    page = Page()
+    for section, priority in (("headline", 100), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
+                              ("distribution", 60), ("speedup", 75), ("acceptance", 50), ("chart", 30),
+                              ("examples", 20), ("verdicts", 10), ("footer", 100)):
+        text = env.get_template(f"report/{section}.md.j2").render(**ctx)
+        if text.strip():
+            page.sections.append(Section(section, text, priority))
+    return page
+
+
+def render_comment(page: Page) -> str:
+    return page.render(COMMENT_LIMIT)
+
+
+def render_summary(page: Page) -> str:
+    return page.render(SUMMARY_LIMIT)
+
+
+def _examples(checks: dict, limit: int) -> list[dict]:
+    out = []
+    for engine, rows in (checks.get("equivalence") or {}).items():
+        for bs, s in rows.items():
+            for e in s.get("examples", []):
+                out.append({"engine": engine, "batch_size": bs, **e})
+    return out[:limit]
+
+
+def _eq_rows(checks: dict, verdict: VerdictDoc, baseline: Baseline | None) -> list[dict]:
+    rows = []
+    failed = {(c.engine, c.batch_size) for c in verdict.checks if c.status == "fail"
+              and (c.check == "equivalence" or c.check.startswith("signature:"))}
+    for engine, per_bs in (checks.get("equivalence") or {}).items():
+        for bs, s in per_bs.items():
+            base = baseline.equivalence.get(engine, {}).get(bs) if baseline else None
+            rows.append({"engine": engine, "batch_size": bs, "sequences": s["sequences"],
+                         "base": base.exact_match if base else None, "head": s["exact_match"],
+                         "near": s["divergences"]["near_tie"], "confident": s["divergences"]["confident"],
+                         "length": s["divergences"]["length"], "incons": s["confident_inconsistencies"],
+                         "signatures": ", ".join(f"{k}: {n}" for k, n in sorted(s["signatures"].items())) or "none",
+                         "compositions": s.get("compositions", 1),
+                         "status": "fail" if (engine, int(bs)) in failed else "pass"})
+    return rows
+
+
+def _repro(checks: dict) -> list[str]:
+    from gate.checks.reproducibility import sentence
+
+    out = []
+    for engine, r in (checks.get("reproducibility") or {}).items():
+        kind = "speculative" if r["speculative"] else "non-speculative"
+        if any(r.get(k) is not None for k in ("bitwise_across_batch_sizes", "bitwise_across_runs",
+                                              "bitwise_across_compositions")):
+            out.append(f"**{engine}**: {inline(sentence(kind, r))}")
+    return out
+
+
+def _chart(checks: dict) -> dict | None:
+    """Speedup against batch size, one line per slice, for a Mermaid xychart-beta."""
+    engines = (checks.get("speedup") or {}).get("engines", {})
+    if not engines:
+        return None
+    engine = next(iter(engines))
+    e = engines[engine]
+    sizes = sorted(e["load_curve"], key=int)
+    if len(sizes) < 2:
+        return None
+    lines = []
+    for slc, rows in sorted(e["by_slice"].items()):
+        vals = [rows[bs]["speedup"]["estimate"] if bs in rows else None for bs in sizes]
+        if all(v is not None for v in vals):
+            lines.append({"slice": slc, "points": [round(v, 2) for v in vals]})
+    if not lines:
+        return None
+    top = max(max(line["points"]) for line in lines)
+    return {"engine": engine, "sizes": sizes, "lines": lines, "top": round(max(2.0, top * 1.1), 1)}
+
+
+# --- the terminal -------------------------------------------------------------------------------
+
+
+def print_terminal(verdict: VerdictDoc, console=None) -> None:
+    """The verdict as rich tables on a terminal; plain, uncoloured text when stdout is not one."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    style = {"pass": "green", "fail": "bold red", "warn": "yellow", "neutral": "dim", "info": "dim"}
+    console.print(f"[{style.get(verdict.outcome, '')}]specguard: {verdict.outcome.upper()}[/] — {verdict.headline}",
+                  markup=True, highlight=False)
+    table = Table(show_header=True, header_style="bold")
+    for col in ("status", "check", "engine", "batch size", "why"):
+        table.add_column(col, overflow="fold")
+    for c in verdict.checks:
+        table.add_row(f"[{style.get(c.status, '')}]{c.status}[/]", c.check, c.engine or "–",
+                      str(c.batch_size or "–"), c.why)
+    console.print(table)
+    if verdict.speedup:
+        sp = Table(title="speedup, head vs base", show_header=True, header_style="bold")
+        for col in ("engine", "slice", "batch size", "context", "base", "head", "change (95% CI)", "cause"):
+            sp.add_column(col, overflow="fold")
+        for c in verdict.speedup:
+            ci = (f"{_signed(c.ratio.estimate - 1 if c.ratio.estimate is not None else None)} "
+                  f"({_signed(c.ratio.low - 1 if c.ratio.low is not None else None)} to "
+                  f"{_signed(c.ratio.high - 1 if c.ratio.high is not None else None)})")
+            sp.add_row(c.engine, c.slice or "–", str(c.batch_size), c.bucket or "–", _x(c.base.estimate),
+                       _x(c.head.estimate), f"[{style.get(c.status, '')}]{ci}[/]",
+                       c.explanation.sentence if c.explanation else "–")
+        console.print(sp)
+
+
+# --- the chart ----------------------------------------------------------------------------------
+
+
+def write_png(checks: dict, path: Path) -> str | None:
+    """speedup.png: speedup vs batch size per slice with CI bars. Returns a note when it cannot be drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "speedup.png skipped: install the plot extra (pip install 'specguard[plot]') for the chart"
+    engines = (checks.get("speedup") or {}).get("engines", {})
+    if not engines:
+        return "speedup.png skipped: the run has no timing"
+    fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 4), squeeze=False)
+    for ax, (engine, e) in zip(axes[0], engines.items()):
+        for slc, rows in sorted(e["by_slice"].items()):
+            sizes = sorted(rows, key=int)
+            est = [rows[b]["speedup"]["estimate"] for b in sizes]
+            lo = [max(0.0, rows[b]["speedup"]["estimate"] - rows[b]["speedup"]["low"])
+                  if rows[b]["speedup"]["n"] > 1 else 0 for b in sizes]
+            hi = [max(0.0, rows[b]["speedup"]["high"] - rows[b]["speedup"]["estimate"])
+                  if rows[b]["speedup"]["n"] > 1 else 0 for b in sizes]
+            ax.errorbar([int(b) for b in sizes], est, yerr=[lo, hi], marker="o", capsize=3, label=slc)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("batch size (load)")
+        ax.set_ylabel("speedup vs non-speculative (x)")
+        ax.set_title(f"{engine}: median speedup, 95% CI")
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

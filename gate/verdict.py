@@ -1,0 +1,83 @@
+"""Verdict lines, and ``checks.json``: the document that holds the checks' findings and verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STATUSES = ("pass", "fail", "warn", "info")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """pass, fail, warn or info for one check (and engine, and batch size), and why, in a sentence a
+    reviewer can act on."""
+
+    check: str
+    engine: str | None
+    status: str
+    why: str
+    batch_size: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"check": self.check, "engine": self.engine, "batch_size": self.batch_size, "status": self.status,
+                "why": self.why}
+
+
+# --- checks.json ---------------------------------------------------------------------------------
+
+CHECKS_SCHEMA = "specguard.checks/1"
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class VerdictLine(_Doc):
+    check: str
+    engine: str | None
+    batch_size: int | None
+    status: Literal["pass", "fail", "warn", "info"]
+    why: str
+
+
+class Divergences(_Doc):
+    near_tie: int
+    confident: int
+    length: int
+
+
+class EquivalenceSummary(_Doc):
+    """One engine at one batch size against the canonical reference."""
+
+    sequences: int
+    exact_match: float | None
+    prefix_match: float | None
+    consistent_share: float | None
+    confident_inconsistencies: int
+    divergences: Divergences
+    signatures: dict[str, int]
+    compositions: int = 1
+    by_slice: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+    examples: list[dict[str, Any]] = Field(default_factory=list)
+    sequences_with_signatures: list[dict[str, Any]] = Field(default_factory=list)
+    first_inconsistencies: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ChecksDoc(_Doc):
+    """``checks.json``: the findings of each check and the verdict lines."""
+
+    schema_id: Literal["specguard.checks/1"] = Field(CHECKS_SCHEMA, alias="schema")
+    results_status: str | None
+    incomplete: dict[str, Any] | None = None
+    equivalence: dict[str, dict[str, EquivalenceSummary]] | None = None
+    noise_floor: dict[str, EquivalenceSummary] | None = None
+    reproducibility: dict[str, dict[str, Any]] | None = None
+    distribution: dict[str, Any] | None = None
+    speedup: dict[str, Any] | None = None
+    tolerance: dict[str, Any] | None = None
+    verdicts: list[VerdictLine]
+    analysis_s: float
+    rescoring_forwards: int

@@ -1,0 +1,191 @@
+"""Baselines on disk: refresh, history, atomic writes, refusal, unusable baselines (exit 3), and schemas."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import synthetic as syn
+import yaml
+
+from gate import schemas
+from gate.baseline import BaselineStore, derive, load_baseline
+from gate.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_run(run_dir: Path, results=None, checks=None) -> Path:
+    results = results or syn.run()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "results.json").write_text(results.model_dump_json(by_alias=True))
+    (run_dir / "checks.json").write_text(json.dumps(checks or syn.checks_for(results)))
+    return run_dir
+
+
+def write_config(path: Path) -> Path:
+    path.write_text(yaml.safe_dump(syn.config().model_dump(mode="json")))
+    return path
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    cfg = write_config(tmp_path / "specguard.yaml")
+    run = write_run(tmp_path / "out")
+    return tmp_path, cfg, run
+
+
+def test_refresh_writes_a_compact_baseline_without_local_paths(repo, capsys):
+    root, cfg, run = repo
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    path = root / "baselines" / "demo" / "cpu-test-cpu-2c-2t.json"
+    assert f"wrote {path}" in capsys.readouterr().out
+    text = path.read_text()
+    assert "/runner" not in text and str(root) not in text, "no runner-local paths in a committed baseline"
+    b = load_baseline(path)
+    assert b.fingerprint.models["target"].name == "org/target" and b.fingerprint.models["draft"].fingerprint
+    assert b.acceptance["speculative"]["4"]["code"].mean_accepted_length == 3.0
+    assert len(b.speedup["speculative"]["code|4|0-127"].samples) == 6
+    jsonschema.validate(json.loads(text), schemas.load("baseline"))
+
+
+def test_a_second_refresh_keeps_history_and_history_prints_the_trend(repo, capsys):
+    root, cfg, run = repo
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    time.sleep(1.1)  # created_utc has one-second resolution
+    write_run(run, syn.run(accepted={("code", 4): 1}, speedup={("code", 4): 1.2}))
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    hist = list((root / "baselines" / "demo" / "history" / "cpu-test-cpu-2c-2t").glob("*.json"))
+    assert len(hist) == 1
+    capsys.readouterr()
+    assert main(["baseline", "history", "demo", "--dir", str(root / "baselines")]) == 0
+    out = capsys.readouterr().out
+    assert "2 refresh(es)" in out
+    code = next(line for line in out.splitlines() if "acceptance  code (bs 1)" in line)
+    assert code.split()[-2:] == ["3.00", "3.00"]
+    assert next(line for line in out.splitlines() if "speedup     code (bs 4)" in line).split()[-2:] == \
+        ["1.50x", "1.20x"]
+
+
+def test_history_keeps_the_last_n(tmp_path):
+    store = BaselineStore(tmp_path, "demo", keep=2)
+    base = derive(syn.run(), syn.checks_for(syn.run()), syn.config(), "demo")
+    for i in range(5):
+        store.write(base.model_copy(update={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"}))
+    assert len(list(store.history_dir(base.hardware_key).glob("*.json"))) == 2
+    assert [b.created_utc[:10] for b in store.history()] == ["2026-11-03", "2026-11-04", "2026-11-05"]
+
+
+def test_refresh_from_a_failing_run_is_refused_unless_forced(repo, capsys):
+    root, cfg, run = repo
+    r = syn.run()
+    write_run(run, r, syn.checks_for(r, confident={4: 2}))
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 1
+    assert "refusing to make a baseline of a run that fails equivalence (speculative, batch size 4)" in \
+        capsys.readouterr().err
+    assert not (root / "baselines").exists()
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run), "--force"]) == 2  # --force needs --reason
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run), "--force", "--reason", "known flake"]) == 0
+    b = load_baseline(root / "baselines" / "demo" / "cpu-test-cpu-2c-2t.json")
+    assert b.forced.reason == "known flake" and b.forced.failing
+
+
+def test_refresh_refuses_a_run_of_another_config(repo, capsys):
+    _, cfg, run = repo
+    cfg.write_text(cfg.read_text().replace("num_draft_tokens: 4", "num_draft_tokens: 5"))
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 2
+    assert "this run was not made with" in capsys.readouterr().err
+
+
+def _compare(run, root):
+    return main(["compare", str(run), "--baselines-dir", str(root / "baselines"), "--quiet"])
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda p: p.write_text("{ not json"), "corrupt baseline (not valid JSON"),
+    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "schema": "specguard.baseline/0"})),
+     "baseline schema 'specguard.baseline/0', but this specguard reads 'specguard.baseline/1'"),
+    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "speedup": "fast"})),
+     "speedup: corrupt baseline"),
+])
+def test_an_unusable_baseline_exits_3_and_is_left_untouched(repo, capsys, damage, message):
+    root, cfg, run = repo
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    path = root / "baselines" / "demo" / "cpu-test-cpu-2c-2t.json"
+    damage(path)
+    before = path.read_bytes()
+    capsys.readouterr()
+    assert _compare(run, root) == 3
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and "refresh" in err
+    assert path.read_bytes() == before
+    assert not (run / "verdict.json").exists()
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["fingerprint"]["suite"].update(fingerprint="0ther"), "the baseline is for suite mini (0ther)"),
+    (lambda d: d["settings"].update(num_draft_tokens=6), "the baseline has k=6, this run k=4"),
+])
+def test_a_baseline_for_another_suite_or_k_exits_3(repo, capsys, change, message):
+    root, cfg, run = repo
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    path = root / "baselines" / "demo" / "cpu-test-cpu-2c-2t.json"
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert _compare(run, root) == 3
+    assert message in capsys.readouterr().err
+
+
+def test_compare_writes_verdict_comment_and_summary_that_match_their_schemas(repo):
+    root, cfg, run = repo
+    assert _compare(run, root) == 0  # no baseline yet: neutral
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    assert _compare(run, root) == 0
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["outcome"] == "pass" and verdict["baseline"]["same_hardware"] is True
+    assert (run / "comment.md").read_text().rstrip().endswith("<!-- specguard:demo -->")
+    assert "## Details" in (run / "summary.md").read_text()
+    for name, doc in (("verdict", verdict), ("results", json.loads((run / "results.json").read_text())),
+                      ("checks", json.loads((run / "checks.json").read_text()))):
+        jsonschema.validate(doc, schemas.load(name))
+
+
+def test_committed_schemas_are_current():
+    proc = subprocess.run([sys.executable, "scripts/make_schemas.py", "--check"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_refresh_killed_at_any_point_leaves_the_old_baseline_intact(repo):
+    """SIGKILL the refresh subprocess at delays spread over its life: the baseline is always old or new, whole."""
+    root, cfg, run = repo
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    path = root / "baselines" / "demo" / "cpu-test-cpu-2c-2t.json"
+    old = load_baseline(path).created_utc
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "gate", "baseline", "refresh", str(cfg), "--from", str(run)]
+    t0 = time.monotonic()
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    full = time.monotonic() - t0
+    seen = set()
+    for i in range(10):
+        time.sleep(1.05)  # a new created_utc each time
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(full * i / 9)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        b = load_baseline(path)  # never corrupt, never missing
+        seen.add(b.created_utc)
+    assert old in seen or len(seen) >= 1
+    assert all(load_baseline(p).name == "demo" for p in path.parent.glob("history/*/*.json"))

@@ -1,0 +1,228 @@
+"""Verdicts against a baseline, the cause split of a speedup change, and the rendered PR comment (golden files).
+
+Golden files live in tests/golden/; regenerate them after an intended change with
+``SPECGUARD_UPDATE_GOLDEN=1 pytest tests/test_compare.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+import synthetic as syn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gate.baseline import derive
+from gate.compare import Cost, compare, explain
+from gate.report import COMMENT_LIMIT, build_page, marker, render_comment
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def verdict_and_comment(head, head_checks, baseline=None, same_hardware=True, name="demo"):
+    cfg = syn.config()
+    v = compare(head, head_checks, cfg, baseline=baseline, baseline_path="baselines/demo/x.json",
+                same_hardware=same_hardware)
+    return v, render_comment(build_page(head, head_checks, v, baseline, name))
+
+
+def base_of(results, checks=None):
+    doc = derive(results, checks or syn.checks_for(results), syn.config(), "demo")
+    return doc.model_copy(update={"created_utc": "2026-11-01T00:00:00Z", "source": {}})
+
+
+def golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.md"
+    if os.environ.get("SPECGUARD_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"missing golden file {path}; run with SPECGUARD_UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(encoding="utf-8"), f"{name}: rendered comment differs from {path}"
+
+
+@pytest.fixture(scope="module")
+def base_run():
+    return syn.run()
+
+
+def test_pass_against_its_own_baseline(base_run):
+    v, text = verdict_and_comment(base_run, syn.checks_for(base_run), base_of(base_run))
+    assert v.outcome == "pass" and v.exit_code == 0
+    assert v.headline == "Merging keeps outputs equivalent at bs 1/4; speedup holds"
+    golden("pass", text)
+
+
+def test_fail_on_equivalence(base_run):
+    examples = [{"prompt_id": "code-1", "position": 3, "kind": "confident", "gap": 4.2, "tolerance": 1e-5,
+                 "before": "def f(", "got": "))))", "reference": "x):"}]
+    checks = syn.checks_for(base_run, exact={4: 0.5}, confident={4: 2}, examples=examples)
+    v, text = verdict_and_comment(base_run, checks, base_of(base_run))
+    assert v.outcome == "fail" and v.exit_code == 1
+    assert v.headline.startswith("Merging breaks output equivalence at bs 4")
+    assert any(c.check == "equivalence" and c.status == "fail" and "exact match fell from 100% to 50%" in c.why
+               for c in v.checks)
+    golden("fail-equivalence", text)
+
+
+def test_fail_on_acceptance(base_run):
+    head = syn.run(accepted={("code", 4): 1})
+    v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    assert v.outcome == "fail"
+    bad = [c for c in v.acceptance if c.status == "fail"]
+    assert {(c.slice, c.batch_size) for c in bad} == {("code", 4), ("*", 4)}
+    code = next(c for c in bad if c.slice == "code")
+    assert (code.base, code.head) == (3.0, 2.0) and code.relative == pytest.approx(-1 / 3)
+    assert "acceptance drops 33% on code at bs 4" in v.headline
+    golden("fail-acceptance", text)
+
+
+def test_fail_on_speedup_with_its_cause(base_run):
+    head = syn.run(accepted={("code", 4): 1}, speedup={("code", 4): 1.1})
+    v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    drop = next(c for c in v.speedup if c.status == "fail")
+    assert (drop.slice, drop.batch_size) == ("code", 4) and drop.significant
+    assert drop.ratio.estimate == pytest.approx(1.1 / 1.5, rel=0.02) and drop.ratio.high < 0.9
+    assert drop.explanation.acceptance == pytest.approx(100 * math.log(2 / 3))
+    assert drop.explanation.draft_cost == pytest.approx(0) and drop.explanation.verify_cost == pytest.approx(0)
+    assert "speedup drops 27% on code at bs 4 (acceptance)" in v.headline
+    golden("fail-speedup", text)
+
+
+def test_no_baseline_is_neutral_and_says_how_to_make_one(base_run):
+    v, text = verdict_and_comment(base_run, syn.checks_for(base_run), None)
+    assert v.outcome == "neutral" and v.exit_code == 0 and v.mode == "none"
+    assert any(c.check == "baseline" and "baseline refresh" in c.why for c in v.checks)
+    golden("no-baseline", text)
+
+
+def test_other_hardware_compares_outputs_but_not_timing(base_run):
+    head = syn.run(hardware=syn.HW_B, speedup={("code", 4): 0.5})
+    v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run), same_hardware=False)
+    assert v.outcome == "pass" and not v.speedup
+    assert any(c.check == "speedup" and c.status == "warn" and c.why.startswith("not comparable") for c in v.checks)
+    assert any(c.check == "acceptance" and c.status == "pass" for c in v.checks)
+    golden("hardware-mismatch", text)
+
+
+def test_a_huge_divergence_list_is_cut_to_the_comment_limit(base_run):
+    examples = [{"prompt_id": f"code-{i}", "position": i, "kind": "confident", "gap": 3.0, "tolerance": 1e-5,
+                 "before": "x" * 70, "got": "y" * 70, "reference": "z" * 70} for i in range(3000)]
+    checks = syn.checks_for(base_run, confident={1: 3000, 4: 3000}, examples=examples)
+    cfg = syn.config()
+    v = compare(base_run, checks, cfg, baseline=base_of(base_run), baseline_path="b.json")
+    text = render_comment(build_page(base_run, checks, v, None, "demo", examples_limit=3000))
+    assert len(text) <= COMMENT_LIMIT
+    assert "Cut to fit 65,536 characters: verdicts, examples left out" in text
+    assert text.rstrip().endswith(marker("demo")) and "specguard: FAIL" in text
+
+
+def test_hostile_text_is_inert(base_run):
+    examples = [{"prompt_id": syn.HOSTILE, "position": 1, "kind": "confident", "gap": 3.0, "tolerance": 1e-5,
+                 "before": syn.HOSTILE, "got": syn.HOSTILE, "reference": "ok"}]
+    head = syn.run(prompt_ids=("code-0", syn.HOSTILE, "prose-0", "prose-1"))
+    checks = syn.checks_for(head, confident={4: 1}, examples=examples)
+    _, text = verdict_and_comment(head, checks, None)
+    assert "</details><img" not in text and "<img" not in text
+    assert not re.search(r"@\w", text), "no @-mention"
+    assert not re.search(r"(?<!&)#\d", text), "no issue reference (HTML entities like &#124; aside)"
+    assert "`rm" not in text and "](http://evil)" not in text
+    assert text.count("<details>") == text.count("</details>")
+    golden("hostile", text)
+
+
+# --- the cause split ---------------------------------------------------------------------------------
+
+
+def tpf(alpha: float, k: int) -> float:
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+@pytest.mark.parametrize("a0,a1,c0,c1,v0,v1", [(0.6, 0.5, 0.1, 0.1, 1.0, 1.0), (0.6, 0.6, 0.05, 0.2, 1.0, 1.0),
+                                               (0.6, 0.6, 0.1, 0.1, 1.0, 1.5), (0.7, 0.4, 0.05, 0.1, 1.1, 1.3)])
+def test_explain_splits_the_model_change_exactly(a0, a1, c0, c1, v0, v1):
+    k = 4
+    base, head = Cost(tpf(a0, k), k, c0, v0), Cost(tpf(a1, k), k, c1, v1)
+    e = explain(base, head)
+    model = 100 * (math.log(tpf(a1, k) / (v1 + c1 * k)) - math.log(tpf(a0, k) / (v0 + c0 * k)))
+    assert e.acceptance + e.draft_cost + e.verify_cost == pytest.approx(model)
+    assert e.alpha_base == pytest.approx(a0, abs=1e-6) and e.alpha_head == pytest.approx(a1, abs=1e-6)
+    if a0 == a1:
+        assert e.acceptance == pytest.approx(0)
+    if c0 == c1:
+        assert e.draft_cost == pytest.approx(0)
+    if v0 == v1:
+        assert e.verify_cost == pytest.approx(0)
+
+
+# --- properties of the rules -------------------------------------------------------------------------
+
+
+cells = st.dictionaries(st.tuples(st.sampled_from(syn.SLICES), st.sampled_from(syn.SIZES)),
+                        st.floats(0.6, 3.0), max_size=4)
+accepts = st.dictionaries(st.tuples(st.sampled_from(syn.SLICES), st.sampled_from(syn.SIZES)),
+                          st.integers(0, 4), max_size=4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cells, accepts)
+def test_a_run_compared_with_its_own_baseline_passes(speedup, accepted):
+    run = syn.run(accepted=accepted, speedup=speedup)
+    checks = syn.checks_for(run)
+    v = compare(run, checks, syn.config(), baseline=base_of(run, checks), baseline_path="b.json")
+    assert v.outcome == "pass", [c.why for c in v.checks if c.status == "fail"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(cells, accepts, st.floats(1.0, 2.0))
+def test_a_strict_improvement_never_fails(speedup, accepted, gain):
+    base = syn.run(accepted=accepted, speedup=speedup)
+    better = syn.run(accepted={k: min(4, a + 1) for k, a in accepted.items()},
+                     speedup={k: s * gain for k, s in speedup.items()})
+    v = compare(better, syn.checks_for(better), syn.config(), baseline=base_of(base), baseline_path="b.json")
+    assert v.outcome == "pass", [c.why for c in v.checks if c.status == "fail"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(0.2, 5.0))
+def test_scaling_every_timing_leaves_equivalence_alone(factor):
+    run = syn.run()
+    scaled = run.model_copy(deep=True)
+    for ex in scaled.executions:
+        ex.wall_s *= factor
+    a = compare(run, syn.checks_for(run, exact={4: 0.5}), syn.config(), baseline=base_of(run), baseline_path="b")
+    b = compare(scaled, syn.checks_for(scaled, exact={4: 0.5}), syn.config(), baseline=base_of(run),
+                baseline_path="b")
+    eq = [(c.check, c.status, c.why) for c in a.checks if c.check == "equivalence"]
+    assert eq == [(c.check, c.status, c.why) for c in b.checks if c.check == "equivalence"]
+
+
+def test_speedup_png_is_drawn_with_the_plot_extra_and_skipped_with_a_note_without(base_run, tmp_path, monkeypatch):
+    import sys
+
+    from gate.report import write_png
+
+    checks = syn.checks_for(base_run)
+    assert write_png(checks, tmp_path / "speedup.png") is None
+    assert (tmp_path / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # the extra is not installed
+    note = write_png(checks, tmp_path / "again.png")
+    assert "pip install 'specguard[plot]'" in note and not (tmp_path / "again.png").exists()
+
+
+def test_terminal_report_is_plain_text_when_not_a_terminal(base_run):
+    import io
+
+    from rich.console import Console
+
+    from gate.report import print_terminal
+
+    v = compare(base_run, syn.checks_for(base_run), syn.config(), baseline=base_of(base_run), baseline_path="b")
+    buf = io.StringIO()
+    print_terminal(v, Console(file=buf, width=120))
+    text = buf.getvalue()
+    assert text.startswith("specguard: PASS — Merging keeps outputs equivalent at bs 1/4")
+    assert "\x1b[" not in text, "no colour codes in CI logs"

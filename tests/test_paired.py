@@ -1,0 +1,73 @@
+"""Paired mode on the demo pair: the base's speculative configuration timed beside the head's, in one job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from gate.cli import main
+from gate.config import PACKAGE_DIR
+
+CONFIG = """\
+version: 1
+models:
+  target: {{path: "specguard:demo/target"}}
+  draft: {{path: "{draft}"}}
+  device: cpu
+batching: {{batch_sizes: [1, 2], compositions: 1}}
+generation: {{max_new_tokens: 12}}
+suite: {{max_prompts_per_slice: 1, slices: [prose, code, questions]}}
+checks:
+  speedup: {{min_repeats: 6, max_repeats: 6, warmup: 1, context_buckets: [1024]}}
+output: {{dir: out, cache_dir: null}}
+"""
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("paired")
+    worse = root / "worse-draft"
+    shutil.copytree(PACKAGE_DIR / "demo" / "draft", worse)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(PACKAGE_DIR / "demo" / "draft")
+    with torch.no_grad():
+        for p in model.parameters():  # a draft that no longer agrees with the target
+            p.add_(torch.randn_like(p) * p.std().clamp(min=1e-3) * 2)
+    model.save_pretrained(worse)
+    base = root / "base.yaml"
+    base.write_text(CONFIG.format(draft="specguard:demo/draft"))
+    head = root / "head.yaml"
+    head.write_text(CONFIG.format(draft=str(worse)))
+    return root, base, head
+
+
+def verdict(root, name):
+    return json.loads((root / name / "verdict.json").read_text())
+
+
+def test_head_equal_to_base_gives_a_ratio_ci_around_1(configs):
+    root, base, _ = configs
+    code = main(["gate", str(base), "--against", str(base), "--out", str(root / "same"), "--threads", "2", "-q"])
+    v = verdict(root, "same")
+    assert v["mode"] == "paired" and code == 0, [c["why"] for c in v["checks"] if c["status"] == "fail"]
+    pooled = [c for c in v["speedup"] if c["ratio"]["low"] is not None]
+    assert pooled and all(c["status"] != "fail" for c in v["speedup"])
+    assert sum(c["ratio"]["low"] <= 1 <= c["ratio"]["high"] for c in pooled) >= len(pooled) / 2
+
+
+def test_a_worse_draft_gives_a_significant_drop_attributed_to_acceptance(configs):
+    root, base, head = configs
+    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "worse"), "--threads", "2", "-q"])
+    v = verdict(root, "worse")
+    assert code == 1 and v["outcome"] == "fail"
+    drops = [c for c in v["speedup"] if c["status"] == "fail"]
+    assert drops and all(c["significant"] and c["ratio"]["high"] < 0.9 for c in drops)
+    for c in drops:
+        e = c["explanation"]
+        assert e["acceptance"] < min(e["draft_cost"], e["verify_cost"]), "acceptance is the main cause"
+    assert "(acceptance)" in v["headline"]
+    assert any(ch["what"] == "models.draft.path" for ch in v["changed"])
