@@ -30,7 +30,7 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/zizmor --offline --quiet action.yml .github/workflows
+	$(BIN)/zizmor --offline --quiet action.yml .github/workflows action/workflows/*.yml
 
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2

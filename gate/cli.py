@@ -338,6 +338,102 @@ def cmd_baseline_history(args) -> int:
     return EXIT_OK
 
 
+def _github_output(**values: str) -> None:
+    """Step outputs for GitHub Actions ($GITHUB_OUTPUT), when running there."""
+    import os
+
+    path = os.environ.get("GITHUB_OUTPUT")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for k, v in values.items():
+            fh.write(f"{k}={' '.join(str(v).split())}\n")
+
+
+def cmd_changed(args) -> int:
+    from gate.changed import detect
+
+    change = detect(Path(args.repo), args.config, args.base, args.head)
+    if change.changed:
+        print(f"changed: the gate guards what this change touched ({len(change.reasons)} reason(s)):")
+        for r in change.reasons[:50]:
+            print(f"  - {r}")
+    else:
+        print("unchanged: no draft, target, speculation or batching change; the gate can be skipped")
+    _github_output(changed="true" if change.changed else "false")
+    return EXIT_OK
+
+
+def cmd_github_comment(args) -> int:
+    import os
+
+    from gate.github import GitHub, GitHubError
+    from gate.publish import FORK_REFUSAL, notice, post
+
+    args.name = _comment_name(args.config)
+    if args.run_dir:
+        run = Path(args.run_dir)
+        body = (run / "comment.md").read_text(encoding="utf-8") if (run / "comment.md").is_file() else None
+        outcome = _verdict_says(run)
+        if body is None or outcome is None:
+            body = notice(args.name, "fail", "The gate wrote no verdict", "The run stopped before its verdicts were "
+                          "written (bad input, an unusable baseline, or an interruption): see the job log.")
+            outcome = "fail"
+    elif args.refused:
+        body, outcome = notice(args.name, "fail", "Refused: a fork's pull request", FORK_REFUSAL), "fail"
+    else:
+        body, outcome = notice(args.name, "skipped", "Skipped: nothing the gate guards changed",
+                               "No draft, target, speculation or batching change in this pull request."), "skipped"
+    try:
+        gh = GitHub.from_env()
+    except GitHubError as exc:
+        print(f"::warning title=specguard::not commenting: {exc.problems[0]}")
+        return EXIT_OK
+    posted = post(gh, args.pr, body, outcome, args.when, name=args.name,
+                  author=os.environ.get("SPECGUARD_COMMENT_AUTHOR") or None)
+    print(f"comment: {posted.action}" + (f" {posted.url}" if posted.url else "")
+          + (f" ({posted.reason})" if posted.reason else ""))
+    _github_output(**{"comment-url": posted.url})
+    return EXIT_OK
+
+
+def _comment_name(config: str | None) -> str:
+    """The config's baseline name: it names the comment's marker. An unreadable config still gets its stem."""
+    from gate.config import load_config
+
+    if not config:
+        return "specguard"
+    try:
+        return load_config(config).baseline_name
+    except SpecguardError:
+        import re
+
+        return re.sub(r"[^A-Za-z0-9_.-]", "-", Path(config).stem)[:64] or "specguard"
+
+
+def cmd_github_refresh_pr(args) -> int:
+    from gate.baseline import BaselineStore
+    from gate.config import load_config
+    from gate.github import GitHub
+    from gate.publish import changed_files, open_refresh_pr
+    from gate.results import load_results
+
+    loaded = load_config(args.config)
+    results = load_results(Path(args.run_dir))
+    root = Path(args.dir) if args.dir else loaded.resolve_path(loaded.config.baseline.dir)
+    store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
+    repo = Path(args.repo).resolve()
+    files = changed_files(repo, store.dir)
+    if not files:
+        print("the baseline did not change: nothing to publish")
+        return EXIT_OK
+    url = open_refresh_pr(GitHub.from_env(), repo, store.path_for(results.fingerprint.hardware_key), files,
+                          args.base_branch, open_pr=not args.push_only)
+    print(("pushed to branch " if args.push_only else "pull request: ") + url)
+    _github_output(**{"pr-url": "" if args.push_only else url, "branch": url if args.push_only else ""})
+    return EXIT_OK
+
+
 def cmd_selftest(args) -> int:
     from gate.selftest import selftest
 
@@ -434,6 +530,37 @@ def build_parser() -> argparse.ArgumentParser:
     bh.add_argument("--dir", default="baselines", help="where baselines live (default: baselines)")
     bh.add_argument("--hardware", help="only this hardware key")
     bh.set_defaults(fn=cmd_baseline_history)
+
+    ch = sub.add_parser("changed", help="did a change touch what the gate guards (draft, target, speculation, "
+                                        "batching)? prints why; writes changed=true|false to $GITHUB_OUTPUT; exit 0 "
+                                        "either way")
+    ch.add_argument("--base", required=True, metavar="REV", help="the base commit (the PR's base SHA)")
+    ch.add_argument("--head", default="HEAD", metavar="REV", help="the head commit (default HEAD)")
+    ch.add_argument("--config", default="specguard.yaml", help="the config's path in the repository")
+    ch.add_argument("--repo", default=".", help="the repository (default: the current directory)")
+    ch.set_defaults(fn=cmd_changed)
+
+    gh = sub.add_parser("github", help="deliver to GitHub (used by the Action): the PR comment, the refresh PR")
+    ghsub = gh.add_subparsers(dest="github_command", required=True, metavar="ACTION")
+    gc = ghsub.add_parser("comment", help="upsert this config's one PR comment (GITHUB_TOKEN, GITHUB_REPOSITORY, "
+                                          "GITHUB_API_URL); a failure to post never changes the exit code")
+    gc.add_argument("--pr", type=_positive_int, required=True, help="the pull request number")
+    gc.add_argument("--when", choices=("always", "on-change", "on-failure", "never"), default="always")
+    gc.add_argument("--config", help="the config (its baseline name names the comment's marker)")
+    what = gc.add_mutually_exclusive_group(required=True)
+    what.add_argument("--run-dir", help="post RUN_DIR/comment.md")
+    what.add_argument("--refused", action="store_true", help="post the fork refusal")
+    what.add_argument("--skipped", action="store_true", help="post 'nothing the gate guards changed'")
+    gc.set_defaults(fn=cmd_github_comment)
+    gr = ghsub.add_parser("refresh-pr", help="commit the refreshed baseline files on a branch through the REST API "
+                                             "and open (or update) a pull request")
+    gr.add_argument("config", help="path to specguard.yaml")
+    gr.add_argument("--run-dir", required=True, help="the run the baseline was refreshed from")
+    gr.add_argument("--base-branch", required=True, help="the branch the PR targets")
+    gr.add_argument("--push-only", action="store_true", help="push the branch, open no PR")
+    gr.add_argument("--dir", help="where baselines live (default: baseline.dir from the config)")
+    gr.add_argument("--repo", default=".", help="the repository's working tree (default: the current directory)")
+    gr.set_defaults(fn=cmd_github_refresh_pr)
 
     s = sub.add_parser("selftest", help="prove the checks catch deliberately broken engines and pass the "
                                         "correct one (on the demo pair)")

@@ -235,6 +235,7 @@ class Config(_Strict):
     checks: ChecksConfig = ChecksConfig()
     baseline: BaselineConfig = BaselineConfig()
     output: OutputConfig = OutputConfig()
+    watch: list[str] = Field(default_factory=list)  # more paths or globs whose change should run the gate
 
     @field_validator("engines")
     @classmethod

