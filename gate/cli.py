@@ -68,14 +68,35 @@ def cmd_validate(args) -> int:
             suite = suite_for(loaded)
         except SpecguardError as exc:
             problems += exc.problems
+    if loaded is not None:
+        problems += plugin_problems(loaded)
     if problems:
         for p in problems:
             print(p, file=sys.stderr)
         print(f"{len(problems)} problem(s) found", file=sys.stderr)
         return EXIT_USAGE
+    from gate.config import model_notes
+
+    for note in model_notes(args.config):
+        print(f"note: {note}")
     print(f"{args.config}: OK ({len(suite.prompts)} prompts in {len(suite.slices)} slices: "
           f"{', '.join(suite.slices)})")
     return EXIT_OK
+
+
+def plugin_problems(loaded) -> list:
+    """Import every plug-in callable and check its signature (or that its entry point exists)."""
+    from gate.engines.plugin import load_callable
+
+    problems = []
+    for i, e in enumerate(loaded.config.engines):
+        if e.type == "plugin":
+            try:
+                load_callable(e.callable, str(loaded.source))
+            except SpecguardError as exc:
+                problems += [Problem(p.source, p.message, field=f"engines[{i}].callable", hint=p.hint)
+                             for p in exc.problems]
+    return problems
 
 
 def _out_dir(args, loaded) -> Path:
@@ -94,14 +115,17 @@ def _run(args, paired=None):
     from gate.config import load_config
     from gate.engines import build_engine, build_reference
     from gate.models import load_pair
-    from gate.runner import Runner
+    from gate.runner import RunInterrupted, Runner
     from gate.suite import suite_for
 
     _threads(args)
     loaded = load_config(args.config)
-    suite = suite_for(loaded)
     out = _out_dir(args, loaded)
-    _clear_outputs(out)
+    _clear_outputs(out)  # first: whatever happens next, no stale verdict stays beside this run
+    suite = suite_for(loaded)
+    bad_plugins = plugin_problems(loaded)  # before minutes of model loading
+    if bad_plugins:
+        raise SpecguardError(bad_plugins)
     _say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
     pair = load_pair(loaded)
     engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
@@ -109,13 +133,15 @@ def _run(args, paired=None):
     cache = None if (args.no_cache or not cache_dir) else ReferenceCache(loaded.resolve_path(cache_dir))
     base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
     runner = Runner(loaded, pair, suite, build_reference(pair), engines, out, log=_say, cache=cache, paired=base)
-    results = runner.run(resume=args.resume)
-    n = len(results.executions)
-    if results.status == "interrupted":
-        where = results.stopped_at.model_dump(exclude_none=True) if results.stopped_at else {}
-        _say(f"interrupted at {where}; {n} finished executions kept in {out / 'records.jsonl'}. "
+    try:
+        results = runner.run(resume=args.resume)
+    except RunInterrupted as stop:
+        r = stop.results
+        where = r.stopped_at.model_dump(exclude_none=True) if r.stopped_at else {}
+        _say(f"interrupted at {where}; {len(r.executions)} finished executions kept in {out / 'records.jsonl'}. "
              "Rerun with --resume to continue.")
         return EXIT_INTERRUPTED, loaded, pair, out
+    n = len(results.executions)
     reused = len(results.cache.get("reused", []))
     _say(f"wrote {out / 'results.json'} ({n} executions"
          + (f", {reused} reused from the reference cache" if reused else "") + ")")
@@ -257,13 +283,42 @@ def cmd_run(args) -> int:
     return _run(args)[0]
 
 
+def results_belong_to(loaded, results, source: str) -> None:
+    """Refuse results.json made with another config, suite or models, before loading any model (exit 2)."""
+    from gate import fingerprint as fp
+    from gate.models import _location, fingerprint_model, resolve_device, resolve_dtype
+    from gate.suite import suite_for
+
+    differs = []
+    if fp.digest(loaded.config.model_dump(mode="json")) != results.fingerprint.config:
+        differs.append("config (its settings differ from the ones the run used)")
+    suite = suite_for(loaded)
+    if suite.fingerprint() != results.fingerprint.suite.fingerprint:
+        differs.append(f"suite ({suite.name} {suite.fingerprint()} vs the run's {results.fingerprint.suite.name} "
+                       f"{results.fingerprint.suite.fingerprint})")
+    device = resolve_device(loaded.config.models.device)
+    for role in ("target", "draft"):
+        spec = getattr(loaded.config.models, role)
+        ran = results.fingerprint.models.get(role)
+        location = _location(loaded, spec)
+        dtype = resolve_dtype(spec.dtype, device)
+        if ran is None or fingerprint_model(location, spec, dtype) != ran.fingerprint:
+            differs.append(f"{role} model ({location} is not the model the run used)")
+    if differs:
+        raise SpecguardError(Problem(source, "these results were not made with this config: " + "; ".join(differs),
+                                     hint="run `specguard gate CONFIG` (or pass the --out of a run of this config)"))
+
+
 def cmd_check(args) -> int:
     from gate.config import load_config
     from gate.models import load_pair
+    from gate.results import load_results
 
     _threads(args)
     loaded = load_config(args.config)
-    return _check(loaded, load_pair(loaded), _out_dir(args, loaded))
+    out = _out_dir(args, loaded)
+    results_belong_to(loaded, load_results(out), str(out / "results.json"))  # before any model is loaded
+    return _check(loaded, load_pair(loaded), out)
 
 
 def cmd_compare(args) -> int:
@@ -575,17 +630,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _on_sigterm(signum, frame):
+    from gate.execute import Interrupted
+
+    raise Interrupted("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    from gate.execute import Interrupted
+    from gate.runner import RunInterrupted
+
     args = build_parser().parse_args(argv)
+    try:  # SIGTERM (timeout, a cancelled CI job) ends the whole command, like Ctrl-C
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        previous = None
     try:
         return args.fn(args)
     except SpecguardError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        _say("interrupted")
+    except (KeyboardInterrupt, Interrupted, RunInterrupted) as exc:
+        _say(f"interrupted ({exc or 'SIGINT'}); finished work is kept")
         return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

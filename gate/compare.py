@@ -548,6 +548,9 @@ def headline(doc: VerdictDoc, results: Results) -> str:
     parts = []
     if doc.run_status != "complete":
         parts.append(f"the run is {doc.run_status}")
+    crashed = sorted({c.engine for c in doc.checks if c.check == "engine_failure" and c.status == "fail"})
+    if crashed:
+        parts.append(f"{', '.join(crashed)} failed on some batches (crash, hang or broken contract)")
     if eq_fail:
         bad = sorted({c.batch_size for c in eq_fail if c.batch_size})
         parts.append(f"Merging breaks output equivalence{' at bs ' + _sizes(bad) if bad else ''}")

@@ -8,6 +8,7 @@ documented in ``docs/config.md``; keep the two in step.
 
 from __future__ import annotations
 
+import os
 import re
 import types
 import typing
@@ -15,7 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gate.errors import ConfigError, Problem, closest, read_input
 
@@ -27,7 +37,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-PositiveInt = Annotated[int, Field(gt=0)]
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -52,7 +62,7 @@ class ModelsConfig(_Strict):
     target: ModelSpec
     draft: ModelSpec
     device: str = "auto"
-    trust_remote_code: bool = False
+    trust_remote_code: StrictBool = False
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
 
     @field_validator("device")
@@ -64,12 +74,12 @@ class ModelsConfig(_Strict):
 
 
 class SpeculationConfig(_Strict):
-    num_draft_tokens: Annotated[int, Field(ge=1, le=32)] = 4
+    num_draft_tokens: Annotated[StrictInt, Field(ge=1, le=32)] = 4
 
 
 class BatchingConfig(_Strict):
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 8], min_length=1)
-    compositions: Annotated[int, Field(ge=1, le=16)] = 2
+    compositions: Annotated[StrictInt, Field(ge=1, le=16)] = 2
 
     @field_validator("batch_sizes")
     @classmethod
@@ -81,15 +91,15 @@ class BatchingConfig(_Strict):
 
 class SamplingConfig(_Strict):
     temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
-    seed: int = 0
+    seed: StrictInt = 0
     batch_sizes: list[PositiveInt] | None = None  # default: every batching.batch_sizes entry
 
 
 class GenerationConfig(_Strict):
-    max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 48
-    greedy: bool = True
+    max_new_tokens: Annotated[StrictInt, Field(ge=1, le=4096)] = 48
+    greedy: StrictBool = True
     sampling: SamplingConfig | None = None
-    stop_at_eos: bool = True
+    stop_at_eos: StrictBool = True
 
     @model_validator(mode="after")
     def _some_mode(self) -> GenerationConfig:
@@ -102,7 +112,8 @@ class SuiteConfig(_Strict):
     path: str = "specguard:suites/default.jsonl"
     slices: list[str] = Field(default_factory=list)
     max_prompts_per_slice: PositiveInt | None = None
-    stress_mix: bool = False
+    stress_mix: StrictBool = False
+    truncate_long_prompts: StrictBool = False
 
 
 class EngineConfig(_Strict):
@@ -111,6 +122,7 @@ class EngineConfig(_Strict):
     callable: str | None = Field(None, validate_default=True)
     max_batch_size: PositiveInt | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: Annotated[float, Field(gt=0)] | None = None  # per batch; default: 60 s + 1 s per budgeted token
 
     @field_validator("name")
     @classmethod
@@ -129,6 +141,8 @@ class EngineConfig(_Strict):
                 raise ValueError(f"only plugin engines take 'extra' (this engine is {self.type!r})")
             if self.max_batch_size is not None:
                 raise ValueError(f"only plugin engines take 'max_batch_size' (this engine is {self.type!r})")
+            if self.timeout_s is not None:
+                raise ValueError(f"only plugin engines take 'timeout_s' (this engine is {self.type!r})")
         return self
 
     @field_validator("callable")
@@ -152,8 +166,8 @@ class EngineConfig(_Strict):
 
 class EquivalenceCheck(_Strict):
     logit_tolerance: float | Literal["auto"] = "auto"
-    max_confident_divergences: Annotated[int, Field(ge=0)] = 0
-    max_confident_inconsistencies: Annotated[int, Field(ge=0)] = 0
+    max_confident_divergences: Annotated[StrictInt, Field(ge=0)] = 0
+    max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0)] = 0
     min_exact_match: Fraction = 0.0
 
     @field_validator("logit_tolerance")
@@ -166,24 +180,24 @@ class EquivalenceCheck(_Strict):
 
 class ReproducibilityCheck(_Strict):
     repeat_batch_size: PositiveInt | None = None
-    require_bitwise: bool = False
+    require_bitwise: StrictBool = False
 
 
 class DistributionCheck(_Strict):
-    num_samples: Annotated[int, Field(ge=100, le=1_000_000)] = 2000
+    num_samples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
     alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
-    power_trials: Annotated[int, Field(ge=0, le=1000)] = 40
+    power_trials: Annotated[StrictInt, Field(ge=0, le=1000)] = 40
 
 
 class SpeedupCheck(_Strict):
     min_speedup: Annotated[float, Field(gt=0.0)] | None = None
     ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
     time_budget_s: Annotated[float, Field(gt=0.0)] = 120.0
-    warmup: Annotated[int, Field(ge=0)] = 1
-    min_repeats: Annotated[int, Field(ge=2)] = 3
-    max_repeats: Annotated[int, Field(ge=2)] = 30
+    warmup: Annotated[StrictInt, Field(ge=0)] = 1
+    min_repeats: Annotated[StrictInt, Field(ge=2)] = 3
+    max_repeats: Annotated[StrictInt, Field(ge=2)] = 30
     max_batches_per_cell: PositiveInt | None = 4
-    bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
+    bootstrap_resamples: Annotated[StrictInt, Field(ge=100)] = 2000
     context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
 
     @model_validator(mode="after")
@@ -205,7 +219,7 @@ class ChecksConfig(_Strict):
 class BaselineConfig(_Strict):
     dir: str = "baselines"
     name: str | None = None  # default: the config file's name without .yaml
-    history: Annotated[int, Field(ge=0, le=1000)] = 20
+    history: Annotated[StrictInt, Field(ge=0, le=1000)] = 20
     acceptance_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     speedup_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.10
     exact_match_drop: Fraction | Literal["auto"] = "auto"
@@ -363,9 +377,38 @@ def problems_from_validation(err: ValidationError, model: type[BaseModel], sourc
 # --- loading ---------------------------------------------------------------------------------
 
 
+MAX_DEPTH = 32  # a config is a few levels deep; far deeper is an attack or an accident
+MAX_SIZE = 1 << 20  # bytes
+
+
+def screen_yaml(text: str, name: str) -> None:
+    """Refuse what no config needs before building anything: anchors and aliases (an alias bomb expands to
+    gigabytes), nesting deeper than MAX_DEPTH (a recursion error), and files over 1 MiB.  Linear time."""
+    if len(text) > MAX_SIZE:
+        raise ConfigError(Problem(name, f"the file is {len(text):,} characters; a config is far smaller "
+                                        f"(limit {MAX_SIZE:,})", hint="is this the right file?"))
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ConfigError(Problem(name, "YAML anchors and aliases (&name, *name) are not accepted in a "
+                                                "config", line=event.start_mark.line + 1,
+                                          hint="write the values out; a config needs no references"))
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(Problem(name, f"nested more than {MAX_DEPTH} levels deep",
+                                              line=event.start_mark.line + 1, hint="see docs/config.md for the layout"))
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # reported with its line by the parser below
+
+
 def parse_config(text: str, source: str | Path) -> LoadedConfig:
     """Validate config text; raise ConfigError listing every problem."""
     name = str(source)
+    screen_yaml(text, name)
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -417,8 +460,9 @@ def check_paths(source: str | Path) -> list[Problem]:
     source = Path(source)
     try:
         text = source.read_text(encoding="utf-8")
+        screen_yaml(text, str(source))
         raw = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return []  # reported by load_config
     if not isinstance(raw, dict):
         return []
@@ -434,14 +478,23 @@ def check_paths(source: str | Path) -> list[Problem]:
         where = ("models", role, "path")
         p = base.resolve_path(value)
         looks_local = value.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(value)
-        if looks_local and not p.is_dir():
+        at = dict(field=dotted(where), line=lines.get(where))
+        if p.exists() and not p.is_dir():
+            problems.append(Problem(str(source), f"{str(p)!r} is a file, not a model directory",
+                                    hint="point it at the directory that holds config.json and the weights", **at))
+        elif looks_local and not p.is_dir():
             problems.append(Problem(str(source), f"model directory {str(p)!r} does not exist",
-                                    field=dotted(where), line=lines.get(where),
                                     hint="point it at a directory holding config.json and weights, "
-                                         "or at a hub id such as 'org/name'"))
+                                         "or at a hub id such as 'org/name'", **at))
         elif looks_local and not (p / "config.json").is_file():
-            problems.append(Problem(str(source), f"{str(p)!r} has no config.json", field=dotted(where),
-                                    line=lines.get(where), hint="is this a transformers model directory?"))
+            problems.append(Problem(str(source), f"{str(p)!r} has no config.json",
+                                    hint="is this a transformers model directory?", **at))
+        elif not p.is_dir() and os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True", "YES", "yes"):
+            revision = spec.get("revision") if isinstance(spec.get("revision"), str) else None
+            if not hub_cached(value, revision):
+                problems.append(Problem(str(source), f"{value!r} is not a local directory, and as a hub id it is "
+                                        "not in the local Hugging Face cache (HF_HUB_OFFLINE=1)",
+                                        hint="download it first, or point the path at a local directory", **at))
     suite = raw.get("suite") if isinstance(raw.get("suite"), dict) else {}
     value = suite.get("path", SuiteConfig().path)
     if isinstance(value, str) and not base.resolve_path(value).is_file():
@@ -450,6 +503,38 @@ def check_paths(source: str | Path) -> list[Problem]:
                                 field=dotted(where), line=lines.get(where),
                                 hint="use a JSONL file, or leave the default suite"))
     return problems
+
+
+def hub_cached(repo_id: str, revision: str | None = None) -> bool:
+    """Whether a hub model's config.json is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return True
+    found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    return isinstance(found, str)
+
+
+def model_notes(source: str | Path) -> list[str]:
+    """What validate should say about model paths that are not errors: a bare name is taken as a hub id."""
+    source = Path(source)
+    try:
+        text = source.read_text(encoding="utf-8")
+        screen_yaml(text, str(source))
+        raw = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
+        return []
+    notes = []
+    models = raw.get("models") if isinstance(raw, dict) and isinstance(raw.get("models"), dict) else {}
+    base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw={})
+    for role in ("target", "draft"):
+        spec = models.get(role) if isinstance(models.get(role), dict) else {}
+        value = spec.get("path")
+        if isinstance(value, str) and is_hub_id(value) and not value.startswith(BUILTIN_PREFIX) \
+                and not base.resolve_path(value).is_dir():
+            notes.append(f"models.{role}.path: {value!r} is not a local directory; treating it as a hub id "
+                         f"(revision {spec.get('revision') or 'main'})")
+    return notes
 
 
 def is_hub_id(value: str) -> bool:

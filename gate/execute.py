@@ -14,17 +14,20 @@ interrupted run keeps everything but the batch in flight.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gate import fingerprint as fp
 from gate.cache import ReferenceCache
-from gate.engines.base import Engine, GenerationSettings, Request
+from gate.engines.base import Engine, EngineFailure, GenerationSettings, Request, is_out_of_memory
 from gate.plan import Job, PlannedBatch, PromptInfo, prompt_seed
-from gate.results import Execution, JobKey, Phase, RecordLog, SequenceOutput
+from gate.results import Execution, Failure, JobKey, Phase, RecordLog, SequenceOutput
+
+MAX_TIMEOUTS = 2  # after this many timed-out batches, an engine's remaining batches are recorded as not run
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
     """The run was asked to stop (SIGTERM; SIGINT arrives as KeyboardInterrupt)."""
 
 
@@ -49,7 +52,7 @@ def sigterm_interrupts() -> Iterator[None]:
 class Executor:
     def __init__(self, prompts: list[PromptInfo], decode: Callable[[list[int]], str], log: RecordLog,
                  seed: int = 0, cache: ReferenceCache | None = None, cache_context: dict | None = None,
-                 previous: dict[JobKey, Execution] | None = None):
+                 previous: dict[JobKey, Execution] | None = None, say: Callable[[str], None] = lambda m: None):
         self.prompts = prompts
         self.decode = decode
         self.log = log
@@ -60,6 +63,8 @@ class Executor:
         self.records: list[Execution] = []
         self.reused: list[str] = []
         self.current: dict | None = None  # the job in flight, for "stopped at"
+        self.say = say
+        self.timeouts: dict[str, int] = {}
 
     def requests(self, batch: PlannedBatch, repeat: int) -> list[Request]:
         return [Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens,
@@ -85,6 +90,13 @@ class Executor:
         self.current = {"phase": job.phase.value, "engine": engine.name, "mode": job.mode,
                         "batch_size": b.batch_size, "composition": b.composition, "batch": b.index,
                         "repeat": job.repeat}
+        if self.timeouts.get(engine.name, 0) >= MAX_TIMEOUTS:  # a hung engine does not get to hang every batch
+            rec = self._failed(engine, job, settings, EngineFailure(
+                "timeout", "Skipped", f"not run: {MAX_TIMEOUTS} earlier batches of {engine.name} timed out"), 0.0)
+            self.log.append(rec)
+            self.records.append(rec)
+            self.current = None
+            return rec
         cache_key = self.cache_key(b, job.repeat, settings) if (self.cache and job.cacheable) else None
         cached = self.cache.get(cache_key) if cache_key else None
         if cached is not None:
@@ -95,7 +107,9 @@ class Executor:
             self.reused.append(key.label())
         else:
             rec = self._generate(engine, job, settings)
-            if cache_key:
+            if rec.failure is not None and rec.failure.kind == "timeout":
+                self.timeouts[engine.name] = self.timeouts.get(engine.name, 0) + 1
+            if cache_key and rec.failure is None:
                 self.cache.put(cache_key, rec)
         self.log.append(rec)
         self.records.append(rec)
@@ -105,7 +119,13 @@ class Executor:
     def _generate(self, engine: Engine, job: Job, settings: GenerationSettings) -> Execution:
         b = job.batch
         requests = self.requests(b, job.repeat)
-        result = engine.generate(requests, settings)
+        started = time.perf_counter()
+        try:
+            result = engine.generate(requests, settings)
+        except (KeyboardInterrupt, Interrupted):
+            raise
+        except BaseException as exc:  # engine code, plug-ins included, may raise anything, SystemExit too
+            return self._failed(engine, job, settings, exc, time.perf_counter() - started)
         return Execution(
             phase=job.phase, engine=engine.name, mode=job.mode, batch_size=b.batch_size,
             composition=b.composition, batch=b.index, repeat=job.repeat, slice=b.slice, bucket=b.bucket,
@@ -121,11 +141,48 @@ class Executor:
             ],
         )
 
+    def _failed(self, engine: Engine, job: Job, settings: GenerationSettings, exc: BaseException,
+                wall: float) -> Execution:
+        """A failed execution: which engine, batch size and prompts, and the exception's type and message."""
+        b = job.batch
+        if isinstance(exc, EngineFailure):
+            kind, type_, message = exc.kind, exc.type, exc.message
+        elif is_out_of_memory(exc):
+            kind, type_ = "out_of_memory", type(exc).__name__
+            message = f"out of memory at batch size {b.batch_size}: {str(exc).strip().splitlines()[0][:300]}"
+            _free_accelerator_memory()
+        else:
+            kind, type_ = "crash", type(exc).__name__
+            message = (str(exc).strip() or repr(exc))[:500]
+        prompts = [self.prompts[i].id for i in b.members]
+        self.say(f"  {engine.name} failed at batch size {b.batch_size} ({kind}) on {len(prompts)} prompt(s): "
+                 f"{type_}: {message}")
+        return Execution(
+            phase=job.phase, engine=engine.name, mode=job.mode, batch_size=b.batch_size, composition=b.composition,
+            batch=b.index, repeat=job.repeat, slice=b.slice, bucket=b.bucket, temperature=settings.temperature,
+            prompts=prompts, n_real=b.n_real, wall_s=wall, sequences=[],
+            failure=Failure(kind=kind, type=type_, message=message))
+
     def warm_up(self, engine: Engine, batch: PlannedBatch, settings: GenerationSettings, times: int) -> None:
         """Unrecorded runs before timing (first calls pay for allocation and kernel selection)."""
         for _ in range(times):
-            engine.generate([Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens)
-                             for i in batch.members], settings)
+            try:
+                engine.generate([Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens)
+                                 for i in batch.members], settings)
+            except (KeyboardInterrupt, Interrupted):
+                raise
+            except BaseException:  # a failing engine fails its recorded runs, not the warm-up
+                return
+
+
+def _free_accelerator_memory() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # best effort: the failure is recorded either way
+        pass
 
 
 __all__ = ["Executor", "Interrupted", "Phase", "sigterm_interrupts"]

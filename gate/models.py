@@ -90,20 +90,22 @@ def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
 
 
 def fingerprint_model(location: str, spec: ModelSpec, dtype: torch.dtype) -> str:
-    """A content hash of the model: config, weights and load dtype.
+    """A content hash of the model: every file in its directory, and the load dtype.
 
-    For a local directory every config and weight file is hashed (about a
-    second per GB).  For a hub id, the id and revision stand in for the content.
+    For a local directory every file is hashed (about a second per GB), custom code
+    included, so editing it changes the key.  For a hub id, the id and revision stand
+    in for the content.
     """
     h = hashlib.sha256()
     h.update(str(dtype).encode())
     path = Path(location)
     if path.is_dir():
-        for f in sorted(path.iterdir()):
-            if f.suffix in (".json", ".safetensors", ".bin", ".model", ".txt") and f.is_file():
-                h.update(f.name.encode())
-                with f.open("rb") as fh:
-                    h.update(hashlib.file_digest(fh, "sha256").digest())
+        # Every file the loader may read: config, weights, tokenizer, and custom code (*.py) too.
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and not any(
+                part.startswith(".") for part in p.relative_to(path).parts)):
+            h.update(str(f.relative_to(path)).encode())
+            with f.open("rb") as fh:
+                h.update(hashlib.file_digest(fh, "sha256").digest())
     else:
         h.update(f"{location}@{spec.revision or 'main'}".encode())
     return h.hexdigest()[:16]
@@ -122,14 +124,22 @@ def _load_one(loaded: LoadedConfig, role: str, device: torch.device):
             trust_remote_code=cfg.trust_remote_code,
             attn_implementation=cfg.attn_implementation,
         )
-    except (OSError, ValueError, ImportError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # any loader failure is a problem with this model, said as such
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = ("HF_HUB_OFFLINE=1 is set, so hub ids must already be in the local cache"
-                if offline and not Path(location).is_dir() else
-                "check the path or hub id, and models.trust_remote_code if the model needs custom code")
-        raise ModelError(Problem(str(loaded.source), f"cannot load {role} model {location!r}: {first}",
-                                 field=f"models.{role}.path", hint=hint)) from None
+        local = Path(location).is_dir()
+        if offline and not local:
+            hint = "HF_HUB_OFFLINE=1 is set, so hub ids must already be in the local cache"
+        elif local and any(w in str(exc).lower() for w in ("size mismatch", "mismatched_sizes", "shape")):
+            first = "the sizes in config.json do not match the weights (transformers: size mismatch)"
+            weights = sorted(f.name for f in Path(location).iterdir() if f.suffix in (".safetensors", ".bin"))
+            files = ", ".join(weights) or "the directory"
+            hint = (f"{Path(location) / 'config.json'} does not match the weights in {files}: check vocab_size, "
+                    "hidden_size and the layer counts")
+        else:
+            hint = "check the path or hub id, and models.trust_remote_code if the model needs custom code"
+        raise ModelError(Problem(str(loaded.source), f"cannot load {role} model {location!r}: "
+                                 f"{type(exc).__name__}: {first}", field=f"models.{role}.path", hint=hint)) from None
     model.to(device).eval()
     return LoadedModel(role, model, spec, location, fingerprint_model(location, spec, dtype))
 

@@ -96,6 +96,14 @@ class SequenceOutput(_Record):
     counters: SpecCounters | None = None
 
 
+class Failure(_Record):
+    """Why an engine produced no output for a batch: a finding about the engine under test, not a gate error."""
+
+    kind: Literal["crash", "timeout", "out_of_memory", "contract"]
+    type: str  # the exception's type, e.g. RuntimeError
+    message: str
+
+
 class Execution(_Record):
     """One batch run by one engine (``kind: execution`` in ``records.jsonl``)."""
 
@@ -119,6 +127,7 @@ class Execution(_Record):
     peak_memory_bytes: int | None = None
     cached: bool = False
     sequences: list[SequenceOutput]
+    failure: Failure | None = None  # the engine crashed, hung, ran out of memory or broke the contract
 
     @property
     def key(self) -> JobKey:
@@ -355,6 +364,9 @@ class Results(RunHeader):
                     out.append(TimingPair(name, ref, ex))
         return out
 
+    def failures(self) -> list[Execution]:
+        return [ex for ex in self.executions if ex.failure is not None]
+
     def has_timing(self) -> bool:
         return any(ex.phase == Phase.TIMING for ex in self.executions)
 
@@ -385,7 +397,9 @@ class TimingPair:
 
     @property
     def ratio(self) -> float | None:
-        return self.reference.wall_s / self.execution.wall_s if self.execution.wall_s > 0 else None
+        if self.reference.failure or self.execution.failure or self.execution.wall_s <= 0:
+            return None
+        return self.reference.wall_s / self.execution.wall_s
 
 
 # --- writing ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from gate.cache import ReferenceCache
 from gate.calibrate import calibrate
 from gate.config import REFERENCE, LoadedConfig
 from gate.engines import ENGINE_VERSION, Engine, GenerationSettings
-from gate.errors import Problem, SpecguardError
+from gate.errors import Problem, SpecguardError, SuiteError
 from gate.execute import Executor, Interrupted, sigterm_interrupts
 from gate.models import LoadedModel, ModelPair
 from gate.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_name, plan
@@ -62,6 +62,19 @@ from gate.results import (
 from gate.schedule import TimingScheduler
 from gate.suite import Suite
 
+MAX_SAMPLING_PASSES = 100
+
+
+class RunInterrupted(BaseException):  # like KeyboardInterrupt: no `except Exception` may swallow it
+    """The run was interrupted; its finished work is on disk (``results``, status ``interrupted``).
+
+    Raised, not returned, so that every caller that runs several runs (the self-test, benchmarks,
+    paired mode) stops too instead of going on with the next one."""
+
+    def __init__(self, results: Results):
+        super().__init__(results.stopped_at.reason if results.stopped_at else "interrupted")
+        self.results = results
+
 
 class ResumeError(SpecguardError):
     """``--resume`` was asked for a log from a different run setup."""
@@ -79,12 +92,29 @@ class PairedBase:
     source: str
 
 
-def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edges: list[int]) -> list[PromptInfo]:
-    out = []
+def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edges: list[int],
+                 truncate: bool = False) -> list[PromptInfo]:
+    """Tokenized prompts; a prompt the target cannot take with its token budget is refused (or, when the
+    suite opts in with ``suite.truncate_long_prompts``, cut to its last tokens)."""
+    limit = getattr(pair.target.model.config, "max_position_embeddings", None)
+    out, problems = [], []
     for i, p in enumerate(suite.prompts):
         ids = tuple(pair.encode(p.text))
-        out.append(PromptInfo(i, p.id, p.slice, bucket_name(len(ids), bucket_edges), ids,
-                              p.max_new_tokens or max_new_tokens))
+        budget = p.max_new_tokens or max_new_tokens
+        if limit and len(ids) + budget > limit:
+            room = limit - budget
+            if truncate and room > 0:
+                ids = ids[-room:]
+            else:
+                problems.append(Problem(suite.name, f"prompt {p.id!r} has {len(ids)} tokens, but the target takes "
+                                        f"{limit} positions and the prompt needs room for {budget} new tokens "
+                                        f"(at most {max(room, 0)} prompt tokens)", field="prompt",
+                                        hint="shorten it, lower its max_new_tokens, or set "
+                                             "suite.truncate_long_prompts: true"))
+                continue
+        out.append(PromptInfo(i, p.id, p.slice, bucket_name(len(ids), bucket_edges), ids, budget))
+    if problems:
+        raise SuiteError(problems)
     return out
 
 
@@ -108,7 +138,8 @@ class Runner:
         self.cache = cache
         self.hardware = fp.hardware(pair.device)
         gen = self.cfg.generation
-        self.prompts = prompt_infos(suite, pair, gen.max_new_tokens, list(self.cfg.checks.speedup.context_buckets))
+        self.prompts = prompt_infos(suite, pair, gen.max_new_tokens, list(self.cfg.checks.speedup.context_buckets),
+                                    truncate=self.cfg.suite.truncate_long_prompts)
         timing_only = [EngineInfo(paired.engine.name, paired.engine.capabilities)] if paired else None
         self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
                                timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
@@ -186,8 +217,9 @@ class Runner:
                 for name in (REFERENCE, *level.engines):  # warm-up runs are not recorded
                     self.executor.warm_up(self.by_name[name], first, self.greedy, sp.warmup)
 
-            def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float]:
-                return {name: self._run(Job(Phase.TIMING, name, "greedy", pb, repeat)).wall_s for name in order}
+            def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float | None]:
+                recs = {name: self._run(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
+                return {name: None if rec.failure else rec.wall_s for name, rec in recs.items()}
 
             out[str(level.batch_size)] = scheduler.run_level(list(level.cells), REFERENCE, list(level.engines),
                                                              share, run_pair)
@@ -205,11 +237,14 @@ class Runner:
                 self.say(f"sampling at batch size {group.batch_size}, T={self.sampled.temperature}: "
                          f"{group.need} tokens per engine")
             got, p = 0, 0
-            while got < group.need:
+            while got < group.need and p < MAX_SAMPLING_PASSES:
+                before = got
                 for pb in group.batches:
                     rec = self._run(Job(Phase.SAMPLING, group.engine, "sampling", pb, p, cacheable=group.cacheable))
                     got += sum(len(s.token_ids) for s in rec.real())
                 p += 1
+                if got == before:  # a whole pass gave nothing (the engine fails or emits nothing): stop asking
+                    break
 
     # --- the whole run --------------------------------------------------------------------
 
@@ -240,7 +275,7 @@ class Runner:
             log.append(rec)  # keep them on disk even if this run stops before reusing them
         seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
         self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
-                                 cache_context=self.cache_context(), previous=previous)
+                                 cache_context=self.cache_context(), previous=previous, say=self.say)
         status, stopped, calibration, timing = "complete", None, {}, {}
         paired = None
         if self.paired is not None:
@@ -275,4 +310,6 @@ class Runner:
                               timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                               cache={"reused": self.executor.reused}, paired=paired)
             atomic_write_json(self.out_dir / RESULTS, results)
+        if status == "interrupted":
+            raise RunInterrupted(results)
         return results

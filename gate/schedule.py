@@ -18,8 +18,8 @@ from gate.config import SpeedupCheck
 from gate.plan import PlannedBatch, TimingCell
 from gate.stats import bootstrap_median_ci
 
-# run(batch, repeat, order) -> {engine: wall seconds}
-RunPair = Callable[[PlannedBatch, int, list[str]], dict[str, float]]
+# run(batch, repeat, order) -> {engine: wall seconds, or None when the engine failed on the batch}
+RunPair = Callable[[PlannedBatch, int, list[str]], dict[str, float | None]]
 
 
 def interleaved(names: list[str], repeat: int) -> list[str]:
@@ -44,7 +44,8 @@ class TimingScheduler:
             r = repeats[cell.label]
             for pb in cell.batches:
                 walls = run(pb, r, interleaved([reference, *engines], r))
-                ratios[cell.label] += [walls[reference] / walls[e] for e in engines if walls[e] > 0]
+                if walls[reference] is not None:
+                    ratios[cell.label] += [walls[reference] / walls[e] for e in engines if walls[e]]
             repeats[cell.label] += 1
 
         def width(cell: TimingCell) -> float:

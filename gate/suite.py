@@ -33,6 +33,15 @@ class _PromptLine(BaseModel):
             raise ValueError("expected a non-empty prompt")
         return v
 
+    @field_validator("id", "slice", "prompt")
+    @classmethod
+    def _encodable(cls, v: str) -> str:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate such as \ud800: no tokenizer can take it
+            raise ValueError(f"not valid Unicode text (a lone surrogate at character {exc.start})") from None
+        return v
+
 
 @dataclass(frozen=True)
 class Prompt:

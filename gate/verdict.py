@@ -72,6 +72,7 @@ class ChecksDoc(_Doc):
     schema_id: Literal["specguard.checks/1"] = Field(CHECKS_SCHEMA, alias="schema")
     results_status: str | None
     incomplete: dict[str, Any] | None = None
+    engine_failures: dict[str, dict[str, Any]] | None = None
     equivalence: dict[str, dict[str, EquivalenceSummary]] | None = None
     noise_floor: dict[str, EquivalenceSummary] | None = None
     reproducibility: dict[str, dict[str, Any]] | None = None

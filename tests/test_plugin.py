@@ -9,7 +9,7 @@ import torch
 from helpers import demo_config
 
 from gate.engines import build_engine
-from gate.engines.base import GenerationSettings, Request
+from gate.engines.base import EngineFailure, GenerationSettings, Request
 from gate.engines.plugin import PluginEngine, PluginSettings, load_callable
 from gate.engines.reference import ReferenceEngine
 from gate.errors import EngineError
@@ -49,16 +49,25 @@ def test_missing_module_and_attribute():
 
 @pytest.mark.parametrize("returned,field,message", [
     ([{"token_ids": [1]}], "return value", "expected 2 results, got 1"),
-    ([{"token_ids": [1]}, {"tokens": [1]}], "result[1].token_ids", "expected a list of non-negative ints"),
+    ([{"token_ids": [1]}, {"tokens": [1]}], "result[1].token_ids", "expected a list of token ids"),
+    ([{"token_ids": [1]}, {"token_ids": [True, False]}], "result[1].token_ids", "not bools"),
+    ([{"token_ids": [1]}, {"token_ids": [5, 50]}], "result[1].token_ids[1]", "token id 50 is outside the target's "
+                                                                              "vocabulary (size 50)"),
     ([{"token_ids": [1]}, {"token_ids": [1], "stop_reason": "tired"}], "result[1].stop_reason", "'tired'"),
     ([{"token_ids": [1]}, {"token_ids": [1], "wall_s": "slow"}], "result[1].wall_s", "seconds"),
+    ([{"token_ids": [1]}, {"token_ids": [1], "counters": {"num_drafts": "lots"}}], "result[1].counters.num_drafts",
+     "expected a count"),
+    ([{"token_ids": [1]}, {"token_ids": [1], "counters": {"num_draft": 3}}], "result[1].counters.num_draft",
+     "unknown counter 'num_draft'"),
     ([{"token_ids": [1]}, "oops"], "result[1]", "expected a dict"),
 ])
 def test_malformed_returns_name_engine_and_field(returned, field, message):
-    engine = PluginEngine("inhouse", lambda ids, bs, s: returned, torch.device("cpu"), BASE)
-    with pytest.raises(EngineError) as info:
+    """A broken contract is a finding about the engine (a failed execution), with the field path."""
+    engine = PluginEngine("inhouse", lambda ids, bs, s: returned, torch.device("cpu"), BASE, vocab_size=50)
+    with pytest.raises(EngineFailure) as info:
         engine.generate([Request((1, 2), 3), Request((3,), 3)], GenerationSettings())
-    text = str(info.value)
+    assert info.value.kind == "contract"
+    text = info.value.message
     assert text.startswith("engine 'inhouse'") and field in text and message in text
 
 

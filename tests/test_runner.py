@@ -14,7 +14,7 @@ from gate.cache import ReferenceCache
 from gate.checks.speedup import analyze_speedup
 from gate.plan import PromptInfo, bucket_name, plan_batches_per_cell
 from gate.results import ResultsError, load_results, read_records
-from gate.runner import ResumeError, Runner
+from gate.runner import ResumeError, RunInterrupted, Runner
 from gate.suite import Suite, load_suite, parse_suite
 
 SUITE = parse_suite("".join(
@@ -72,7 +72,9 @@ def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
 
 def test_interrupted_run_keeps_finished_work_and_says_where(demo_pair, tmp_path):
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=3)
-    doc = make(demo_pair, tmp_path, spec=spec).run()
+    with pytest.raises(RunInterrupted) as stop:
+        make(demo_pair, tmp_path, spec=spec).run()
+    doc = stop.value.results
     assert doc.status == "interrupted"
     assert doc.stopped_at.engine == "speculative" and doc.stopped_at.phase == "outputs"
     assert doc.stopped_at.batch == 3
@@ -93,7 +95,8 @@ def test_interrupted_run_keeps_finished_work_and_says_where(demo_pair, tmp_path)
 
 def _interrupted(demo_pair, tmp_path, suite=SUITE):
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=3)
-    assert make(demo_pair, tmp_path, spec=spec, suite=suite).run().status == "interrupted"
+    with pytest.raises(RunInterrupted):
+        make(demo_pair, tmp_path, spec=spec, suite=suite).run()
 
 
 def test_resume_refuses_a_changed_suite(demo_pair, tmp_path):
@@ -122,13 +125,18 @@ def test_resume_refuses_other_libraries_or_hardware(demo_pair, tmp_path, monkeyp
 ORIGINAL_LIBS = fp.libraries
 
 
-def test_crash_writes_results_and_reraises(demo_pair, tmp_path):
+def test_an_engine_crash_is_a_failed_execution_and_the_run_goes_on(demo_pair, tmp_path):
+    """A crash of the engine under test is a finding about it, not an internal error of the gate."""
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=1, exc=RuntimeError)
-    with pytest.raises(RuntimeError):
-        make(demo_pair, tmp_path, spec=spec).run()
-    doc = load_results(tmp_path / "out")
-    assert doc.status == "failed" and "RuntimeError" in doc.stopped_at.reason
-    assert len(doc.executions) == 3  # reference, speculative, reference; the 2nd speculative call crashed
+    doc = make(demo_pair, tmp_path, spec=spec).run()
+    assert doc.status == "complete"
+    failed = doc.failures()
+    assert failed and {ex.engine for ex in failed} == {"speculative"}
+    assert failed[0].failure.kind == "crash" and failed[0].failure.type == "RuntimeError"
+    assert failed[0].prompts and not failed[0].sequences
+    assert any(ex.engine == "reference" and ex.failure is None for ex in doc.executions), "the others went on"
+    on_disk = load_results(tmp_path / "out")
+    assert len(on_disk.failures()) == len(failed)
 
 
 def test_torn_last_record_is_dropped(demo_pair, tmp_path):

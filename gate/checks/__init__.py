@@ -4,6 +4,8 @@ Each check is a module with ``run(results, ctx) -> (findings, verdicts)`` and it
 verdict rule beside it; this module only lists them.  ``run_checks`` returns a
 ``specguard.checks/1`` document:
 
+* ``engine_failures`` — batches on which an engine crashed, hung, ran out of memory
+  or broke the contract (findings about the engine, recorded as failed executions);
 * ``equivalence`` — per engine and batch size, against the canonical reference
   (non-speculative, batch size 1): exact match, prefix match, argmax
   consistency, first-divergence classes, corruption signatures, examples;
@@ -22,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gate.checks import distribution, equivalence, noise_floor, reproducibility, speedup
+from gate.checks import distribution, equivalence, failures, noise_floor, reproducibility, speedup
 from gate.checks.context import CheckContext
 from gate.config import Config
 from gate.models import ModelPair
@@ -32,6 +34,7 @@ from gate.verdict import ChecksDoc, Verdict
 SCHEMA = "specguard.checks/1"
 
 CHECKS = (
+    ("engine_failures", failures),
     ("equivalence", equivalence),
     ("noise_floor", noise_floor),
     ("reproducibility", reproducibility),

@@ -59,6 +59,7 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> E
                               eos_token_ids=[], target=pair.target.location, draft=pair.draft.location,
                               dtype=models.target.dtype, device=str(pair.device),
                               draft_dtype=models.draft.dtype, extra=dict(spec.extra))
-        engine = PluginEngine(spec.label, fn, pair.device, base, max_batch_size=spec.max_batch_size)
+        engine = PluginEngine(spec.label, fn, pair.device, base, max_batch_size=spec.max_batch_size,
+                              vocab_size=pair.target.vocab_size, timeout_s=spec.timeout_s)
     engine.name = spec.label
     return engine

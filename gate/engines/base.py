@@ -178,6 +178,24 @@ class BatchResult:
     peak_memory_bytes: int | None = None
 
 
+class EngineFailure(Exception):
+    """The engine under test failed on a batch (crash, timeout, out of memory, broken contract).
+
+    Recorded as a failed execution and judged as a failing check; the run goes on with other batches."""
+
+    def __init__(self, kind: str, type_: str, message: str):
+        super().__init__(f"{type_}: {message}")
+        self.kind = kind
+        self.type = type_
+        self.message = message
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() \
+        or "can't allocate memory" in text or "DefaultCPUAllocator" in text
+
+
 class Engine(Protocol):
     """An engine generates for one batch at a time."""
 

@@ -9,20 +9,34 @@ example)::
 ``prompt_ids`` is one batch of exactly ``batch_size`` prompts (the load level
 being measured).  Return one result per prompt, in order, each with at
 least ``token_ids``.  Structural problems (wrong count, missing fields, wrong
-types) fail with an error that names the engine and the field; behavioural
-ones (too many tokens, text after EOS) are left for the checks to find.
+types, token ids outside the vocabulary, unknown counters) and crashes,
+``sys.exit`` and hangs (``engines[].timeout_s``) are recorded as failed
+executions that name the engine, the batch and the field: findings about the
+engine, not errors of the gate.  Behavioural problems (too many tokens, text
+after EOS) are left for the checks to find.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import numbers
+import threading
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
 import torch
 
-from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.base import (
+    BatchResult,
+    Capabilities,
+    EngineFailure,
+    GenerationSettings,
+    Request,
+    SequenceResult,
+    SpecCounters,
+)
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
@@ -87,7 +101,37 @@ def load_callable(spec: str, source: str = "config"):
     return fn
 
 
-def _as_result(obj, i: int, label: str, settings: PluginSettings) -> SequenceResult:
+COUNTER_LISTS = ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos")
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+
+
+def _counters(counters, i: int, src: str) -> SpecCounters | None:
+    if counters is None:
+        return None
+    if not isinstance(counters, dict):
+        raise EngineError(Problem(src, f"expected a dict of speculation counters, got {type(counters).__name__}",
+                                  field=f"result[{i}].counters"))
+    known = set(SpecCounters.__dataclass_fields__)
+    for key, v in counters.items():
+        field = f"result[{i}].counters.{key}"
+        if key not in known:
+            # Derived figures a plug-in may echo back are ignored; anything else is a typo to report.
+            if key in ("acceptance_rate", "mean_accepted_length", "acceptance_per_pos", "tokens_per_target_forward"):
+                continue
+            raise EngineError(Problem(src, f"unknown counter {key!r}", field=field,
+                                      hint=f"known counters: {', '.join(sorted(known))}"))
+        if key in COUNTER_LISTS:
+            if not isinstance(v, (list, tuple)) or not all(_is_count(x) for x in v):
+                raise EngineError(Problem(src, f"expected a list of counts (ints >= 0), got {v!r}"[:200], field=field))
+        elif not _is_count(v):
+            raise EngineError(Problem(src, f"expected a count (an int >= 0), got {v!r}"[:200], field=field))
+    return SpecCounters(**{k: (list(v) if k in COUNTER_LISTS else int(v)) for k, v in counters.items() if k in known})
+
+
+def _as_result(obj, i: int, label: str, settings: PluginSettings, vocab_size: int | None = None) -> SequenceResult:
     src = f"engine {label!r}"
     if isinstance(obj, SequenceResult):
         obj = obj.to_dict()
@@ -95,37 +139,77 @@ def _as_result(obj, i: int, label: str, settings: PluginSettings) -> SequenceRes
         raise EngineError(Problem(src, f"expected a dict or SequenceResult, got {type(obj).__name__}",
                                   field=f"result[{i}]"))
     toks = obj.get("token_ids")
-    if not isinstance(toks, (list, tuple)) or not all(isinstance(t, int) and t >= 0 for t in toks):
-        raise EngineError(Problem(src, "expected a list of non-negative ints", field=f"result[{i}].token_ids"))
+    if not isinstance(toks, (list, tuple)) or not all(_is_count(t) for t in toks):
+        raise EngineError(Problem(src, "expected a list of token ids (ints >= 0, not bools)",
+                                  field=f"result[{i}].token_ids"))
+    if vocab_size is not None:
+        bad = next((j for j, t in enumerate(toks) if t >= vocab_size), None)
+        if bad is not None:
+            raise EngineError(Problem(src, f"token id {toks[bad]} is outside the target's vocabulary "
+                                           f"(size {vocab_size})", field=f"result[{i}].token_ids[{bad}]"))
     stop = obj.get("stop_reason")
     if stop is None:
         stop = "eos" if toks and toks[-1] in settings.eos_token_ids else "max_tokens"
     if stop not in ("eos", "max_tokens"):
-        raise EngineError(Problem(src, f"expected 'eos' or 'max_tokens', got {stop!r}",
+        raise EngineError(Problem(src, f"expected 'eos' or 'max_tokens', got {stop!r}"[:200],
                                   field=f"result[{i}].stop_reason"))
-    counters = obj.get("counters")
-    if counters is not None and not isinstance(counters, dict):
-        raise EngineError(Problem(src, "expected a dict of speculation counters", field=f"result[{i}].counters"))
     num = {}
     for key in ("wall_s", "ttft_s", "per_token_s"):
         v = obj.get(key)
-        if v is not None and not isinstance(v, (int, float)):
-            raise EngineError(Problem(src, f"expected seconds as a number, got {v!r}", field=f"result[{i}].{key}"))
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
+                              or v < 0):
+            raise EngineError(Problem(src, f"expected seconds as a number >= 0, got {v!r}"[:200],
+                                      field=f"result[{i}].{key}"))
         num[key] = v
-    return SequenceResult(list(toks), stop, wall_s=num["wall_s"] or 0.0, ttft_s=num["ttft_s"],
-                          per_token_s=num["per_token_s"],
-                          counters=SpecCounters.from_dict(counters) if counters else None)
+    return SequenceResult([int(t) for t in toks], stop, wall_s=num["wall_s"] or 0.0, ttft_s=num["ttft_s"],
+                          per_token_s=num["per_token_s"], counters=_counters(obj.get("counters"), i, src))
+
+
+def call_with_deadline(fn, args: tuple, timeout_s: float | None, label: str):
+    """Run a plug-in call in a worker thread, so that a hung call gives control back to the gate.
+
+    Anything the call raises (SystemExit included) is raised here, in the gate's thread, for the
+    executor to record; a call still running after ``timeout_s`` is abandoned (its daemon thread
+    ends with the process).
+    """
+    box: dict = {}
+
+    def target():
+        try:
+            box["out"] = fn(*args)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from plug-in code are crashes too
+            box["exc"] = exc
+
+    worker = threading.Thread(target=target, name=f"specguard-engine-{label}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise EngineFailure("timeout", "Timeout", f"engine {label!r} timed out after {timeout_s:.0f} s "
+                                                  "(engines[].timeout_s)")
+    if "exc" in box:
+        exc = box["exc"]
+        if isinstance(exc, KeyboardInterrupt):  # raised by the plug-in itself, not by a person: a crash
+            raise EngineFailure("crash", "KeyboardInterrupt", str(exc) or "raised by the engine") from exc
+        raise exc  # the executor records it (an out-of-memory error as such)
+    return box["out"]
+
+
+def default_timeout_s(requests: list[Request]) -> float:
+    """A per-batch limit from the token budget: a minute, plus a second per token the batch may generate."""
+    return 60.0 + sum(r.max_new_tokens for r in requests)
 
 
 class PluginEngine:
     speculative = True
 
     def __init__(self, name: str, fn, device: torch.device, base: PluginSettings,
-                 max_batch_size: int | None = None):
+                 max_batch_size: int | None = None, vocab_size: int | None = None, timeout_s: float | None = None):
         self.name = name
         self.fn = fn
         self.device = device
         self.base = base
+        self.vocab_size = vocab_size
+        self.timeout_s = timeout_s
         # Not steppable: the gate cannot time a plug-in's draft and target steps, so the
         # Leviathan expectation is "not measured" for it rather than borrowed from the loaded pair.
         self.capabilities = Capabilities(
@@ -145,13 +229,18 @@ class PluginEngine:
         clock = Clock(self.device)
         reset_peak_memory(self.device)
         start = clock.now()
-        out = self.fn([list(r.prompt_ids) for r in requests], len(requests), plug)
+        timeout = self.timeout_s or default_timeout_s(requests)
+        out = call_with_deadline(self.fn, ([list(r.prompt_ids) for r in requests], len(requests), plug), timeout,
+                                 self.name)
         wall = clock.now() - start
-        if not isinstance(out, (list, tuple)) or len(out) != len(requests):
-            got = len(out) if isinstance(out, (list, tuple)) else type(out).__name__
-            raise EngineError(Problem(f"engine {self.name!r}", f"expected {len(requests)} results, got {got}",
-                                      field="return value", hint="return one result per prompt, in order"))
-        seqs = [_as_result(o, i, self.name, plug) for i, o in enumerate(out)]
+        try:
+            if not isinstance(out, (list, tuple)) or len(out) != len(requests):
+                got = len(out) if isinstance(out, (list, tuple)) else type(out).__name__
+                raise EngineError(Problem(f"engine {self.name!r}", f"expected {len(requests)} results, got {got}",
+                                          field="return value", hint="return one result per prompt, in order"))
+            seqs = [_as_result(o, i, self.name, plug, self.vocab_size) for i, o in enumerate(out)]
+        except EngineError as exc:  # the engine under test broke the contract: a finding, recorded as such
+            raise EngineFailure("contract", "ContractError", "; ".join(str(p) for p in exc.problems)) from None
         for s in seqs:
             if not s.wall_s:
                 s.wall_s = wall

@@ -1,0 +1,335 @@
+"""No crash, hang or silent pass: bad input and misbehaving engines each get their exit code and a message.
+
+The crash, hang, sys.exit, out-of-memory and signal cases run the real CLI in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import synthetic as syn
+from helpers import demo_config
+
+from gate.cli import main
+from gate.config import PACKAGE_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "specguard:demo/draft"}
+  device: cpu
+batching: {batch_sizes: [1, 2], compositions: 1}
+generation: {max_new_tokens: 4}
+suite: {max_prompts_per_slice: 1, slices: [prose, code]}
+engines:
+%(engines)s
+checks:
+  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0}
+output: {dir: out, cache_dir: null}
+"""
+
+PLUGINS = '''\
+import sys
+import time
+
+import torch
+
+
+def good(prompt_ids, batch_size, settings):
+    return [{"token_ids": [5] * n} for n in settings.max_new_tokens]
+
+
+def exits(prompt_ids, batch_size, settings):
+    sys.exit(0)
+
+
+def raises(prompt_ids, batch_size, settings):
+    if batch_size > 1:
+        raise RuntimeError("kv cache index 17 out of range")
+    return good(prompt_ids, batch_size, settings)
+
+
+def hangs(prompt_ids, batch_size, settings):
+    if batch_size > 1:
+        while True:
+            time.sleep(0.05)
+    return good(prompt_ids, batch_size, settings)
+
+
+def oom(prompt_ids, batch_size, settings):
+    if batch_size > 1:
+        torch.empty(10**14, dtype=torch.float32)  # 400 TB: the real allocator refuses at once
+    return good(prompt_ids, batch_size, settings)
+'''
+
+
+def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": engines})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "gate", *args, str(cfg), "--threads", "2", "--no-cache"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def plugin(name: str, extra: str = "") -> str:
+    return f'  - {{type: plugin, name: inhouse, callable: "plugins:{name}"{extra}}}'
+
+
+def verdict(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "verdict.json").read_text())
+
+
+# --- misbehaving engines (subprocesses) -----------------------------------------------------------
+
+
+def test_a_plugin_calling_sys_exit_0_cannot_make_the_gate_pass(tmp_path):
+    proc = cli(tmp_path, plugin("exits"), "gate")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert (tmp_path / "out" / "checks.json").is_file()
+    v = verdict(tmp_path)
+    assert v["outcome"] == "fail"
+    assert any(c["check"] == "engine_failure" and "SystemExit" in c["why"] for c in v["checks"])
+
+
+def test_an_engine_that_raises_is_recorded_and_the_run_goes_on(tmp_path):
+    proc = cli(tmp_path, plugin("raises"), "gate")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    failed = [ex for ex in results["executions"] if ex["failure"]]
+    assert failed and all(ex["engine"] == "inhouse" and ex["batch_size"] == 2 for ex in failed)
+    assert failed[0]["failure"] == {"kind": "crash", "type": "RuntimeError",
+                                    "message": "kv cache index 17 out of range"}
+    assert failed[0]["prompts"], "the failure names the batch's prompts"
+    assert any(ex["engine"] == "inhouse" and ex["batch_size"] == 1 and not ex["failure"]
+               for ex in results["executions"]), "the other batch sizes still ran"
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "inhouse crashed" in comment and "RuntimeError: kv cache index 17 out of range" in comment
+
+
+def test_an_engine_that_hangs_times_out_and_the_run_finishes(tmp_path):
+    t0 = time.monotonic()
+    proc = cli(tmp_path, plugin("hangs", ", timeout_s: 2"), "gate", timeout=240)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    v = verdict(tmp_path)
+    why = next(c["why"] for c in v["checks"] if c["check"] == "engine_failure")
+    assert "timed out" in why and "after 2 s" in why
+    assert time.monotonic() - t0 < 200, "two timeouts, then the engine's other batches are not run"
+
+
+def test_out_of_memory_at_a_batch_size_is_a_finding(tmp_path):
+    proc = cli(tmp_path, plugin("oom"), "gate")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    failed = [ex["failure"] for ex in results["executions"] if ex["failure"]]
+    assert failed and failed[0]["kind"] == "out_of_memory"
+    assert failed[0]["message"].startswith("out of memory at batch size 2:")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_stops_the_whole_selftest(sig):
+    """Bug: the self-test caught each run's interrupt and went on with the next mutant."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "gate", "selftest", "--seeds", "3", "--threads", "2"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = ""
+    time.sleep(12)  # the models are loaded and the first mutant's run is under way
+    assert proc.poll() is None
+    proc.send_signal(sig)
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert time.monotonic() - t0 < 30, "stopped within seconds"
+
+
+# --- bad input (in process) -----------------------------------------------------------------------
+
+
+def test_check_refuses_results_of_another_config_before_loading_a_model(tmp_path, monkeypatch, capsys):
+    import gate.models
+
+    run = tmp_path / "out"
+    run.mkdir()
+    (run / "results.json").write_text(syn.run().model_dump_json(by_alias=True))
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": "  - type: speculative"})
+
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded before the results were checked")
+
+    monkeypatch.setattr(gate.models, "load_pair", no_loading)
+    t0 = time.monotonic()
+    assert main(["check", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "these results were not made with this config" in err and "config" in err and "suite" in err
+    assert "target model" in err and time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a: &a [1, 2]\nb: *a\n", "anchors and aliases"),
+    ("a: " + "[" * 500 + "]" * 500 + "\n", "nested more than 32 levels deep"),
+])
+def test_hostile_yaml_is_refused_fast(tmp_path, capsys, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    t0 = time.monotonic()
+    assert main(["validate", str(path)]) == 2
+    assert message in capsys.readouterr().err and time.monotonic() - t0 < 1
+
+
+def test_a_prompt_too_long_for_the_target_is_refused_or_truncated_on_request(demo_pair, tmp_path):
+    from gate.errors import SuiteError
+    from gate.runner import prompt_infos
+    from gate.suite import parse_suite
+
+    long = json.dumps({"id": "huge", "slice": "s", "prompt": "the cat sat " * 1500})
+    suite = parse_suite(long + "\n" + json.dumps({"id": "ok", "slice": "s", "prompt": "hi"}) + "\n", "s.jsonl")
+    with pytest.raises(SuiteError, match=r"prompt 'huge' has \d+ tokens, but the target takes 2048 positions and "
+                                         r"the prompt needs room for 48 new tokens \(at most 2000 prompt tokens\)"):
+        prompt_infos(suite, demo_pair, 48, [128, 512])
+    kept = prompt_infos(suite, demo_pair, 48, [128, 512], truncate=True)
+    assert len(kept[0].prompt_ids) == 2000
+
+
+def test_a_lone_surrogate_is_refused_at_suite_load(tmp_path, capsys):
+    suite = tmp_path / "s.jsonl"
+    suite.write_text('{"id": "x", "slice": "s", "prompt": "bad \\ud800 text"}\n')
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY.replace("suite: {max_prompts_per_slice: 1, slices: [prose, code]}", f"suite: {{path: {suite}}}")
+                   % {"engines": "  - type: speculative"})
+    assert main(["validate", str(cfg)]) == 2
+    assert "s.jsonl:1: prompt: not valid Unicode text (a lone surrogate" in capsys.readouterr().err
+
+
+def test_model_problems_name_the_model_the_field_and_the_file(tmp_path, capsys):
+    from gate.errors import ModelError
+    from gate.models import load_pair
+
+    bad = tmp_path / "draft"
+    shutil.copytree(PACKAGE_DIR / "demo" / "draft", bad)
+    conf = json.loads((bad / "config.json").read_text())
+    conf["vocab_size"] = 4096
+    (bad / "config.json").write_text(json.dumps(conf))
+    loaded = demo_config().model_copy(update={"config": demo_config().config.model_copy(update={
+        "models": demo_config().config.models.model_copy(update={
+            "draft": demo_config().config.models.draft.model_copy(update={"path": str(bad)})})})})
+    with pytest.raises(ModelError) as info:
+        load_pair(loaded)
+    text = str(info.value)
+    assert "models.draft.path" in text and "cannot load draft model" in text and "config.json" in text
+    # a file is not a directory; a bare name offline and not cached is no hub id we can use
+    (tmp_path / "weights.bin").write_text("x")
+    cfg = tmp_path / "c.yaml"
+    text = TINY.replace('"specguard:demo/draft"', str(tmp_path / "weights.bin"))
+    cfg.write_text(text.replace('"specguard:demo/target"', "no-such-org/no-such-model")
+                   % {"engines": "  - type: speculative"})
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a model directory" in err
+    assert "'no-such-org/no-such-model' is not a local directory, and as a hub id it is not in the local" in err
+
+
+def test_custom_model_code_is_part_of_the_fingerprint(tmp_path):
+    import torch
+
+    from gate.config import ModelSpec
+    from gate.models import fingerprint_model
+
+    model = tmp_path / "m"
+    shutil.copytree(PACKAGE_DIR / "demo" / "draft", model)
+    spec = ModelSpec(path=str(model))
+    before = fingerprint_model(str(model), spec, torch.float32)
+    (model / "modeling_custom.py").write_text("# custom code\n")
+    assert fingerprint_model(str(model), spec, torch.float32) != before
+
+
+def test_validate_imports_plugin_callables(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "no_such_module:generate"}'})
+    assert main(["validate", str(cfg)]) == 2
+    assert "engines[0].callable: cannot import 'no_such_module'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("threads", ["-1", "0", "two"])
+def test_threads_must_be_a_positive_whole_number(threads, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "x.yaml", "--threads", threads])
+    assert info.value.code == 2 and "expected a whole number >= 1" in capsys.readouterr().err
+
+
+def test_loose_numbers_are_refused_with_the_field_path(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY.replace("batch_sizes: [1, 2]", 'batch_sizes: [1.0, "2"]').replace(
+        "max_new_tokens: 4", 'max_new_tokens: "4"') % {"engines": "  - type: speculative"})
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "batching.batch_sizes[0]: Input should be a valid integer, got 1.0" in err
+    assert "batching.batch_sizes[1]: Input should be a valid integer, got '2'" in err
+    assert "generation.max_new_tokens: Input should be a valid integer, got '4'" in err
+
+
+# --- the report never crashes on an optional section -------------------------------------------------
+
+
+def _variants():
+    run = syn.run()
+    full = syn.checks_for(run)
+    no_sampling = {k: v for k, v in full.items() if k != "distribution"}
+    no_timing = {k: v for k, v in full.items() if k not in ("speedup", "distribution")}
+    no_power = {**full, "distribution": {"alpha": 0.01, "num_samples": 100, "temperature": 1.0, "tests": ["pit_ks"],
+                                         "engines": {"speculative": {"1": {"n": 100, "pvalues": {"pit_ks": 0.5},
+                                                                           "rejected": False, "control": False}}}}}
+    no_counters = json.loads(json.dumps(full))
+    for e in no_counters["speedup"]["engines"].values():
+        for rows in (e["load_curve"], *e["by_slice"].values(), *e["by_bucket"].values(), e["cells"]):
+            for row in rows.values():
+                row.update(expected=None, mean_accepted_length=None, acceptance_rate=None,
+                           tokens_per_target_forward=None, acceptance_per_pos=None)
+                row["per_token_latency_s"] = {"reference": None, "engine": None}
+        e["expected_note"] = "not measured: the engine cannot be stepped"
+    no_greedy = {**full, "equivalence": None, "noise_floor": None, "reproducibility": {}, "speedup": None}
+    return run, {"no-sampling": no_sampling, "no-timing": no_timing, "power_trials 0": no_power,
+                 "plugin without counters": no_counters, "greedy: false": no_greedy}
+
+
+@pytest.mark.parametrize("case", ["no-sampling", "no-timing", "power_trials 0", "plugin without counters",
+                                  "greedy: false"])
+def test_every_optional_section_renders(case):
+    """Bug: summary.md raised UndefinedError for every greedy-only config (and the gate then exited 1)."""
+    from gate.compare import compare
+    from gate.report import build_page, render_comment
+    from gate.summary import render_text
+
+    run, variants = _variants()
+    checks = variants[case]
+    text = render_text(run, checks)  # StrictUndefined: a missing key would raise here
+    assert text.startswith("# specguard:")
+    v = compare(run, checks, syn.config())
+    assert "specguard:" in render_comment(build_page(run, checks, v, None, "demo"))
+    if case == "plugin without counters":
+        assert "not measured" in text and "→ – ms" in text
+
+
+def test_a_stale_summary_is_removed_when_a_new_run_starts(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.md").write_text("# specguard: PASS\n")
+    (out / "verdict.json").write_text('{"outcome": "pass"}')
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "nope:gen"}'})
+    assert main(["gate", str(cfg), "--out", str(out)]) == 2
+    assert not (out / "verdict.json").exists() or json.loads((out / "verdict.json").read_text())["outcome"] != "pass"
