@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint selftest clean
+.PHONY: demo demo-full demo-baseline test lint selftest clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ $(VENV)/.installed: pyproject.toml
 
 demo: $(VENV)/.installed
 	$(BIN)/specguard demo --threads 2
+
+# The whole default suite, assisted generation included (about 7 minutes on 2 cores).
+demo-full: $(VENV)/.installed
+	$(BIN)/specguard gate gate/demo/specguard-full.yaml --out specguard-out-full --threads 2
+
+# Refresh the committed demo baseline from the last `make demo` (baselines/demo/<hardware>.json).
+demo-baseline: $(VENV)/.installed
+	$(BIN)/specguard baseline refresh gate/demo/specguard.yaml --from specguard-out --dir baselines
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q

@@ -2,7 +2,7 @@
 
     python benchmarks/gate_cost.py [--json out.json]
 
-On the demo config (``gate/demo/specguard.yaml``), in one process:
+On the full demo config (``gate/demo/specguard-full.yaml``), in one process:
 
 1. a full run with an empty reference cache: generation time (``specguard run``)
    and analysis time (``specguard check``: re-scoring, statistics, report);
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    base = (DEMO / "specguard.yaml").read_text()
+    base = (DEMO / "specguard-full.yaml").read_text()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         cache = tmp / "cache"

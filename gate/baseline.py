@@ -176,16 +176,26 @@ def _figures(c: SpecCounters) -> AcceptanceFigures:
 
 
 def acceptance(results: Results) -> dict[str, dict[str, dict[str, AcceptanceFigures]]]:
-    """Per engine, batch size and slice (and ``*`` for all): greedy acceptance over the equivalence outputs."""
+    """Per engine, batch size and slice (and ``*`` for all): greedy acceptance over the equivalence outputs.
+
+    A server reports counters per wave, not per row: its per-slice figures come from the per-cell timing
+    batches (first repeat), where every row belongs to one slice."""
     sums: dict[tuple[str, int, str], SpecCounters] = {}
+    per_row: set[str] = set()
     for ex in results.executions:
         if ex.mode != "greedy" or ex.phase != Phase.OUTPUTS or ex.engine == REFERENCE or ex.repeat:
             continue
         for s in ex.real():
             if s.counters is None:
                 continue
+            per_row.add(ex.engine)
             for slc in (results.prompt(s.prompt_id).slice, "*"):
                 sums.setdefault((ex.engine, ex.batch_size, slc), SpecCounters()).add(s.counters)
+    for ex in results.executions:
+        if (ex.phase == Phase.TIMING and ex.repeat == 0 and ex.engine not in per_row and ex.engine != REFERENCE
+                and ex.batch_counters is not None and ex.slice is not None and ex.failure is None):
+            for slc in (ex.slice, "*"):
+                sums.setdefault((ex.engine, ex.batch_size, slc), SpecCounters()).add(ex.batch_counters)
     out: dict = {}
     for (engine, bs, slc), c in sorted(sums.items()):
         if c.num_drafts:

@@ -14,8 +14,10 @@ Exit codes (one table, also in the README and ``--help``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
 from gate import __version__
@@ -31,8 +33,32 @@ EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check faile
 RUN_OUTPUTS = ("checks.json", "summary.md", "speedup.png", "comment.md", "verdict.json")
 
 
+# 0: only the verdict (-q); 1: progress and the report (default); 2: also the libraries' own output (-v)
+_VERBOSITY = 1
+_PHASES = None  # gate.timing.Phases of the command being run
+
+
 def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    if _VERBOSITY >= 1:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _phases():
+    global _PHASES
+    if _PHASES is None:
+        from gate.timing import Phases
+
+        _PHASES = Phases()
+    return _PHASES
+
+
+def _quiet_libraries() -> None:
+    """transformers' weight-loading progress bars would interleave with the gate's own progress; -v keeps them."""
+    if _VERBOSITY >= 2:
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _positive_int(text: str) -> int:
@@ -111,41 +137,71 @@ def _clear_outputs(out: Path, names=RUN_OUTPUTS) -> None:
 
 def _run(args, paired=None):
     """Load everything and run the engines; returns (exit code, loaded config, model pair, out dir)."""
-    from gate.cache import ReferenceCache
-    from gate.config import load_config
-    from gate.engines import build_engine, build_reference
-    from gate.models import load_pair
-    from gate.runner import RunInterrupted, Runner
-    from gate.suite import suite_for
+    phases = _phases()
+    with phases("setup (imports, config, suite)"):
+        from gate.cache import ReferenceCache
+        from gate.config import load_config
+        from gate.engines import build_engine, build_reference
+        from gate.models import load_pair
+        from gate.progress import for_terminal
+        from gate.runner import RunInterrupted, Runner
+        from gate.suite import suite_for
 
-    _threads(args)
-    loaded = load_config(args.config)
-    out = _out_dir(args, loaded)
-    _clear_outputs(out)  # first: whatever happens next, no stale verdict stays beside this run
-    suite = suite_for(loaded)
-    bad_plugins = plugin_problems(loaded)  # before minutes of model loading
-    if bad_plugins:
-        raise SpecguardError(bad_plugins)
+        _threads(args)
+        loaded = load_config(args.config)
+        out = _out_dir(args, loaded)
+        _clear_outputs(out)  # first: whatever happens next, no stale verdict stays beside this run
+        suite = suite_for(loaded)
+        bad_plugins = plugin_problems(loaded)  # before minutes of model loading
+        if bad_plugins:
+            raise SpecguardError(bad_plugins)
     _say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
-    pair = load_pair(loaded)
-    engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
+    with phases("model load"):
+        _quiet_libraries()
+        pair = load_pair(loaded)
+        engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
+        base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
     cache_dir = loaded.config.output.cache_dir
     cache = None if (args.no_cache or not cache_dir) else ReferenceCache(loaded.resolve_path(cache_dir))
-    base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
-    runner = Runner(loaded, pair, suite, build_reference(pair), engines, out, log=_say, cache=cache, paired=base)
+    progress = for_terminal(_say, quiet=_VERBOSITY == 0)
     try:
-        results = runner.run(resume=args.resume)
+        with contextlib.ExitStack() as servers:
+            with phases("server start"):
+                start_servers(loaded, out, servers)
+            runner = Runner(loaded, pair, suite, build_reference(pair, loaded), engines, out, log=_say, cache=cache,
+                            paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None))
+            results = runner.run(resume=args.resume)
     except RunInterrupted as stop:
+        progress.close()
         r = stop.results
         where = r.stopped_at.model_dump(exclude_none=True) if r.stopped_at else {}
         _say(f"interrupted at {where}; {len(r.executions)} finished executions kept in {out / 'records.jsonl'}. "
              "Rerun with --resume to continue.")
         return EXIT_INTERRUPTED, loaded, pair, out
+    progress.close()
     n = len(results.executions)
     reused = len(results.cache.get("reused", []))
     _say(f"wrote {out / 'results.json'} ({n} executions"
          + (f", {reused} reused from the reference cache" if reused else "") + ")")
     return EXIT_OK, loaded, pair, out
+
+
+def start_servers(loaded, out: Path, stack: contextlib.ExitStack) -> None:
+    """Launch the serving stacks the config asks the gate to start; the stack tears them down, whatever happens."""
+    from gate.engines.http import Server
+
+    for i, e in enumerate(loaded.config.engines):
+        if e.http is None:
+            continue
+        for role in ("server", "reference"):
+            ep = getattr(e.http, role)
+            if ep is None or not ep.launch:
+                continue
+            _say(f"starting {e.label} {role}: {' '.join(ep.launch)}")
+            log = loaded.resolve_path(ep.log) if ep.log else out / f"{e.label}-{role}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(Server(list(ep.launch), ep.url, ep.health, ep.startup_timeout_s, dict(ep.env),
+                                       f"engines[{i}].http.{role}", log_path=log))
 
 
 def paired_engine(against: str, loaded, pair, engines):
@@ -180,9 +236,14 @@ def _check(loaded, pair, out: Path) -> int:
 
     _clear_outputs(out)
     results = load_results(out)
+    _say("analysing: re-scoring with the target, statistics, power simulations")
     checks = run_checks(results, pair, loaded.config, say=_say)
-    atomic_write_json(out / "checks.json", checks)
-    atomic_write_text(out / "summary.md", render_text(results, checks))
+    phases = _phases()
+    phases.add("re-scoring", checks["rescoring_s"])
+    phases.add("statistics and power simulations", checks["analysis_s"] - checks["rescoring_s"])
+    with phases("report"):
+        atomic_write_json(out / "checks.json", checks)
+        atomic_write_text(out / "summary.md", render_text(results, checks))
     _say(f"wrote {out / 'checks.json'} and {out / 'summary.md'}")
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
     return EXIT_FAIL if failed or results.status != "complete" else EXIT_OK
@@ -206,12 +267,13 @@ def _find_baseline(results, config, name: str | None, baselines_dir: Path):
 
 
 def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,
-             quiet: bool = False) -> int:
+             quiet: bool = False, record_phases: bool = False) -> int:
     from gate.compare import Paired, compare
     from gate.report import build_page, print_terminal, render_comment, render_summary, write_png
     from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
 
+    started = time.perf_counter()
     results = load_results(out)
     checks = read_checks(out)
     dest = report_dir or out
@@ -232,8 +294,14 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     if note:
         _say(note)
     atomic_write_text(dest / "comment.md", render_comment(page))
+    if record_phases:  # the whole command's breakdown, into results.json, before the verdict goes last
+        phases = _phases()
+        phases.add("report", time.perf_counter() - started)
+        atomic_write_json(out / "results.json", results.model_copy(update={"phases": phases.to_dict()}))
     atomic_write_json(dest / "verdict.json", verdict)  # last: its presence means the verdicts were written
-    if not quiet:
+    if quiet or _VERBOSITY == 0:
+        print(f"specguard: {verdict.outcome.upper()} — {verdict.headline}")
+    else:
         print_terminal(verdict)
     _say(f"wrote {dest / 'verdict.json'}, {dest / 'comment.md'} and {dest / 'summary.md'}")
     return verdict.exit_code
@@ -283,6 +351,29 @@ def cmd_run(args) -> int:
     return _run(args)[0]
 
 
+def cmd_merge(args) -> int:
+    from gate.merge import merge
+    from gate.results import atomic_write_json
+
+    merged = merge([Path(d) for d in args.dirs])
+    out = Path(args.out)
+    _clear_outputs(out)
+    atomic_write_json(out / "results.json", merged)
+    print(f"wrote {out / 'results.json'} ({len(merged.executions)} executions from {len(args.dirs)} shards); "
+          f"now `specguard check CONFIG --out {out}` and `specguard compare {out}`")
+    return EXIT_OK
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected INDEX/COUNT such as 0/4, got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise argparse.ArgumentTypeError(f"expected 0 <= INDEX < COUNT, got {text!r}")
+    return i, n
+
+
 def results_belong_to(loaded, results, source: str) -> None:
     """Refuse results.json made with another config, suite or models, before loading any model (exit 2)."""
     from gate import fingerprint as fp
@@ -318,7 +409,10 @@ def cmd_check(args) -> int:
     loaded = load_config(args.config)
     out = _out_dir(args, loaded)
     results_belong_to(loaded, load_results(out), str(out / "results.json"))  # before any model is loaded
-    return _check(loaded, load_pair(loaded), out)
+    with _phases()("model load"):
+        _quiet_libraries()
+        pair = load_pair(loaded)
+    return _check(loaded, pair, out)
 
 
 def cmd_compare(args) -> int:
@@ -337,7 +431,9 @@ def cmd_gate(args) -> int:
     checked = _check(loaded, pair, out)
     baselines = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else \
         loaded.resolve_path(loaded.config.baseline.dir)
-    compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False))
+    compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False),
+                        record_phases=True)
+    _say(_phases().render())
     outcome = _verdict_says(out)
     if outcome is None:
         return EXIT_FAIL  # no verdict file: never a pass
@@ -493,6 +589,7 @@ def cmd_selftest(args) -> int:
     from gate.selftest import selftest
 
     _threads(args)
+    _quiet_libraries()
     mutants = args.mutant or None
     report = selftest(seeds=args.seeds, samples=args.samples, mutants=mutants, say=_say)
     if args.json:
@@ -532,16 +629,32 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--resume", action="store_true", help="reuse finished executions of an interrupted run")
         q.add_argument("--no-cache", action="store_true", help="do not read or write the reference cache")
         q.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+        talk(q)
+
+    def talk(q):
+        if any(a.dest == "quiet" for a in q._actions):
+            return
+        q.add_argument("-q", "--quiet", action="store_true", help="print only the verdict")
+        q.add_argument("-v", "--verbose", action="store_true", help="also show the libraries' own output "
+                                                                     "(weight-loading bars)")
 
     r = sub.add_parser("run", help="generate with every engine at every batch size; write results.json")
     generation_args(r)
+    r.add_argument("--shard", type=_shard, metavar="INDEX/COUNT", help="run only this shard's part (equivalence "
+                   "batches, whole timing cells, sampling groups), for a job matrix; combine with `merge`")
     r.set_defaults(fn=cmd_run)
+
+    mg = sub.add_parser("merge", help="combine the results.json of every shard of a run into one")
+    mg.add_argument("dirs", nargs="+", metavar="SHARD_DIR", help="the shards' output directories")
+    mg.add_argument("--out", required=True, help="where the merged results.json goes")
+    mg.set_defaults(fn=cmd_merge)
 
     c = sub.add_parser("check", help="analyse results.json (re-scoring with the target); write checks.json "
                                      "and summary.md; exit 1 if a check fails")
     c.add_argument("config", help="path to specguard.yaml")
     c.add_argument("--out", help="directory holding results.json (default: output.dir from the config)")
     c.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    talk(c)
     c.set_defaults(fn=cmd_check)
 
     m = sub.add_parser("compare", help="compare a run (results.json + checks.json) with its baseline; write "
@@ -551,7 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "run's hardware (default: baseline.name from the run's config)")
     m.add_argument("--baselines-dir", default="baselines", help="where named baselines live (default: baselines)")
     m.add_argument("--out", help="directory for the verdict and report (default: RUN_DIR)")
-    m.add_argument("-q", "--quiet", action="store_true", help="print no report on the terminal")
+    talk(m)
     m.set_defaults(fn=cmd_compare)
 
     g = sub.add_parser("gate", help="run, check, then compare with the baseline; exit 1 on a failed check or "
@@ -560,13 +673,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--against", metavar="BASE.yaml", help="paired mode: time the base config's speculative "
                                                           "engine (its draft and k) beside this one's, in this job")
     g.add_argument("--baselines-dir", help="where baselines live (default: baseline.dir from the config)")
-    g.add_argument("-q", "--quiet", action="store_true", help="print no report on the terminal")
     g.set_defaults(fn=cmd_gate)
 
     d = sub.add_parser("demo", help="the whole gate on the embedded demo pair and its committed baseline")
     generation_args(d, config=False)
     d.add_argument("--baselines-dir", help="where baselines live (default: ./baselines)")
-    d.add_argument("-q", "--quiet", action="store_true", help="print no report on the terminal")
     d.set_defaults(fn=cmd_demo, against=None)
 
     b = sub.add_parser("baseline", help="refresh a baseline from an accepted run, or print its history")
@@ -626,6 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "test (default 600)")
     s.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     s.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    talk(s)
     s.set_defaults(fn=cmd_selftest)
     return p
 
@@ -642,7 +754,11 @@ def main(argv: list[str] | None = None) -> int:
     from gate.execute import Interrupted
     from gate.runner import RunInterrupted
 
+    global _VERBOSITY, _PHASES
     args = build_parser().parse_args(argv)
+    _PHASES = None
+    _phases()  # the wall clock of this command starts now
+    _VERBOSITY = 0 if getattr(args, "quiet", False) else (2 if getattr(args, "verbose", False) else 1)
     try:  # SIGTERM (timeout, a cancelled CI job) ends the whole command, like Ctrl-C
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread

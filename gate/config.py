@@ -63,6 +63,7 @@ class ModelsConfig(_Strict):
     draft: ModelSpec
     device: str = "auto"
     trust_remote_code: StrictBool = False
+    local_weights: StrictBool = True  # false: only configs and tokenizers load; the models run behind servers
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
 
     @field_validator("device")
@@ -116,13 +117,62 @@ class SuiteConfig(_Strict):
     truncate_long_prompts: StrictBool = False
 
 
+class EndpointConfig(_Strict):
+    """Where a serving stack answers, and optionally how the gate starts it."""
+
+    url: str
+    launch: list[str] | None = None  # a command the gate runs (own process group), waits on and tears down
+    health: str = "/health"
+    startup_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    log: str | None = None  # file for a launched server's output
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
+            raise ValueError(f"expected an http(s):// URL, got {v!r}")
+        return v.rstrip("/")
+
+    @field_validator("launch")
+    @classmethod
+    def _launch(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(isinstance(x, str) and x for x in v)):
+            raise ValueError("expected a command as a list of strings, e.g. [vllm, serve, org/model, --port, '8000']")
+        return v
+
+
+class HttpConfig(_Strict):
+    """A serving stack behind its OpenAI-compatible API (docs/serving.md)."""
+
+    preset: Literal["vllm", "sglang", "tgi", "llamacpp", "openai"] = "vllm"
+    server: EndpointConfig  # speculation on: the engine under test
+    reference: EndpointConfig | None = None  # the same stack with speculation off: the gate's reference
+    model: str | None = None  # the request's "model" (default: the first of /v1/models)
+    api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
+    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
+    request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
+    metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
+    counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"expected the name of an environment variable (the key itself never goes in the "
+                             f"config), got {v[:4] + '…' if len(v) > 4 else v!r}")
+        return v
+
+
 class EngineConfig(_Strict):
-    type: Literal["speculative", "hf_assisted", "plugin"]
+    type: Literal["speculative", "hf_assisted", "plugin", "http"]
     name: str | None = Field(None, validate_default=True)
     callable: str | None = Field(None, validate_default=True)
     max_batch_size: PositiveInt | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     timeout_s: Annotated[float, Field(gt=0)] | None = None  # per batch; default: 60 s + 1 s per budgeted token
+    http: HttpConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -136,6 +186,10 @@ class EngineConfig(_Strict):
 
     @model_validator(mode="after")
     def _plugin_only(self) -> EngineConfig:
+        if self.type == "http" and self.http is None:
+            raise ValueError("an http engine needs an 'http:' section (preset, server, reference): docs/serving.md")
+        if self.type != "http" and self.http is not None:
+            raise ValueError(f"only http engines take 'http' (this engine is {self.type!r})")
         if self.type != "plugin":
             if self.extra:
                 raise ValueError(f"only plugin engines take 'extra' (this engine is {self.type!r})")
@@ -435,6 +489,23 @@ def parse_config(text: str, source: str | Path) -> LoadedConfig:
 def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> list[Problem]:
     """Rules that relate fields in different sections (reported at the field that must change)."""
     out = []
+    refs = [i for i, e in enumerate(cfg.engines) if e.http is not None and e.http.reference is not None]
+    for i in refs[1:]:
+        loc = ("engines", i, "http", "reference")
+        out.append(Problem(source, "only one http engine may name the reference server (the gate has one "
+                                   "reference)", field=dotted(loc), line=lines.get(loc),
+                           hint=f"keep the reference on engines[{refs[0]}] only"))
+    if not cfg.models.local_weights:
+        loc = ("models", "local_weights")
+        if not refs:
+            out.append(Problem(source, "without local weights the reference must be a server",
+                               field=dotted(loc), line=lines.get(loc),
+                               hint="add http.reference (the stack with speculation off) to the http engine"))
+        for i, e in enumerate(cfg.engines):
+            if e.type in ("speculative", "hf_assisted"):
+                at = ("engines", i, "type")
+                out.append(Problem(source, f"a {e.type} engine runs the local models, but local_weights is false",
+                                   field=dotted(at), line=lines.get(at), hint="remove it, or load the weights"))
     s = cfg.generation.sampling
     if s is not None and s.batch_sizes is not None:
         extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))

@@ -68,7 +68,8 @@ class Executor:
 
     def requests(self, batch: PlannedBatch, repeat: int) -> list[Request]:
         return [Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens,
-                        prompt_seed(self.seed, self.prompts[i].id, repeat)) for i in batch.members]
+                        prompt_seed(self.seed, self.prompts[i].id, repeat), self.prompts[i].id)
+                for i in batch.members]
 
     def cache_key(self, batch: PlannedBatch, repeat: int, settings: GenerationSettings) -> str:
         """Everything a reference generation depends on (see :mod:`gate.cache`); the draft is not part of it."""
@@ -132,11 +133,13 @@ class Executor:
             temperature=settings.temperature, prompts=[self.prompts[i].id for i in b.members], n_real=b.n_real,
             wall_s=result.wall_s, realign_s=result.realign_s, num_target_forwards=result.num_target_forwards,
             num_draft_forwards=result.num_draft_forwards, peak_memory_bytes=result.peak_memory_bytes,
+            batch_counters=result.counters,
             sequences=[
                 SequenceOutput(prompt_id=self.prompts[i].id, filler=row >= b.n_real, seed=req.seed,
                                text=self.decode(s.token_ids), token_ids=list(s.token_ids),
                                stop_reason=s.stop_reason, wall_s=s.wall_s, ttft_s=s.ttft_s,
-                               per_token_s=s.per_token_s, counters=s.counters)
+                               per_token_s=s.per_token_s, counters=s.counters, top_logprobs=s.top_logprobs,
+                               text_only=s.text_only)
                 for row, (i, req, s) in enumerate(zip(b.members, requests, result.sequences))
             ],
         )
@@ -155,7 +158,7 @@ class Executor:
             kind, type_ = "crash", type(exc).__name__
             message = (str(exc).strip() or repr(exc))[:500]
         prompts = [self.prompts[i].id for i in b.members]
-        self.say(f"  {engine.name} failed at batch size {b.batch_size} ({kind}) on {len(prompts)} prompt(s): "
+        self.say(f"{engine.name} failed at batch size {b.batch_size} ({kind}) on {len(prompts)} prompt(s): "
                  f"{type_}: {message}")
         return Execution(
             phase=job.phase, engine=engine.name, mode=job.mode, batch_size=b.batch_size, composition=b.composition,

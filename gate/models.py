@@ -44,18 +44,20 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 @dataclass
 class LoadedModel:
     role: str  # "target" or "draft"
-    model: torch.nn.Module
+    model: torch.nn.Module | None  # None with models.local_weights: false (the model runs behind a server)
     spec: ModelSpec
     location: str  # resolved local path or hub id
     fingerprint: str
+    config: object = None  # the transformers config (always loaded)
+    load_dtype: torch.dtype | None = None
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.config.vocab_size)
+        return int((self.model.config if self.model is not None else self.config).vocab_size)
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        return next(self.model.parameters()).dtype if self.model is not None else self.load_dtype
 
 
 @dataclass
@@ -70,7 +72,8 @@ class ModelPair:
     def eos_token_ids(self) -> tuple[int, ...]:
         if self.eos_override is not None:
             return self.eos_override
-        ids = self.target.model.generation_config.eos_token_id
+        gen = getattr(self.target.model, "generation_config", None)
+        ids = gen.eos_token_id if gen is not None else getattr(self.target.config, "eos_token_id", None)
         if ids is None:
             ids = self.tokenizer.eos_token_id
         if ids is None:
@@ -141,7 +144,26 @@ def _load_one(loaded: LoadedConfig, role: str, device: torch.device):
         raise ModelError(Problem(str(loaded.source), f"cannot load {role} model {location!r}: "
                                  f"{type(exc).__name__}: {first}", field=f"models.{role}.path", hint=hint)) from None
     model.to(device).eval()
-    return LoadedModel(role, model, spec, location, fingerprint_model(location, spec, dtype))
+    return LoadedModel(role, model, spec, location, fingerprint_model(location, spec, dtype), model.config, dtype)
+
+
+def _config_only(loaded: LoadedConfig, role: str, device: torch.device) -> LoadedModel:
+    """The model's config and fingerprint without its weights (it is served elsewhere)."""
+    from transformers import AutoConfig
+
+    spec: ModelSpec = getattr(loaded.config.models, role)
+    location = _location(loaded, spec)
+    dtype = resolve_dtype(spec.dtype, device)
+    try:
+        config = AutoConfig.from_pretrained(location, revision=spec.revision,
+                                            trust_remote_code=loaded.config.models.trust_remote_code)
+    except Exception as exc:  # any loader failure is a problem with this model, said as such
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ModelError(Problem(str(loaded.source), f"cannot read the {role} model's config {location!r}: {first}",
+                                 field=f"models.{role}.path",
+                                 hint="with local_weights: false the gate still reads the config and tokenizer")
+                         ) from None
+    return LoadedModel(role, None, spec, location, fingerprint_model(location, spec, dtype), config, dtype)
 
 
 def _load_tokenizer(loaded: LoadedConfig, location: str, role: str):
@@ -184,6 +206,10 @@ def check_pair(source: str, target, draft, target_tok, draft_tok) -> None:
 
 def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
     device = device or resolve_device(loaded.config.models.device)
+    if not loaded.config.models.local_weights:  # the models run behind servers: tokenizer and configs only
+        target = _config_only(loaded, "target", device)
+        draft = _config_only(loaded, "draft", device)
+        return ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
     target = _load_one(loaded, "target", device)
     draft = _load_one(loaded, "draft", device)
     tok = _load_tokenizer(loaded, target.location, "target")

@@ -301,3 +301,34 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
                 out.sampling.append(SamplingGroup(REFERENCE, b, batches, need, cacheable=True))
             out.sampling += [SamplingGroup(n, b, batches, need) for n in able(b, "sampling")]
     return out
+
+
+# --- sharding ----------------------------------------------------------------------------------------
+
+
+def _bucket(parts: tuple, n: int) -> int:
+    return int(hashlib.sha256(repr(parts).encode()).hexdigest(), 16) % n
+
+
+def shard(p: Plan, index: int, count: int) -> Plan:
+    """The part of a plan shard ``index`` of ``count`` runs; the shards together run it all, once.
+
+    An equivalence batch goes to one shard with every engine that runs it (the pair compares there); a
+    timing cell stays whole (its repeats are interleaved and adaptive); a sampling group stays whole;
+    calibration runs on shard 0.
+    """
+    if count == 1:
+        return p
+    mine = lambda *parts: _bucket(parts, count) == index  # noqa: E731
+    out = Plan(calibrate=p.calibrate if index == 0 else [],
+               calibrated_engines=p.calibrated_engines if index == 0 else [],
+               skips=list(p.skips))
+    out.outputs = [j for j in p.outputs if mine("outputs", j.batch.batch_size, j.batch.composition, j.batch.index)]
+    out.batches = [b for b in p.batches if mine("outputs", b.batch_size, b.composition, b.index)]
+    out.canonical = [j for j in p.canonical if mine("canonical", j.batch.index)]
+    out.timing = [TimingLevel(lvl.batch_size, lvl.engines,
+                              tuple(c for c in lvl.cells if mine("timing", c.batch_size, c.slice, c.bucket)))
+                  for lvl in p.timing]
+    out.timing = [lvl for lvl in out.timing if lvl.cells]
+    out.sampling = [g for g in p.sampling if mine("sampling", g.engine, g.batch_size)]
+    return out

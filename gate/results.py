@@ -94,6 +94,8 @@ class SequenceOutput(_Record):
     ttft_s: float | None = None
     per_token_s: float | None = None
     counters: SpecCounters | None = None
+    top_logprobs: list[dict[int, float]] | None = None  # a server's top-k logprobs per emitted token
+    text_only: bool = False  # the engine gave only text: these ids are its text re-tokenized
 
 
 class Failure(_Record):
@@ -128,6 +130,7 @@ class Execution(_Record):
     cached: bool = False
     sequences: list[SequenceOutput]
     failure: Failure | None = None  # the engine crashed, hung, ran out of memory or broke the contract
+    batch_counters: SpecCounters | None = None  # a server's counters for the whole wave (per row unknown)
 
     @property
     def key(self) -> JobKey:
@@ -145,12 +148,15 @@ class Execution(_Record):
         return sum(len(s.token_ids) for s in self.sequences)
 
     def counters(self) -> SpecCounters | None:
-        """The speculation counters of this batch's real rows, summed; None if the engine reported none."""
+        """The speculation counters of this batch's real rows, summed (or the whole batch's, from a server);
+        None if the engine reported none."""
         total, seen = SpecCounters(), False
         for s in self.real():
             if s.counters is not None:
                 total.add(s.counters)
                 seen = True
+        if not seen and self.batch_counters is not None:
+            return self.batch_counters
         return total if seen else None
 
 
@@ -264,6 +270,7 @@ class RunHeader(_Record):
     config: dict[str, Any] = Field(default_factory=dict)  # the validated config, for compare and the report
     prompts: list[PromptRecord]
     batches: list[BatchPlanRecord] = Field(default_factory=list)
+    shard: tuple[int, int] | None = None  # (index, count) of a sharded run; None for a whole run
 
 
 class Results(RunHeader):
@@ -280,6 +287,8 @@ class Results(RunHeader):
     # Paired mode: the base config's engine timed beside the head's ({engine, head_engine, num_draft_tokens,
     # calibration, config, source}); None otherwise.
     paired: dict[str, Any] | None = None
+    # Where the time went: {"wall_s": seconds since the command started, "seconds": {phase: seconds}}.
+    phases: dict[str, Any] = Field(default_factory=dict)
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     # --- queries ----------------------------------------------------------------------
@@ -299,7 +308,8 @@ class Results(RunHeader):
         """{prompt_id: output} of an engine's greedy equivalence run at one batch size.
 
         For the reference at batch size 1 this is the canonical reference.  ``composition=None``
-        merges all compositions (first seen wins).  Filler rows are left out.
+        merges all compositions (first seen wins).  Filler rows are left out.  Ordered as the suite, not as
+        the batches ran: a run merged from shards gives the same answer as one run.
         """
         out: dict[str, SequenceOutput] = {}
         for ex in self.executions:
@@ -308,7 +318,8 @@ class Results(RunHeader):
                     and (composition is None or ex.composition == composition)):
                 for s in ex.real():
                     out.setdefault(s.prompt_id, s)
-        return out
+        order = {p.id: i for i, p in enumerate(self.prompts)}
+        return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
     def canonical(self) -> dict[str, SequenceOutput]:
         """The canonical reference: non-speculative, greedy, batch size 1."""

@@ -42,6 +42,8 @@ from gate.errors import Problem, SpecguardError, SuiteError
 from gate.execute import Executor, Interrupted, sigterm_interrupts
 from gate.models import LoadedModel, ModelPair
 from gate.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_name, plan
+from gate.plan import shard as shard_plan
+from gate.progress import Lines
 from gate.results import (
     RECORDS,
     RESULTS,
@@ -61,6 +63,7 @@ from gate.results import (
 )
 from gate.schedule import TimingScheduler
 from gate.suite import Suite
+from gate.timing import Phases
 
 MAX_SAMPLING_PASSES = 100
 
@@ -96,7 +99,7 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
                  truncate: bool = False) -> list[PromptInfo]:
     """Tokenized prompts; a prompt the target cannot take with its token budget is refused (or, when the
     suite opts in with ``suite.truncate_long_prompts``, cut to its last tokens)."""
-    limit = getattr(pair.target.model.config, "max_position_embeddings", None)
+    limit = getattr(pair.target.config, "max_position_embeddings", None)
     out, problems = [], []
     for i, p in enumerate(suite.prompts):
         ids = tuple(pair.encode(p.text))
@@ -122,7 +125,8 @@ class Runner:
     def __init__(self, loaded: LoadedConfig, pair: ModelPair, suite: Suite, reference: Engine,
                  engines: list[Engine], out_dir: Path, log: Callable[[str], None] = print,
                  cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
-                 paired: PairedBase | None = None):
+                 paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
+                 shard: tuple[int, int] | None = None):
         self.loaded = loaded
         self.cfg = loaded.config
         self.pair = pair
@@ -136,13 +140,20 @@ class Runner:
         self.out_dir = Path(out_dir)
         self.say = log
         self.cache = cache
+        self.phases = phases or Phases()
+        self.progress = progress or Lines(log)
         self.hardware = fp.hardware(pair.device)
         gen = self.cfg.generation
-        self.prompts = prompt_infos(suite, pair, gen.max_new_tokens, list(self.cfg.checks.speedup.context_buckets),
-                                    truncate=self.cfg.suite.truncate_long_prompts)
-        timing_only = [EngineInfo(paired.engine.name, paired.engine.capabilities)] if paired else None
-        self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
-                               timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
+        with self.phases("setup (tokenize, plan)"):
+            self.prompts = prompt_infos(suite, pair, gen.max_new_tokens,
+                                        list(self.cfg.checks.speedup.context_buckets),
+                                        truncate=self.cfg.suite.truncate_long_prompts)
+            timing_only = [EngineInfo(paired.engine.name, paired.engine.capabilities)] if paired else None
+            self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
+                                   timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
+            self.shard = shard
+            if shard is not None:
+                self.plan = shard_plan(self.plan, *shard)
         k = self.cfg.speculation.num_draft_tokens
         self.greedy = GenerationSettings(0.0, k, pair.eos_token_ids if gen.stop_at_eos else ())
         self.sampled = GenerationSettings(gen.sampling.temperature, k, self.greedy.eos_token_ids) \
@@ -174,7 +185,7 @@ class Runner:
             capabilities={e.name: e.capabilities.to_dict() for e in [self.reference, *self.engines]},
             compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
         )
-        return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings,
+        return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings, shard=self.shard,
                          config=cfg.model_dump(mode="json"),
                          prompts=[p.record() for p in self.prompts],
                          batches=[b.record(self.prompts) for b in self.plan.batches])
@@ -200,8 +211,11 @@ class Runner:
             if job.batch.batch_size != size:
                 size = job.batch.batch_size
                 names = sorted({j.engine for j in self.plan.outputs if j.batch.batch_size == size} - {REFERENCE})
-                self.say(f"outputs at batch size {size}: reference, {', '.join(names) or '(none)'}")
-            self._run(job)
+                todo = sum(j.batch.batch_size == size for j in self.plan.outputs)
+                self.progress.start(f"outputs at batch size {size}: reference, {', '.join(names) or '(none)'}", todo)
+            with self.phases(f"equivalence outputs: {job.engine}"):
+                self._run(job)
+            self.progress.advance()
 
     def timing_phase(self) -> dict:
         sp = self.cfg.checks.speedup
@@ -210,8 +224,9 @@ class Runner:
         out = {}
         for level in self.plan.timing:
             n_batches = sum(len(c.batches) for c in level.cells)
-            self.say(f"timing at batch size {level.batch_size}: {len(level.cells)} cells, {n_batches} batches, "
-                     f"engines: reference, {', '.join(level.engines) or '(none)'}")
+            self.progress.start(f"timing at batch size {level.batch_size}: {len(level.cells)} cells, "
+                                f"{n_batches} batches, engines: reference, {', '.join(level.engines) or '(none)'}",
+                                n_batches * sp.min_repeats)
             if level.cells:
                 first = level.cells[0].batches[0]
                 for name in (REFERENCE, *level.engines):  # warm-up runs are not recorded
@@ -219,6 +234,9 @@ class Runner:
 
             def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float | None]:
                 recs = {name: self._run(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
+                if repeat >= sp.min_repeats:  # an adaptive repeat: more than the estimate
+                    self.progress.grow(1)
+                self.progress.advance()
                 return {name: None if rec.failure else rec.wall_s for name, rec in recs.items()}
 
             out[str(level.batch_size)] = scheduler.run_level(list(level.cells), REFERENCE, list(level.engines),
@@ -227,21 +245,24 @@ class Runner:
 
     def canonical_phase(self) -> None:
         if self.plan.canonical:
-            self.say("canonical reference at batch size 1")
+            self.progress.start("canonical reference at batch size 1", len(self.plan.canonical))
         for job in self.plan.canonical:
             self._run(job)
+            self.progress.advance()
 
     def sampling_phase(self) -> None:
         for group in self.plan.sampling:
-            if group.engine == REFERENCE:
-                self.say(f"sampling at batch size {group.batch_size}, T={self.sampled.temperature}: "
-                         f"{group.need} tokens per engine")
+            self.progress.start(f"sampling with {group.engine} at batch size {group.batch_size}, "
+                                f"T={self.sampled.temperature}: {group.need} tokens", len(group.batches))
             got, p = 0, 0
             while got < group.need and p < MAX_SAMPLING_PASSES:
                 before = got
+                if p:
+                    self.progress.grow(len(group.batches))
                 for pb in group.batches:
                     rec = self._run(Job(Phase.SAMPLING, group.engine, "sampling", pb, p, cacheable=group.cacheable))
                     got += sum(len(s.token_ids) for s in rec.real())
+                    self.progress.advance()
                 p += 1
                 if got == before:  # a whole pass gave nothing (the engine fails or emits nothing): stop asking
                     break
@@ -275,7 +296,9 @@ class Runner:
             log.append(rec)  # keep them on disk even if this run stops before reusing them
         seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
         self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
-                                 cache_context=self.cache_context(), previous=previous, say=self.say)
+                                 cache_context=self.cache_context(), previous=previous, say=self.progress.note)
+        for skip in self.plan.skips:
+            self.progress.note(f"skip {skip.engine} at batch size {skip.batch_size} ({skip.mode}): {skip.reason}")
         status, stopped, calibration, timing = "complete", None, {}, {}
         paired = None
         if self.paired is not None:
@@ -285,17 +308,23 @@ class Runner:
         try:
             with sigterm_interrupts():
                 if self.plan.calibrate:
-                    calibration = calibrate(self.pair, self.plan.calibrate, self.cfg.speculation.num_draft_tokens)
-                    if paired is not None:
-                        base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
-                        paired["calibration"] = calibrate(base_pair, self.plan.calibrate,
-                                                          self.paired.num_draft_tokens)
+                    self.progress.start("calibration: step costs of the pair", None)
+                    with self.phases("calibration"):
+                        calibration = calibrate(self.pair, self.plan.calibrate,
+                                                self.cfg.speculation.num_draft_tokens)
+                        if paired is not None:
+                            base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
+                            paired["calibration"] = calibrate(base_pair, self.plan.calibrate,
+                                                              self.paired.num_draft_tokens)
                 self.outputs_phase()
                 if self.plan.timing:
-                    timing = self.timing_phase()
-                self.canonical_phase()
+                    with self.phases("timing"):
+                        timing = self.timing_phase()
+                with self.phases("canonical reference"):
+                    self.canonical_phase()
                 if self.sampled is not None:
-                    self.sampling_phase()
+                    with self.phases("sampling"):
+                        self.sampling_phase()
         except (KeyboardInterrupt, Interrupted) as exc:
             status = "interrupted"
             stopped = StoppedAt(**(self.executor.current or {}), reason=str(exc) or "interrupted (SIGINT)")
@@ -305,11 +334,13 @@ class Runner:
             raise
         finally:
             log.close()
-            results = Results(**header.model_dump(by_alias=True), status=status, stopped_at=stopped,
-                              calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
-                              timing=timing, executions=self.executor.records, skipped=self.plan.skips,
-                              cache={"reused": self.executor.reused}, paired=paired)
-            atomic_write_json(self.out_dir / RESULTS, results)
+            with self.phases("writing results"):
+                results = Results(**header.model_dump(by_alias=True), status=status, stopped_at=stopped,
+                                  calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
+                                  timing=timing, executions=self.executor.records, skipped=self.plan.skips,
+                                  cache={"reused": self.executor.reused}, paired=paired,
+                                  phases=self.phases.to_dict())
+                atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)
         return results

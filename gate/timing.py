@@ -69,3 +69,44 @@ def peak_memory_bytes(device: torch.device) -> int:
     except OSError:
         pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class Phases:
+    """Where a run's time went: seconds per named phase, and the wall time they add up to.
+
+    Users pay for runner minutes; this says which setting to turn down.
+    """
+
+    def __init__(self, started: float | None = None):
+        self.started = time.perf_counter() if started is None else started
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.started
+
+    def table(self) -> list[tuple[str, float, float]]:
+        """(phase, seconds, share of the wall time), largest first."""
+        wall = self.wall()
+        return [(k, v, v / wall if wall else 0.0) for k, v in sorted(self.seconds.items(), key=lambda kv: -kv[1])]
+
+    def to_dict(self) -> dict:
+        return {"wall_s": self.wall(), "seconds": dict(self.seconds)}
+
+    def render(self) -> str:
+        wall = self.wall()
+        rows = [f"  {name:<34} {s:8.1f} s  {share:6.1%}" for name, s, share in self.table()]
+        covered = sum(self.seconds.values())
+        return "\n".join([f"where the time went ({wall:.1f} s):", *rows,
+                          f"  {'(not in a named phase)':<34} {max(0.0, wall - covered):8.1f} s  "
+                          f"{max(0.0, wall - covered) / wall if wall else 0:6.1%}"])

@@ -47,6 +47,7 @@ class Divergences(_Doc):
     near_tie: int
     confident: int
     length: int
+    unclassified: int = 0
 
 
 class EquivalenceSummary(_Doc):
@@ -79,6 +80,8 @@ class ChecksDoc(_Doc):
     distribution: dict[str, Any] | None = None
     speedup: dict[str, Any] | None = None
     tolerance: dict[str, Any] | None = None
+    equivalence_method: str | None = None
     verdicts: list[VerdictLine]
     analysis_s: float
+    rescoring_s: float = 0.0
     rescoring_forwards: int

@@ -61,6 +61,11 @@ def test_gate_end_to_end(small, tmp_path, capsys):
     assert out.startswith("specguard: NEUTRAL — Merging keeps outputs equivalent at bs 1/2; no baseline")
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
     assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
+    # Where the time went: every phase of the command, adding up to its wall time.
+    phases = json.loads((tmp_path / "out" / "results.json").read_text())["phases"]
+    assert {"model load", "calibration", "equivalence outputs: reference", "equivalence outputs: speculative",
+            "timing", "sampling", "re-scoring", "statistics and power simulations", "report"} <= set(phases["seconds"])
+    assert sum(phases["seconds"].values()) == pytest.approx(phases["wall_s"], rel=0.05)
 
     # A second run with the cache warm reuses reference generations (only the draft "changed": nothing did).
     code = main(["run", str(small), "--out", str(tmp_path / "again")])
@@ -110,3 +115,19 @@ def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
     assert all(m["caught"] for m in report["mutants"]), report
     assert report["correct_engine"] == {"passed": True, "false_alarms": 0, "runs": 1}
     assert code == 0
+
+
+def test_the_gate_prints_no_library_warnings_or_weight_loading_bars(tmp_path):
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(SMALL.replace("  - type: hf_assisted\n", ""))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout + proc.stderr
+    assert "Loading weights" not in text and "deprecated" not in text and "Warning" not in text
+    assert "where the time went" in proc.stderr
+    quiet = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "-q"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert quiet.stdout.strip().splitlines() == [quiet.stdout.strip()] and quiet.stdout.startswith("specguard: ")

@@ -60,9 +60,11 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
         verdicts += found
     if ctx.canonical:
         doc["tolerance"] = ctx.tolerance.to_dict()
+        doc["equivalence_method"] = ctx.method
     doc["verdicts"] = [v.to_dict() for v in verdicts]
     doc["analysis_s"] = time.perf_counter() - started
-    doc["rescoring_forwards"] = ctx.scorer.forwards
+    doc["rescoring_s"] = ctx.rescoring_s
+    doc["rescoring_forwards"] = sum(s.forwards for s in ctx.scorers)
     ChecksDoc.model_validate(doc)  # the document matches its schema (gate/schemas/checks.schema.json)
     return doc
 

@@ -8,6 +8,7 @@ each check the per-sequence verdicts it needs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +21,13 @@ from gate.results import Results, SequenceOutput
 from gate.verdict import Verdict
 
 NOISE_SAMPLE = 16  # sequences re-scored alone and batched to measure logit noise
+SERVER_NOISE_FACTOR = 4.0  # as NOISE_FACTOR for local re-scoring: two candidates, each moved by the noise, x2
+SERVER_FLOOR = 1e-3  # nats: servers round logprobs; no gap finer than this is taken as a confident choice
+
+
+def _top2_gap(top: dict[int, float]) -> float | None:
+    vals = sorted(top.values(), reverse=True)
+    return vals[0] - vals[1] if len(vals) > 1 else None
 
 
 @dataclass
@@ -38,10 +46,30 @@ class CheckContext:
         self.pair = pair
         self.config = config
         self.say = say
-        self.scorer = Scorer(pair.target.model, pair.device)
+        self.local = pair.target.model is not None  # a local target to re-score with
+        self.scorer = Scorer(pair.target.model, pair.device) if self.local else None
+        self.scorers = [self.scorer] if self.scorer else []  # every scorer a check used, for the time re-scoring
         self.canonical = results.canonical()
         self._tolerance: Tolerance | None = None
         self._compared: dict[tuple[str, int], list[Compared]] | None = None
+
+    def scorer_for(self, model) -> Scorer:
+        s = Scorer(model, self.pair.device)
+        self.scorers.append(s)
+        return s
+
+    @property
+    def rescoring_s(self) -> float:
+        return sum(s.seconds for s in self.scorers)
+
+    @property
+    def method(self) -> str:
+        """How divergences are told apart: re-scoring locally, a server's logprobs, or not at all."""
+        if self.local:
+            return "local re-scoring"
+        if any(s.top_logprobs for s in self.canonical.values()):
+            return "server logprobs"
+        return "text comparison: cannot tell bugs from noise on this stack (it gives no logprobs)"
 
     @property
     def tolerance(self) -> Tolerance:
@@ -50,6 +78,13 @@ class CheckContext:
             eq = self.config.checks.equivalence
             fixed = None if eq.logit_tolerance == "auto" else float(eq.logit_tolerance)
             noise = None
+            if fixed is None and not self.local:
+                noise = self._server_noise()
+                fixed = max(SERVER_NOISE_FACTOR * noise, SERVER_FLOOR) if noise is not None else SERVER_FLOOR
+                self._tolerance = dataclasses.replace(tolerance_for(self.pair.target.dtype, noise, fixed),
+                                                      source="server")
+                self.say(f"tolerance from the reference server's logprobs: {fixed:.3g} (measured noise {noise})")
+                return self._tolerance
             if fixed is None and self.canonical:
                 sample = [(tuple(self.results.prompt(pid).prompt_ids), tuple(s.token_ids))
                           for pid, s in self.canonical.items()]
@@ -58,6 +93,26 @@ class CheckContext:
             self._tolerance = tolerance_for(self.pair.target.dtype, noise, fixed)
             self.say(f"tolerance: {self._tolerance.to_dict()['rule']}; measured logit noise {noise}")
         return self._tolerance
+
+    def _server_noise(self) -> float | None:
+        """Largest change of the top-2 logprob gap between the reference server's answers to the same prompts
+        sent alone (batch size 1) and at the highest concurrency, over the tokens both agree on."""
+        sizes = [bs for bs in self.results.greedy_batch_sizes(REFERENCE) if bs > 1]
+        if not sizes:
+            return None
+        busy = self.results.greedy_outputs(REFERENCE, max(sizes), None)
+        worst = None
+        for pid, alone in self.canonical.items():
+            other = busy.get(pid)
+            if other is None or not alone.top_logprobs or not other.top_logprobs:
+                continue
+            for t, (a, b) in enumerate(zip(alone.top_logprobs, other.top_logprobs)):
+                if alone.token_ids[t] != other.token_ids[t]:
+                    break
+                ga, gb = _top2_gap(a), _top2_gap(b)
+                if ga is not None and gb is not None:
+                    worst = max(worst or 0.0, abs(ga - gb))
+        return worst
 
     def compared(self, engine: str, batch_size: int) -> list[Compared]:
         """Every greedy output of an engine at a batch size (all compositions), judged against the canonical."""
@@ -87,16 +142,35 @@ class CheckContext:
             j = first_divergence(out, ref)
             items.append((tuple(res.prompt(pid).prompt_ids), tuple(out)))
             others.append((j, ref[j]) if j is not None and j < len(out) and j < len(ref) else None)
-        scored = score_outputs(self.scorer, items, others) if items else []
+        if self.local:
+            scored = score_outputs(self.scorer, items, others) if items else []
+        else:
+            scored = [None] * len(groups)
         eos = set(res.settings.eos_token_ids)
         tol = self.tolerance
         out: dict[tuple[str, int], list[Compared]] = {}
-        for (engine, bs, comp, pid, seq), sc in zip(groups, scored):
+        for (engine, bs, comp, pid, seq), sc, other in zip(groups, scored, others):
             p = res.prompt(pid)
+            server_gap = None
+            if not self.local and other is not None:
+                server_gap = self._gap_from_reference(pid, other[0], seq.token_ids[other[0]])
             v = analyze_sequence(pid, p.slice, seq.token_ids, self.canonical[pid].token_ids, sc, tol, eos,
-                                 p.max_new_tokens, seq.stop_reason)
+                                 p.max_new_tokens, seq.stop_reason, server_gap=server_gap)
             out.setdefault((engine, bs), []).append(Compared(comp, seq, v))
         return out
+
+    def _gap_from_reference(self, pid: str, j: int, token: int) -> tuple[float, float] | None:
+        """(logprob of the reference's token - logprob of the engine's, tolerance) at position j, from the
+        reference server's top-k there.  A token outside the top-k gets the k-th logprob: a lower bound."""
+        ref = self.canonical[pid]
+        if not ref.top_logprobs or j >= len(ref.top_logprobs):
+            return None
+        top = ref.top_logprobs[j]
+        mine = ref.token_ids[j]
+        if mine not in top:
+            return None
+        theirs = top.get(token, min(top.values()))
+        return top[mine] - theirs, self.tolerance.fixed
 
 
 __all__ = ["CheckContext", "Compared", "Verdict"]

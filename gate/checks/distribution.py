@@ -321,11 +321,14 @@ def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
     groups = results.sampled_groups()
     if not groups or ctx.config.generation.sampling is None:
         return None, []
+    if not ctx.local or ctx.pair.draft.model is None:
+        return None, [Verdict("distribution", None, "info", "not measured: the distribution tests need the target "
+                              "and the draft loaded locally (models.local_weights is false)")]
     ctx.say("distribution tests")
     dcfg = ctx.config.checks.distribution
     temperature = ctx.config.generation.sampling.temperature
-    target = Scorer(ctx.pair.target.model, ctx.pair.device)
-    draft = Scorer(ctx.pair.draft.model, ctx.pair.device)
+    target = ctx.scorer_for(ctx.pair.target.model)
+    draft = ctx.scorer_for(ctx.pair.draft.model)
     vocab = ctx.pair.target.vocab_size
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
                       "tests": list(TESTS), "engines": {}}

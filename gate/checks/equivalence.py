@@ -113,7 +113,10 @@ class SequenceVerdict:
 
 
 def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int], scored: Scored | None,
-                     tol: Tolerance, eos: set[int], max_new: int, stop_reason: str) -> SequenceVerdict:
+                     tol: Tolerance, eos: set[int], max_new: int, stop_reason: str,
+                     server_gap: tuple[float, float] | None = None) -> SequenceVerdict:
+    """``server_gap``: (gap, tolerance) at the first divergence from a server's own logprobs, when there is no
+    local target to re-score with."""
     j = first_divergence(out, ref)
     matched = j if j is not None else len(ref)
     v = SequenceVerdict(prompt_id, slice_, identical=j is None,
@@ -140,6 +143,13 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
         allowed = tol.at(scored.best[j])
         v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": gap,
                         "tolerance": allowed, "kind": "near_tie" if abs(gap) <= allowed else "confident"}
+    elif j is not None and j < len(out) and j < len(ref) and server_gap is not None:
+        gap, allowed = server_gap
+        v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": gap, "tolerance": allowed,
+                        "kind": "near_tie" if abs(gap) <= allowed else "confident"}
+    elif j is not None and j < len(out) and j < len(ref) and scored is None:
+        v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": None, "tolerance": None,
+                        "kind": "unclassified"}  # no target to ask: a difference, but not a bug or noise
     elif j is not None:
         v.divergence = {"position": j, "token": out[j] if j < len(out) else None,
                         "reference_token": ref[j] if j < len(ref) else None, "gap": None,
@@ -178,7 +188,7 @@ def summarize(verdicts: list[SequenceVerdict]) -> dict:
         "consistent_share": (sum(v.consistent_tokens for v in verdicts) / scored) if scored else None,
         "confident_inconsistencies": sum(len(v.inconsistent) for v in verdicts),
         "divergences": {"near_tie": kinds.count("near_tie"), "confident": kinds.count("confident"),
-                        "length": kinds.count("length")},
+                        "length": kinds.count("length"), "unclassified": kinds.count("unclassified")},
         "signatures": _count_signatures(verdicts),
     }
 
@@ -262,10 +272,16 @@ def _verdicts(engine: str, bs: int, s: dict, eq_cfg) -> list[Verdict]:
         problems.append(f"{incons} token(s) clearly below the target's argmax")
     if s["divergences"]["length"]:
         problems.append(f"{s['divergences']['length']} sequence(s) that stop or continue where the reference does not")
+    unclassified = s["divergences"].get("unclassified", 0)
     if s["exact_match"] is not None and s["exact_match"] < eq_cfg.min_exact_match:
         problems.append(f"exact match {s['exact_match']:.0%} < min_exact_match {eq_cfg.min_exact_match:.0%}")
     if problems:
         out.append(Verdict("equivalence", engine, "fail", "; ".join(problems) + ": a bug, not float noise", bs))
+    elif unclassified:
+        out.append(Verdict("equivalence", engine, "warn",
+                           f"{s['exact_match']:.0%} identical to the reference; {unclassified} divergence(s) that "
+                           "cannot be classified: this stack gives no logprobs, so the gate cannot tell bugs from "
+                           "noise on it (the exact-match drop against the baseline still gates)", bs))
     else:
         out.append(Verdict("equivalence", engine, "pass",
                            f"{s['exact_match']:.0%} identical to the reference; {near} divergence(s), all near-ties "

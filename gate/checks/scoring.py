@@ -10,6 +10,7 @@ vocabularies.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -31,6 +32,7 @@ class Scorer:
         self.max_batch_tokens = min(max_batch_tokens, max(1, LOGITS_BUDGET // vocab)) if vocab else max_batch_tokens
         self.max_batch_size = max_batch_size
         self.forwards = 0
+        self.seconds = 0.0  # time spent re-scoring (forwards and the per-row statistics beside them)
 
     @torch.inference_mode()
     def logits_rows(self, items: Sequence[Item], fn: Callable[[int, torch.Tensor], object],
@@ -41,6 +43,14 @@ class Scorer:
         the prompt and output[:t].  Returns the callback's values, in order.
         Duplicate items share one forward pass (the callback still runs per item).
         """
+        started = time.perf_counter()
+        try:
+            return self._logits_rows(items, fn, batch_size)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _logits_rows(self, items: Sequence[Item], fn: Callable[[int, torch.Tensor], object],
+                     batch_size: int | None) -> list:
         out: list = [None] * len(items)
         unique: dict[Item, list[int]] = {}
         for i, it in enumerate(items):

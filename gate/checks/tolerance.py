@@ -39,6 +39,7 @@ class Tolerance:
     fixed: float | None = None
     noise_factor: float = NOISE_FACTOR
     ulp_factor: float = ULP_FACTOR
+    source: str = "local"  # "server": measured from the reference server's logprobs
 
     def at(self, max_logit: float) -> float:
         if self.fixed is not None:
@@ -50,7 +51,9 @@ class Tolerance:
     def to_dict(self) -> dict:
         return {"dtype": self.dtype, "eps": self.eps, "measured_noise": self.measured_noise,
                 "fixed": self.fixed, "noise_factor": self.noise_factor, "ulp_factor": self.ulp_factor,
-                "rule": ("fixed by checks.equivalence.logit_tolerance" if self.fixed is not None else
+                "rule": ("max(4 x the reference server's measured logprob noise (alone vs at the highest "
+                         "concurrency), 1e-3 nats)" if self.source == "server" else
+                         "fixed by checks.equivalence.logit_tolerance" if self.fixed is not None else
                          f"max({self.noise_factor} x measured noise, {self.ulp_factor} x ULP of |max logit| "
                          f"in {self.dtype})")}
 

@@ -4,6 +4,7 @@
 * ``speculative``: the gate's own batched speculative decoder (:mod:`gate.engines.speculative`);
 * ``hf_assisted``: transformers' assisted generation, batch size 1 (:mod:`gate.engines.hf_assisted`);
 * ``plugin``: an in-house engine named by a callable (:mod:`gate.engines.plugin`);
+* ``http``: a serving stack (vLLM, SGLang, TGI, llama.cpp) over its OpenAI-compatible API (:mod:`gate.engines.http`);
 * mutants: deliberately broken speculative engines for the self-test (:mod:`gate.selftest.mutants`).
 """
 
@@ -33,10 +34,25 @@ __all__ = ["ENGINE_VERSION", "REFERENCE", "BatchResult", "Capabilities", "Engine
            "SequenceResult", "SpecCounters", "build_engine", "build_reference"]
 
 
-def build_reference(pair: ModelPair) -> Engine:
+def build_reference(pair: ModelPair, loaded: LoadedConfig | None = None) -> Engine:
+    """The non-speculative reference: a serving stack with speculation off when the config names one,
+    else the target alone, in process."""
+    for spec in (loaded.config.engines if loaded is not None else []):
+        if spec.http is not None and spec.http.reference is not None:
+            return _http(spec, spec.http.reference.url, pair, loaded, speculative=False, name=REFERENCE)
     from gate.engines.reference import ReferenceEngine
 
     return ReferenceEngine(pair.target.model, pair.device)
+
+
+def _http(spec: EngineConfig, url: str, pair: ModelPair, loaded: LoadedConfig, speculative: bool, name: str):
+    from gate.engines.http import PRESETS, HttpEngine, api_key
+
+    h = spec.http
+    return HttpEngine(name, url, PRESETS[h.preset], speculative, model=h.model,
+                      api_key=api_key(h.api_key_env, f"engine {spec.label!r}"), logprobs=h.logprobs,
+                      timeout_s=h.request_timeout_s, extra_body=h.extra_body, metrics_path=h.metrics,
+                      counters=h.counters, tokenize=pair.encode, detokenize=pair.decode)
 
 
 def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> Engine:
@@ -44,6 +60,8 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> E
         from gate.engines.speculative import SpeculativeEngine
 
         engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
+    elif spec.type == "http":
+        engine = _http(spec, spec.http.server.url, pair, loaded, speculative=True, name=spec.label)
     elif spec.type == "hf_assisted":
         from gate.engines.hf_assisted import HFAssistedEngine
 

@@ -43,6 +43,7 @@ class Request:
     prompt_ids: tuple[int, ...]
     max_new_tokens: int
     seed: int = 0  # per-request seed: sampled output does not depend on batch composition
+    prompt_id: str = ""  # for messages only
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,8 @@ class SequenceResult:
     ttft_s: float | None = None  # time to first token, from the start of the batch
     per_token_s: float | None = None  # mean time between later tokens
     counters: SpecCounters | None = None  # speculative engines only
+    top_logprobs: list[dict[int, float]] | None = None  # per emitted token, a server's top-k (HTTP engines)
+    text_only: bool = False  # the engine gave text, not token ids: these ids are the text re-tokenized
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -176,6 +179,7 @@ class BatchResult:
     num_target_forwards: int = 0
     num_draft_forwards: int = 0
     peak_memory_bytes: int | None = None
+    counters: SpecCounters | None = None  # the whole batch's, when only that is known (a server's /metrics)
 
 
 class EngineFailure(Exception):

@@ -1,0 +1,412 @@
+"""Gate a serving stack over HTTP: vLLM, SGLang, TGI or llama.cpp behind their OpenAI-compatible API.
+
+Two endpoints are configured: the engine under test (speculation on) and, usually, the reference (the same
+stack with speculation off), each either an existing URL or a command the gate launches and tears down.
+
+* **Requests.**  ``POST /v1/completions`` with the prompt as token ids, ``max_tokens``, ``temperature``
+  (0 for greedy), a per-request ``seed`` when sampling, top-k ``logprobs``, and ``stream: true`` for the
+  time to first token and per-token latency.  A preset per stack sets the fields it needs and reads its
+  answer; ``engines[].http.extra_body`` adds fields of your own.
+* **Load levels are concurrency.**  A batch of N prompts is sent as N concurrent requests (a wave): the
+  server batches them as it does production traffic.
+* **Counters.**  ``/metrics`` (Prometheus text, parsed with ``prometheus_client``) is scraped before and
+  after each wave; the difference of the speculation counters is the wave's (vLLM: ``spec_decode_num_*``).
+* **Failures.**  Timeouts, 5xx, connection resets, malformed JSON, a stream that stops early and a server
+  that dies each fail the wave with a message that names the load level, the request and the prompt; the
+  run records it and goes on (see ``gate.execute``).
+* **Secrets.**  An API key comes from the environment variable named in the config, never from the file,
+  and is never logged or written to a report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import requests
+
+from gate.engines.base import (
+    BatchResult,
+    Capabilities,
+    EngineFailure,
+    GenerationSettings,
+    Request,
+    SequenceResult,
+    SpecCounters,
+)
+from gate.errors import EngineError, Problem
+
+# --- presets: what each stack needs in a request and gives back --------------------------------------
+
+
+@dataclass
+class Chunk:
+    """What one streamed event carries: token ids (None: the stack gives none), per-token top-k logprobs
+    keyed by token id (None: not offered), text, and per-request counters (llama.cpp's timings)."""
+
+    ids: list[int] | None
+    tops: list[dict[int, float]] | None
+    text: str
+    counters: dict[str, int] | None = None
+
+
+def _as_id(t) -> int | None:
+    if isinstance(t, int) and not isinstance(t, bool):
+        return t
+    if isinstance(t, str) and t.startswith("token_id:") and t[9:].isdigit():
+        return int(t[9:])
+    return None
+
+
+def parse_openai(event: dict) -> Chunk:
+    """vLLM (and the OpenAI legacy completions shape): ``choices[0].token_ids`` when the stack returns them,
+    else ``logprobs.tokens`` as "token_id:<n>" (``return_tokens_as_token_ids``); top-k keyed likewise."""
+    choice = event["choices"][0]
+    lp = choice.get("logprobs") or {}
+    ids = choice.get("token_ids")
+    if not (isinstance(ids, list) and all(_as_id(t) is not None for t in ids)):
+        ids = [_as_id(t) for t in (lp.get("tokens") or [])]
+        ids = ids if ids and all(t is not None for t in ids) else None
+    tops = None
+    if lp.get("top_logprobs") is not None:
+        tops = [{_as_id(k): float(v) for k, v in (d or {}).items() if _as_id(k) is not None}
+                for d in lp["top_logprobs"]]
+    return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "")
+
+
+def parse_sglang(event: dict) -> Chunk:
+    """SGLang: ``choices[0].token_ids`` (``return_token_ids``); its logprobs are keyed by text, not usable."""
+    c = parse_openai(event)
+    return Chunk(c.ids, None, c.text)
+
+
+def parse_llamacpp(event: dict) -> Chunk:
+    """llama-server: ids and top-k in ``logprobs.content[]`` ({id, logprob, top_logprobs: [{id, logprob}]}),
+    per-request draft counters in ``timings`` (draft_n, draft_n_accepted)."""
+    choice = event["choices"][0]
+    content = (choice.get("logprobs") or {}).get("content")
+    ids = tops = None
+    if isinstance(content, list) and content:
+        ids = [e.get("id") for e in content]
+        ids = ids if all(isinstance(t, int) for t in ids) else None
+        tops = [{t["id"]: float(t["logprob"]) for t in (e.get("top_logprobs") or [])
+                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float))} for e in content]
+    timings = event.get("timings") or {}
+    counters = None
+    if isinstance(timings.get("draft_n"), int):
+        counters = {"num_draft_tokens": timings["draft_n"], "num_accepted_tokens": timings.get("draft_n_accepted", 0)}
+    return Chunk(ids, tops, choice.get("text") or "", counters)
+
+
+def parse_text(event: dict) -> Chunk:
+    """A stack that gives only text on its OpenAI route (TGI): the gate compares text, and says so."""
+    return Chunk(None, None, event["choices"][0].get("text") or "")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    engine_request: dict  # fields added to every request to the engine under test
+    reference_request: dict  # ... and to the reference (top-k logprobs are asked of the reference only)
+    parse: Callable[[dict], Chunk]
+    counters: dict[str, str] = field(default_factory=dict)  # SpecCounters field -> Prometheus metric family
+    per_pos: str | None = None  # the per-position accepted-tokens family (label "position")
+    prompt_as_text: bool = False  # the route takes no token ids: send the decoded prompt
+
+
+VLLM_COUNTERS = {"num_drafts": "vllm:spec_decode_num_drafts", "num_draft_tokens": "vllm:spec_decode_num_draft_tokens",
+                 "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+LLAMACPP_COUNTERS = {"num_drafts": "llamacpp:spec_decode_num_drafts",
+                     "num_draft_tokens": "llamacpp:spec_decode_num_draft_tokens",
+                     "num_accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens"}
+
+PRESETS = {
+    # vLLM: token ids as "token_id:<n>"; logprobs=0 on the engine (the sampled token only; vLLM before about
+    # 0.14 turned speculation off for requests that ask for logprobs: use a newer build).
+    "vllm": Preset("vllm", {"return_tokens_as_token_ids": True, "logprobs": 0}, {"return_tokens_as_token_ids": True},
+                   parse_openai, VLLM_COUNTERS, "vllm:spec_decode_num_accepted_tokens_per_pos"),
+    # SGLang: ids with return_token_ids; counters from spec_verify_calls_total and generation_tokens_total
+    # (launch with --enable-metrics); no id-keyed logprobs on its OpenAI route.
+    "sglang": Preset("sglang", {"return_token_ids": True}, {"return_token_ids": True}, parse_sglang,
+                     {"num_drafts": "sglang:spec_verify_calls", "_generated": "sglang:generation_tokens"}),
+    # llama-server: ids and top-k in logprobs.content; per-request draft counters in timings; /metrics needs
+    # --metrics (spec_decode_* in newer builds).
+    "llamacpp": Preset("llamacpp", {"logprobs": 1}, {}, parse_llamacpp, LLAMACPP_COUNTERS,
+                       "llamacpp:spec_decode_num_accepted_tokens_per_pos"),
+    # TGI's /v1/completions takes no token ids and returns no logprobs: text in, text out.
+    "tgi": Preset("tgi", {}, {}, parse_text, prompt_as_text=True),
+    "openai": Preset("openai", {}, {}, parse_openai),
+}
+
+
+# --- launching a server ------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:  # runs in the child before exec: if the gate dies, so does the server
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Server:
+    """A server the gate starts in its own process group, waits on, and always tears down."""
+
+    def __init__(self, command: list[str], url: str, health: str, timeout_s: float, env: dict[str, str],
+                 label: str, log_path=None):
+        self.command, self.url, self.health, self.timeout_s = command, url.rstrip("/"), health, timeout_s
+        self.env, self.label, self.log_path = env, label, log_path
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Server:
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self._log = log
+        try:
+            self.proc = subprocess.Popen(self.command, env={**os.environ, **self.env}, stdout=log, stderr=log,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as exc:
+            self.stop()
+            raise EngineError(Problem(self.label, f"cannot start the server: {exc}", field="launch",
+                                      hint="check the command and that it is installed on the runner")) from None
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                self.stop()
+                raise EngineError(Problem(self.label, f"the server exited with code {code} before it was ready",
+                                          field="launch", hint=f"run the command by hand: {' '.join(self.command)}"
+                                          + (f"; its output is in {self.log_path}" if self.log_path else "")))
+            try:
+                if requests.get(self.url + self.health, timeout=2).status_code < 500:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise EngineError(Problem(self.label, f"the server did not answer {self.url}{self.health} within "
+                                              f"{self.timeout_s:.0f} s", field="startup_timeout_s",
+                                  hint="raise startup_timeout_s, or check the server's log"))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=15)
+            except (ProcessLookupError, PermissionError):
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=15)
+        elif self.proc is not None:  # the leader is gone; anything it left in its group goes too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if getattr(self, "_log", None) not in (None, subprocess.DEVNULL):
+            self._log.close()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# --- metrics ------------------------------------------------------------------------------------------
+
+
+def scrape(url: str, preset: Preset, counters: dict[str, str], headers: dict, timeout: float = 10
+           ) -> dict[str, float] | None:
+    """The speculation counters now: {SpecCounters field or "pos:<j>": value}; None when unavailable."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = requests.get(url, headers=headers, timeout=timeout).text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+    except (requests.RequestException, ValueError):
+        return None
+    out: dict[str, float] = {}
+    for name, family in counters.items():
+        fam = families.get(family) or families.get(family.removesuffix("_total"))
+        if fam is not None:
+            out[name] = sum(s.value for s in fam.samples if s.name.endswith(("_total", family)) or s.name == fam.name)
+    if preset.per_pos:
+        fam = families.get(preset.per_pos)
+        if fam is not None:
+            for s in fam.samples:
+                pos = s.labels.get("position")
+                if pos is not None and pos.isdigit() and not s.name.endswith("_created"):
+                    out[f"pos:{pos}"] = out.get(f"pos:{pos}", 0.0) + s.value
+    return out
+
+
+def counters_between(before: dict | None, after: dict | None) -> SpecCounters | None:
+    if before is None or after is None or not after:
+        return None
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    if "_generated" in d and "num_drafts" in d:  # tokens emitted = one per verify step + the accepted drafts
+        d["num_accepted_tokens"] = max(0.0, d["_generated"] - d["num_drafts"])
+    pos = sorted((int(k[4:]), v) for k, v in d.items() if k.startswith("pos:"))
+    per_pos = [0] * (pos[-1][0] + 1) if pos else []
+    for j, v in pos:
+        per_pos[j] = int(v)
+    return SpecCounters(num_drafts=int(d.get("num_drafts", 0)), num_draft_tokens=int(d.get("num_draft_tokens", 0)),
+                        num_accepted_tokens=int(d.get("num_accepted_tokens", 0)),
+                        num_accepted_tokens_per_pos=per_pos,
+                        num_draft_tokens_per_pos=[int(d.get("num_drafts", 0))] * len(per_pos))
+
+
+# --- the engine ---------------------------------------------------------------------------------------
+
+
+class HttpEngine:
+    """One endpoint of a serving stack as an engine; a batch is a wave of concurrent requests."""
+
+    def __init__(self, name: str, url: str, preset: Preset, speculative: bool, model: str | None = None,
+                 api_key: str | None = None, logprobs: int = 5, timeout_s: float = 300.0,
+                 extra_body: dict | None = None, metrics_path: str | None = "/metrics",
+                 counters: dict[str, str] | None = None, tokenize: Callable[[str], list[int]] | None = None,
+                 detokenize: Callable[[list[int]], str] | None = None):
+        self.name = name
+        self.url = url.rstrip("/")
+        self.preset = preset
+        self.speculative = speculative
+        self.model = model
+        self.logprobs = logprobs
+        self.timeout_s = timeout_s
+        self.extra_body = dict(extra_body or {})
+        self.metrics_url = self.url + metrics_path if metrics_path and speculative else None
+        self.counters = {**preset.counters, **(counters or {})}
+        self.tokenize = tokenize
+        self.detokenize = detokenize
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.session = requests.Session()
+        self.capabilities = Capabilities(in_process=False, steppable=False,
+                                         counters="engine" if self.metrics_url and self.counters else "none")
+
+    def __repr__(self) -> str:  # never the key
+        return f"HttpEngine({self.name!r}, {self.url!r}, preset={self.preset.name!r})"
+
+    def _model(self) -> str | None:
+        if self.model is None:
+            try:
+                data = self.session.get(self.url + "/v1/models", headers=self._headers, timeout=10).json()
+                self.model = data["data"][0]["id"]
+            except (requests.RequestException, ValueError, KeyError, IndexError, TypeError):
+                self.model = ""
+        return self.model or None
+
+    def body(self, req: Request, settings: GenerationSettings) -> dict:
+        prompt = self.detokenize(list(req.prompt_ids)) if self.preset.prompt_as_text and self.detokenize \
+            else list(req.prompt_ids)
+        extra = self.preset.engine_request if self.speculative else \
+            {"logprobs": self.logprobs or None, **self.preset.reference_request}
+        b = {"prompt": prompt, "max_tokens": req.max_new_tokens, "temperature": settings.temperature,
+             "stream": True, **extra, **self.extra_body}
+        if self._model():
+            b["model"] = self.model
+        if not settings.greedy:
+            b["seed"] = req.seed
+        if not settings.eos_token_ids:
+            b["ignore_eos"] = True
+        return {k: v for k, v in b.items() if v is not None}
+
+    def generate(self, requests_: list[Request], settings: GenerationSettings) -> BatchResult:
+        before = scrape(self.metrics_url, self.preset, self.counters, self._headers) if self.metrics_url else None
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(requests_)) as pool:
+            futures = [pool.submit(self._one, i, r, settings, start, len(requests_))
+                       for i, r in enumerate(requests_)]
+            seqs, failure = [], None
+            for f in futures:
+                try:
+                    seqs.append(f.result())
+                except EngineFailure as exc:
+                    failure = failure or exc
+        wall = time.perf_counter() - start
+        if failure is not None:
+            raise failure
+        after = scrape(self.metrics_url, self.preset, self.counters, self._headers) if self.metrics_url else None
+        return BatchResult(seqs, wall_s=wall, counters=counters_between(before, after))
+
+    def _fail(self, kind: str, i: int, n: int, req: Request, text: str) -> EngineFailure:
+        who = f"request {i + 1} of {n} (load level {n}" + (f", prompt {req.prompt_id!r}" if req.prompt_id else "") + ")"
+        return EngineFailure(kind, "HTTPError", f"{self.name} at {self.url}: {who}: {text}"[:600])
+
+    def _one(self, i: int, req: Request, settings: GenerationSettings, start: float, n: int) -> SequenceResult:
+        try:
+            resp = self.session.post(self.url + "/v1/completions", json=self.body(req, settings), stream=True,
+                                     headers=self._headers, timeout=(10, self.timeout_s))
+        except requests.Timeout:
+            raise self._fail("timeout", i, n, req, f"timed out after {self.timeout_s:.0f} s") from None
+        except requests.RequestException as exc:
+            raise self._fail("crash", i, n, req, f"connection failed ({type(exc).__name__}): the server may have "
+                                                 "died") from None
+        if resp.status_code >= 400:
+            raise self._fail("crash", i, n, req, f"HTTP {resp.status_code}: {resp.text[:200]}")
+        ids: list[int] = []
+        tops: list[dict[int, float]] = []
+        text, finish, done, times, counters = "", None, False, [], None
+        have_tops = True
+        try:
+            for raw in resp.iter_lines():
+                if not raw or not raw.startswith(b"data:"):
+                    continue
+                data = raw[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    event = json.loads(data)
+                    chunk = self.preset.parse(event)
+                    choice = event["choices"][0]
+                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                    raise self._fail("crash", i, n, req, f"malformed stream chunk: {data[:120]!r}") from None
+                now = time.perf_counter()
+                text += chunk.text
+                if chunk.ids is not None:
+                    ids += chunk.ids
+                    times += [now] * len(chunk.ids)
+                    if chunk.tops is not None and len(chunk.tops) == len(chunk.ids):
+                        tops += chunk.tops
+                    else:
+                        have_tops = False
+                if chunk.counters:
+                    counters = chunk.counters
+                finish = choice.get("finish_reason") or finish
+        except requests.RequestException as exc:
+            raise self._fail("crash", i, n, req, f"the stream broke after {len(ids)} tokens "
+                                                 f"({type(exc).__name__})") from None
+        if not done:
+            raise self._fail("crash", i, n, req, f"the stream stopped early, after {len(ids)} tokens, without "
+                                                 "[DONE]")
+        text_only = not ids and bool(text)
+        if text_only:  # the stack gave no token ids: tokenize its text (a text comparison, said as such)
+            ids = self.tokenize(text) if self.tokenize else []
+            times = [time.perf_counter()] * len(ids)
+        ttft = times[0] - start if times else None
+        per_token = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+        spec = SpecCounters(num_drafts=0, num_draft_tokens=counters.get("num_draft_tokens", 0),
+                            num_accepted_tokens=counters.get("num_accepted_tokens", 0)) if counters else None
+        return SequenceResult(ids, "eos" if finish == "stop" else "max_tokens",
+                              wall_s=(times[-1] - start) if times else time.perf_counter() - start, ttft_s=ttft,
+                              per_token_s=per_token, counters=spec,
+                              top_logprobs=tops if have_tops and tops and len(tops) == len(ids) else None,
+                              text_only=text_only)
+
+
+def api_key(env_name: str | None, label: str) -> str | None:
+    if not env_name:
+        return None
+    key = os.environ.get(env_name)
+    if not key:
+        raise EngineError(Problem(label, f"the environment variable {env_name} is not set", field="api_key_env",
+                                  hint="export the API key in that variable on the runner (a repository secret)"))
+    return key
+
+
+__all__ = ["PRESETS", "HttpEngine", "Preset", "Server", "api_key", "counters_between", "scrape"]

@@ -1,0 +1,244 @@
+"""An OpenAI-compatible completions server backed by specguard's own engines, for trying the HTTP engine.
+
+It serves a target/draft pair (the embedded demo pair by default) with speculation on (the gate's batched
+speculative engine, or one of the self-test's mutants) or off (the reference), and speaks the dialect of
+vLLM's OpenAI-compatible server that the ``vllm`` preset expects:
+
+* ``POST /v1/completions`` with ``prompt`` as token ids, ``max_tokens``, ``temperature``, ``seed``,
+  ``logprobs`` (top-k), ``stream`` (server-sent events) and ``return_tokens_as_token_ids``;
+* ``GET /health``, ``GET /v1/models``;
+* ``GET /metrics``: Prometheus text with vLLM's counters ``vllm:spec_decode_num_drafts``,
+  ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position}``.
+
+Concurrent requests are batched the way serving stacks do it: requests that arrive within a short window
+run as one batch, so a batching bug (a mutant) shows under concurrency.  Logprobs are the target's
+teacher-forced top-k at each emitted position.  Streaming sends the tokens after the batch finishes, so its
+timings are not those of a real server.
+
+    python -m gate.testing.server --port 8000 --mode speculative
+    python -m gate.testing.server --port 8001 --mode reference
+    python -m gate.testing.server --port 8002 --mode mutant:positions-batch-max
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import torch
+
+from gate.engines.base import GenerationSettings, Request, SpecCounters
+
+METRIC = "vllm:spec_decode_num_"
+
+
+@dataclass
+class _Pending:
+    request: Request
+    temperature: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: object = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """Runs concurrent requests as batches: whatever arrives within ``window_s`` (up to ``max_batch``)."""
+
+    def __init__(self, engine, k: int, eos: tuple[int, ...], max_batch: int = 8, window_s: float = 0.05,
+                 observe=lambda counters: None):
+        self.engine, self.k, self.eos = engine, k, eos
+        self.max_batch, self.window_s = max_batch, window_s
+        self.observe = observe  # called with each finished sequence's speculation counters
+        self.queue: queue.Queue[_Pending] = queue.Queue()
+        threading.Thread(target=self._loop, daemon=True, name="batcher").start()
+
+    def submit(self, request: Request, temperature: float):
+        p = _Pending(request, temperature)
+        self.queue.put(p)
+        p.done.wait()
+        if p.error is not None:
+            raise p.error
+        return p.result
+
+    def _loop(self) -> None:
+        while True:
+            first = self.queue.get()
+            batch = [first]
+            deadline = time.monotonic() + self.window_s
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            for temperature in {p.temperature for p in batch}:
+                group = [p for p in batch if p.temperature == temperature]
+                try:
+                    out = self.engine.generate([p.request for p in group],
+                                               GenerationSettings(temperature, self.k, self.eos))
+                    for p, s in zip(group, out.sequences):
+                        p.result = s
+                        if s.counters is not None:
+                            self.observe(s.counters)
+                except BaseException as exc:  # the request fails, the server lives on
+                    for p in group:
+                        p.error = exc
+                for p in group:
+                    p.done.set()
+
+
+def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
+             fault: str | None = None):
+    """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early."""
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import PlainTextResponse, StreamingResponse
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from gate.checks.scoring import Scorer
+
+    app = FastAPI(title="specguard test server")
+    registry = CollectorRegistry()
+    metrics = {name: Counter(f"{METRIC}{name}", f"speculation counter {name}", registry=registry)
+               for name in ("drafts", "draft_tokens", "accepted_tokens")}
+    per_pos = Counter(f"{METRIC}accepted_tokens_per_pos", "accepted draft tokens by position", ["position"],
+                      registry=registry)
+
+    def observe(c: SpecCounters) -> None:
+        metrics["drafts"].inc(c.num_drafts)
+        metrics["draft_tokens"].inc(c.num_draft_tokens)
+        metrics["accepted_tokens"].inc(c.num_accepted_tokens)
+        for pos, n in enumerate(c.num_accepted_tokens_per_pos):
+            per_pos.labels(position=str(pos)).inc(n)
+
+    batcher = Batcher(engine, k, pair.eos_token_ids, max_batch, window_s, observe)
+    scorer = Scorer(pair.target.model, pair.device)
+    score_lock = threading.Lock()
+
+    def top_logprobs(prompt: list[int], out: list[int], k_top: int) -> list[dict[int, float]]:
+        def rows(_, logits):
+            lp = torch.log_softmax(logits.float(), -1)
+            top = lp.topk(min(k_top, lp.shape[-1]), dim=-1)
+            chosen = lp.gather(1, torch.tensor(out, device=lp.device)[:, None])[:, 0]
+            return [({int(i): float(v) for i, v in zip(ti.tolist(), tv.tolist())}, float(c))
+                    for ti, tv, c in zip(top.indices, top.values, chosen)]
+
+        with score_lock:
+            return scorer.logits_rows([(tuple(prompt), tuple(out))], rows)[0] or []
+
+    def token_str(t: int, as_ids: bool) -> str:
+        return f"token_id:{t}" if as_ids else pair.decode([t])
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model"}]}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def prometheus():
+        return generate_latest(registry).decode()
+
+    @app.post("/v1/completions")
+    def completions(body: dict):
+        if fault == "error500":
+            raise HTTPException(500, "injected fault: internal error")
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            prompt = pair.encode(prompt)
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
+            raise HTTPException(400, "prompt must be a non-empty list of token ids or a string")
+        max_tokens = int(body.get("max_tokens") or 16)
+        temperature = float(body.get("temperature") or 0.0)
+        seed = int(body.get("seed") or 0)
+        k_top = body.get("logprobs")
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        seq = batcher.submit(Request(tuple(prompt), max_tokens, seed), temperature)
+        out = list(seq.token_ids)
+        finish = "stop" if seq.stop_reason == "eos" else "length"
+        lps = top_logprobs(prompt, out, int(k_top)) if k_top is not None and out else []
+
+        def logprobs_for(i: int) -> dict:
+            top, chosen = lps[i]
+            return {"tokens": [token_str(out[i], as_ids)], "token_logprobs": [chosen],
+                    "top_logprobs": [{token_str(t, as_ids): v for t, v in top.items()}]}
+
+        rid = f"cmpl-{uuid.uuid4().hex[:12]}"
+        if not body.get("stream"):
+            logprobs = None
+            if lps:
+                logprobs = {"tokens": [token_str(t, as_ids) for t in out], "token_logprobs": [c for _, c in lps],
+                            "top_logprobs": [{token_str(t, as_ids): v for t, v in top.items()} for top, _ in lps]}
+            return {"id": rid, "object": "text_completion", "model": model_name,
+                    "choices": [{"index": 0, "text": pair.decode(out), "logprobs": logprobs, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out)}}
+
+        def events():
+            if fault == "truncate":
+                out[:] = out[:2]
+            for i, t in enumerate(out):
+                chunk = {"id": rid, "object": "text_completion", "model": model_name,
+                         "choices": [{"index": 0, "text": pair.decode([t]),
+                                      "logprobs": logprobs_for(i) if lps else None,
+                                      "finish_reason": finish if i == len(out) - 1 else None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if fault != "truncate":
+                yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+def build(mode: str, config: str | None = None):
+    """(pair, engine, k) for a mode: speculative, reference, or mutant:<name>."""
+    from gate.config import PACKAGE_DIR, load_config, parse_config
+    from gate.engines.reference import ReferenceEngine
+    from gate.engines.speculative import SpeculativeEngine
+    from gate.models import load_pair
+
+    loaded = load_config(config) if config else parse_config(
+        'models: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}, device: cpu}\n',
+        PACKAGE_DIR / "server.yaml")
+    pair = load_pair(loaded)
+    if mode == "reference":
+        engine = ReferenceEngine(pair.target.model, pair.device)
+    elif mode == "speculative":
+        engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
+    elif mode.startswith("mutant:"):
+        from gate.selftest.mutants import MUTANTS
+
+        engine = MUTANTS[mode.split(":", 1)[1]](pair.target.model, pair.draft.model, pair.device)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}: speculative, reference or mutant:<name>")
+    return pair, engine, loaded.config.speculation.num_draft_tokens
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--mode", default="speculative")
+    ap.add_argument("--config", help="a specguard.yaml whose models to serve (default: the demo pair)")
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--fault", choices=("error500", "truncate"), help="misbehave, for fault tests")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    pair, engine, k = build(args.mode, args.config)
+
+    import uvicorn
+
+    uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault), host=args.host,
+                port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

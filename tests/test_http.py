@@ -1,0 +1,303 @@
+"""The HTTP engine against real OpenAI-compatible servers on localhost (gate/testing/server.py, the demo pair
+behind FastAPI + uvicorn), launched and torn down by the gate itself; faults; sharding and merging."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import FakeEngine, constant, demo_config
+
+from gate.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server(port: int, mode: str, fault: str | None = None) -> str:
+    cmd = [PY, "-m", "gate.testing.server", "--port", str(port), "--mode", mode] + (["--fault", fault] if fault else [])
+    return json.dumps(cmd)
+
+
+HEAD = """\
+version: 1
+models:
+  target: {{path: "specguard:demo/target"}}
+  draft: {{path: "specguard:demo/draft"}}
+  device: cpu
+  local_weights: {local_weights}
+batching: {{batch_sizes: [1, 4], compositions: 1}}
+generation: {{max_new_tokens: 8}}
+suite: {{max_prompts_per_slice: 1, slices: [prose, code, questions, grammar]}}
+checks:
+  speedup: {{min_repeats: 2, max_repeats: 2, warmup: 0}}
+output: {{dir: out, cache_dir: null}}
+engines:
+"""
+
+
+def config(engine: tuple, reference: tuple | None = None, local_weights: bool = True, timeout: float = 60) -> str:
+    """An http engine on engine=(port, launch command or None), with an optional reference server."""
+    launch = f", launch: {engine[1]}" if engine[1] else ""
+    ref = f"\n      reference: {{url: 'http://127.0.0.1:{reference[0]}', launch: {reference[1]}}}" if reference else ""
+    return HEAD.format(local_weights=str(local_weights).lower()) + f"""\
+  - type: http
+    name: served
+    http:
+      preset: vllm
+      server: {{url: 'http://127.0.0.1:{engine[0]}'{launch}, startup_timeout_s: {timeout}}}{ref}
+      request_timeout_s: 60
+"""
+
+
+def gate(tmp_path: Path, text: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(text)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([PY, "-m", "gate", *args, str(cfg), "--threads", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def leftover(port: int) -> list[str]:
+    """Processes still serving a port: the gate must leave none behind."""
+    out = subprocess.run(["pgrep", "-f", f"gate.testing.server --port {port}"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def totals(results: dict, engine: str, batch_size: int) -> tuple[int, int, int]:
+    drafts = draft_tokens = accepted = 0
+    for ex in results["executions"]:
+        if ex["engine"] != engine or ex["phase"] != "outputs" or ex["batch_size"] != batch_size:
+            continue
+        cs = [s["counters"] for s in ex["sequences"] if s["counters"] and not s["filler"]] or \
+            ([ex["batch_counters"]] if ex["batch_counters"] else [])
+        for c in cs:
+            drafts += c["num_drafts"]
+            draft_tokens += c["num_draft_tokens"]
+            accepted += c["num_accepted_tokens"]
+    return drafts, draft_tokens, accepted
+
+
+def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_path):
+    e, r = free_port(), free_port()
+    (tmp_path / "http").mkdir()
+    proc = gate(tmp_path / "http", config((e, server(e, "speculative")), (r, server(r, "reference"))), "gate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not leftover(e) and not leftover(r), "the launched servers are torn down"
+    served = json.loads((tmp_path / "http" / "out" / "results.json").read_text())
+    checks = json.loads((tmp_path / "http" / "out" / "checks.json").read_text())
+    assert checks["equivalence"]["served"]["1"]["exact_match"] == 1.0
+    assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
+    assert checks["equivalence_method"] == "local re-scoring"
+    (tmp_path / "local").mkdir()  # the same pair, in process
+    proc = gate(tmp_path / "local", HEAD.format(local_weights="true") + "  - type: speculative\n", "gate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    local = json.loads((tmp_path / "local" / "out" / "results.json").read_text())
+    local_checks = json.loads((tmp_path / "local" / "out" / "checks.json").read_text())
+    for bs in (1, 4):
+        assert totals(served, "served", bs) == totals(local, "speculative", bs) != (0, 0, 0)
+    assert [v["status"] for v in checks["verdicts"] if v["check"] == "equivalence"] == \
+        [v["status"] for v in local_checks["verdicts"] if v["check"] == "equivalence"]
+
+
+def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_logprobs(tmp_path):
+    e, r = free_port(), free_port()
+    proc = gate(tmp_path, config((e, server(e, "mutant:positions-batch-max")), (r, server(r, "reference")),
+                                 local_weights=False), "gate")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    assert checks["equivalence_method"] == "server logprobs"
+    eq4 = checks["equivalence"]["served"]["4"]
+    assert eq4["divergences"]["confident"] > 0 and eq4["examples"][0]["kind"] == "confident"
+    assert "server's measured logprob noise" in checks["tolerance"]["rule"]
+    assert any(v["check"] == "distribution" and "not measured" in v["why"] for v in checks["verdicts"]) or \
+        checks.get("distribution") is None
+
+
+def test_a_launch_command_that_fails_is_a_clear_error(tmp_path):
+    proc = gate(tmp_path, config((free_port(), json.dumps([PY, "-c", "import sys; sys.exit(3)"]))), "run")
+    assert proc.returncode == 2
+    assert "engines[0].http.server: launch: the server exited with code 3 before it was ready" in proc.stderr
+
+
+def test_a_server_that_never_gets_healthy_times_out(tmp_path):
+    port = free_port()
+    cmd = json.dumps([PY, "-c", "import time; time.sleep(60)"])
+    t0 = time.monotonic()
+    proc = gate(tmp_path, config((port, cmd), timeout=3), "run")
+    assert proc.returncode == 2 and "did not answer" in proc.stderr and "within 3 s" in proc.stderr
+    assert time.monotonic() - t0 < 60
+    time.sleep(0.5)
+    assert not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout, "no orphan left"
+
+
+@pytest.mark.parametrize("fault,message", [("error500", "HTTP 500"), ("truncate", "the stream stopped early")])
+def test_server_faults_are_recorded_with_the_request_and_prompt(tmp_path, fault, message):
+    e = free_port()
+    proc = gate(tmp_path, config((e, server(e, "speculative", fault))), "run")
+    assert proc.returncode == 0, proc.stderr[-3000:]  # `run` records failures; `check` fails on them
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    failed = [ex for ex in results["executions"] if ex["failure"]]
+    assert failed and all(ex["engine"] == "served" for ex in failed)
+    text = failed[0]["failure"]["message"]
+    assert message in text and "load level" in text and "prompt '" in text
+    assert not leftover(e)
+
+
+def test_a_server_killed_mid_run_fails_its_batches_and_leaves_no_orphan(tmp_path):
+    e = free_port()
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(config((e, server(e, "speculative"))))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([PY, "-m", "gate", "run", str(cfg), "--threads", "1"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    records = tmp_path / "out" / "records.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (records.exists() and len(records.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    pids = leftover(e)
+    assert pids, "the server is up"
+    for pid in pids:
+        os.kill(int(pid), 9)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    failed = [ex for ex in results["executions"] if ex["failure"]]
+    assert failed and "connection failed" in failed[0]["failure"]["message"]
+    assert any(not ex["failure"] for ex in results["executions"]), "what finished before is kept"
+    assert not leftover(e)
+
+
+def test_the_api_key_comes_from_the_environment_and_never_appears(tmp_path):
+    from gate.config import parse_config
+    from gate.errors import ConfigError
+
+    base = config((8000, None)).replace("preset: vllm", "preset: vllm\n      api_key_env: SPECGUARD_TEST_KEY")
+    assert parse_config(base, "x.yaml").config.engines[0].http.api_key_env == "SPECGUARD_TEST_KEY"
+    with pytest.raises(ConfigError, match="the key itself never goes in the config"):
+        parse_config(base.replace("SPECGUARD_TEST_KEY", "sk-secret-123"), "x.yaml")
+    from gate.engines.http import PRESETS, HttpEngine
+
+    engine = HttpEngine("x", "http://127.0.0.1:9", PRESETS["vllm"], True, api_key="sk-secret-123")
+    assert "sk-secret" not in repr(engine)
+
+
+# --- sharding ----------------------------------------------------------------------------------------
+
+
+SHARD_CFG = "batching: {batch_sizes: [1, 2], compositions: 2}\ngeneration: {max_new_tokens: 4}\n" \
+            "checks: {speedup: {min_repeats: 2, max_repeats: 2, warmup: 0}}\n"
+
+
+def _run(demo_pair, out: Path, shard=None, cfg=None):
+    from test_runner import SUITE
+
+    from gate.runner import Runner
+
+    r = Runner(cfg or demo_config(extra=SHARD_CFG), demo_pair, SUITE, FakeEngine("reference", False, constant(1.0)),
+               [FakeEngine("speculative", True, constant(0.5))], out, log=lambda m: None, shard=shard)
+    return r.run()
+
+
+def test_sharded_and_merged_results_give_the_same_checks_as_one_run(demo_pair, tmp_path):
+    from gate.checks import run_checks
+    from gate.merge import merge
+    from gate.results import atomic_write_json, load_results
+
+    whole = _run(demo_pair, tmp_path / "whole")
+    parts = [_run(demo_pair, tmp_path / f"s{i}", (i, 2)) for i in range(2)]
+    assert all(p.executions for p in parts), "both shards got work"
+    merged = merge([tmp_path / "s1", tmp_path / "s0"])
+    atomic_write_json(tmp_path / "merged" / "results.json", merged)
+    merged = load_results(tmp_path / "merged")
+    assert sorted(ex.key for ex in merged.executions) == sorted(ex.key for ex in whole.executions)
+    a, b = run_checks(whole, demo_pair, demo_config(extra=SHARD_CFG).config), \
+        run_checks(merged, demo_pair, demo_config(extra=SHARD_CFG).config)
+    for section in ("equivalence", "noise_floor", "reproducibility"):
+        assert a[section] == b[section], section
+    assert [(v["check"], v["engine"], v["batch_size"], v["status"]) for v in a["verdicts"]] == \
+        [(v["check"], v["engine"], v["batch_size"], v["status"]) for v in b["verdicts"]]
+
+
+def test_merging_shards_of_different_runs_is_refused_naming_the_field(demo_pair, tmp_path, capsys):
+    _run(demo_pair, tmp_path / "s0", (0, 2))
+    _run(demo_pair, tmp_path / "s1", (1, 2), cfg=demo_config(extra=SHARD_CFG.replace("max_new_tokens: 4",
+                                                                                     "max_new_tokens: 5")))
+    assert main(["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert "not a shard of the same run" in err and "config digest" in err and "settings.max_new_tokens" in err
+    _run(demo_pair, tmp_path / "only", (0, 3))
+    assert main(["merge", str(tmp_path / "only"), "--out", str(tmp_path / "m")]) == 2
+    assert "shards [1, 2] of 3 are missing" in capsys.readouterr().err
+
+
+# --- presets on recorded response shapes (from each stack's documentation and source) ------------------
+
+
+def test_preset_parsers_read_each_stacks_stream_chunk():
+    from gate.engines.http import PRESETS, counters_between
+
+    vllm = {"choices": [{"text": "Hi", "logprobs": {"tokens": ["token_id:42"], "token_logprobs": [-0.1],
+                                                    "top_logprobs": [{"token_id:42": -0.1, "token_id:7": -2.5}]},
+                         "finish_reason": None}]}
+    c = PRESETS["vllm"].parse(vllm)
+    assert c.ids == [42] and c.tops == [{42: -0.1, 7: -2.5}]
+    newer = {"choices": [{"text": "Hi", "token_ids": [42, 43], "logprobs": None}]}
+    assert PRESETS["vllm"].parse(newer).ids == [42, 43]
+    sglang = {"choices": [{"text": "Hi", "token_ids": [5], "logprobs": {"top_logprobs": [{"Hi": -0.2}]}}]}
+    c = PRESETS["sglang"].parse(sglang)
+    assert c.ids == [5] and c.tops is None, "text-keyed logprobs cannot be used"
+    llama = {"choices": [{"text": "Hi", "logprobs": {"content": [
+        {"id": 9, "token": "Hi", "logprob": -0.3,
+         "top_logprobs": [{"id": 9, "logprob": -0.3}, {"id": 4, "logprob": -1.9}]}
+    ]}}], "timings": {"draft_n": 12, "draft_n_accepted": 7}}
+    c = PRESETS["llamacpp"].parse(llama)
+    assert c.ids == [9] and c.tops == [{9: -0.3, 4: -1.9}]
+    assert c.counters == {"num_draft_tokens": 12, "num_accepted_tokens": 7}
+    tgi = {"choices": [{"text": " world", "logprobs": None}]}
+    assert PRESETS["tgi"].parse(tgi).ids is None and PRESETS["tgi"].prompt_as_text
+    got = counters_between({"num_drafts": 10, "_generated": 100}, {"num_drafts": 30, "_generated": 160})
+    assert (got.num_drafts, got.num_accepted_tokens) == (20, 40), "sglang: accepted = generated - verify steps"
+
+
+def test_metrics_are_parsed_with_prometheus_client_and_differenced():
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from gate.engines.http import PRESETS, counters_between
+    from gate.engines.http import scrape as _scrape
+
+    reg = CollectorRegistry()
+    drafts = Counter("vllm:spec_decode_num_drafts", "d", registry=reg)
+    tokens = Counter("vllm:spec_decode_num_draft_tokens", "t", registry=reg)
+    acc = Counter("vllm:spec_decode_num_accepted_tokens", "a", registry=reg)
+    pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "p", ["position"], registry=reg)
+
+    import requests
+
+    original = requests.get
+    try:
+        requests.get = lambda *a, **k: type("R", (), {"text": generate_latest(reg).decode()})()
+        before = _scrape("http://x/metrics", PRESETS["vllm"], PRESETS["vllm"].counters, {})
+        drafts.inc(3)
+        tokens.inc(12)
+        acc.inc(7)
+        pos.labels(position="0").inc(3)
+        pos.labels(position="1").inc(4)
+        after = _scrape("http://x/metrics", PRESETS["vllm"], PRESETS["vllm"].counters, {})
+    finally:
+        requests.get = original
+    c = counters_between(before, after)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (3, 12, 7)
+    assert c.num_accepted_tokens_per_pos == [3, 4] and c.mean_accepted_length == pytest.approx(1 + 7 / 3)
