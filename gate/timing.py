@@ -105,7 +105,12 @@ class Phases:
 
     def render(self) -> str:
         wall = self.wall()
-        rows = [f"  {name:<34} {s:8.1f} s  {share:6.1%}" for name, s, share in self.table()]
+        table = self.table()
+        rows = [f"  {name:<34} {s:8.1f} s  {share:6.1%}" for name, s, share in table if s >= 0.05]
+        small = [s for _, s, _ in table if s < 0.05]
+        if small:  # phases that cost nothing here (a server start for in-process engines): one line, not many
+            rows.append(f"  {f'{len(small)} more phases, each < 0.05 s':<34} {sum(small):8.1f} s  "
+                        f"{sum(small) / wall if wall else 0:6.1%}")
         covered = sum(self.seconds.values())
         return "\n".join([f"where the time went ({wall:.1f} s):", *rows,
                           f"  {'(not in a named phase)':<34} {max(0.0, wall - covered):8.1f} s  "
