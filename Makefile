@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/specguard demo --threads 2
 
-# The whole default suite, assisted generation included (about 7 minutes on 2 cores).
+# The whole default suite, assisted generation included (about 10 minutes on 2 cores).
 demo-full: $(VENV)/.installed
 	$(BIN)/specguard gate gate/demo/specguard-full.yaml --out specguard-out-full --threads 2
 

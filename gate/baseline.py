@@ -150,7 +150,7 @@ def cell_key(slice_: str | None, batch_size: int, bucket: str | None) -> str:
 
 
 def model_name(config_path: str, location: str) -> str:
-    """How a baseline names a model: never by a runner-local absolute path."""
+    """How a baseline names a model (or a suite file): never by a runner-local absolute path."""
     local = config_path.startswith(("/", "~")) or Path(config_path).is_absolute()
     if config_path.startswith("specguard:") or not local:
         return config_path
@@ -271,7 +271,8 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
         source={"specguard": fpr.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
                 "run_id": os.environ.get("GITHUB_RUN_ID")},
         fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,
-                                        suite=SuiteId(**fpr.suite.model_dump())),
+                                        suite=SuiteId(**{**fpr.suite.model_dump(),
+                                                         "name": model_name(config.suite.path, fpr.suite.name)})),
         settings={"num_draft_tokens": s.num_draft_tokens, "batch_sizes": s.batch_sizes,
                   "max_new_tokens": s.max_new_tokens, "greedy": s.greedy, "sampling": s.sampling,
                   "engines": s.engines, "compositions": s.compositions},

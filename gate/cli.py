@@ -161,8 +161,9 @@ def _run(args, paired=None):
         pair = load_pair(loaded)
         engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
         base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
-    cache_dir = loaded.config.output.cache_dir
-    cache = None if (args.no_cache or not cache_dir) else ReferenceCache(loaded.resolve_path(cache_dir))
+    cache_dir = getattr(args, "demo_cache_dir", None) or (
+        loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
+    cache = None if (args.no_cache or not cache_dir) else ReferenceCache(cache_dir)
     progress = for_terminal(_say, quiet=_VERBOSITY == 0)
     try:
         with contextlib.ExitStack() as servers:
@@ -447,6 +448,8 @@ def cmd_demo(args) -> int:
     args.out = args.out or "specguard-out"
     # The demo's committed baselines are this repository's baselines/ (run from its root).
     args.baselines_dir = args.baselines_dir or "baselines"
+    # The reference cache lives in the working directory, not beside the packaged config (site-packages).
+    args.demo_cache_dir = Path(".specguard-cache")
     return cmd_gate(args)
 
 

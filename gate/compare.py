@@ -373,9 +373,10 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float) -> l
         mine = [c for c in changes if c.engine == engine]
         if all(c.status == "pass" for c in mine):
             worst = min(mine, key=lambda c: c.relative)
+            where = "all slices" if worst.slice == "*" else worst.slice
             out.append(CheckVerdict(check="acceptance", status="pass", engine=engine,
                                     why=f"mean acceptance length within {tolerance:.0%} of the baseline on every "
-                                        f"slice and batch size (worst {worst.slice} at batch size "
+                                        f"slice and batch size (worst {where} at batch size "
                                         f"{worst.batch_size}: {_fmt_pct(worst.relative)})"))
     return out
 

@@ -130,7 +130,8 @@ def test_an_unusable_baseline_exits_3_and_is_left_untouched(repo, capsys, damage
 
 
 @pytest.mark.parametrize("change,message", [
-    (lambda d: d["fingerprint"]["suite"].update(fingerprint="0ther"), "the baseline is for suite mini (0ther)"),
+    (lambda d: d["fingerprint"]["suite"].update(fingerprint="0ther"),
+     "the baseline is for suite specguard:suites/default.jsonl (0ther)"),
     (lambda d: d["settings"].update(num_draft_tokens=6), "the baseline has k=6, this run k=4"),
 ])
 def test_a_baseline_for_another_suite_or_k_exits_3(repo, capsys, change, message):
@@ -189,3 +190,21 @@ def test_a_refresh_killed_at_any_point_leaves_the_old_baseline_intact(repo):
         seen.add(b.created_utc)
     assert old in seen or len(seen) >= 1
     assert all(load_baseline(p).name == "demo" for p in path.parent.glob("history/*/*.json"))
+
+
+def test_the_committed_demo_baseline_is_valid_compact_and_portable():
+    from gate import fingerprint as fp
+    from gate.config import load_config
+
+    committed = sorted((Path(__file__).parent.parent / "baselines" / "demo").glob("*.json"))
+    assert committed, "make demo compares with baselines/demo/<hardware>.json"
+    demo = load_config(Path(__file__).parent.parent / "gate" / "demo" / "specguard.yaml")
+    for path in committed:
+        text = path.read_text()
+        assert len(text.encode()) < 200_000
+        jsonschema.validate(json.loads(text), schemas.load("baseline"))
+        b = load_baseline(path)
+        assert b.fingerprint.config == fp.digest(demo.config.model_dump(mode="json")), \
+            f"{path} is stale: refresh it with `make demo-baseline`"
+        assert not any(s in text for s in ("/work/", "/home/", "/tmp/", "/root/", "/runner")), "runner-local path"
+        assert b.fingerprint.suite.name == "specguard:suites/default.jsonl"
