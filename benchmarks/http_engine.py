@@ -78,7 +78,7 @@ def main() -> None:
             for b in batches[:1]:  # warm-up, unrecorded
                 local.generate(b, settings)
                 served.generate(b, settings)
-            ratios, cpu, same, requests = [], 0.0, True, 0
+            ratios, cpu, same, requests, http_wall, tokens = [], 0.0, True, 0, 0.0, 0
             for r in range(args.repeats):
                 for b in batches:
                     order = ("local", "http") if r % 2 == 0 else ("http", "local")
@@ -94,14 +94,19 @@ def main() -> None:
                             wall["http"] = time.perf_counter() - t
                             cpu += time.process_time() - c
                             requests += len(b)
+                            http_wall += wall["http"]
+                            tokens += sum(len(s.token_ids) for s in h.sequences)
                     same &= [s.token_ids for s in a.sequences] == [s.token_ids for s in h.sequences]
                     ratios.append(wall["http"] / wall["local"])
             ci = bootstrap_median_ci(ratios, seed=0)
             report["levels"][n] = {"ratio": ci.estimate, "ci": [ci.low, ci.high], "samples": len(ratios),
-                                   "identical_tokens": same, "client_cpu_ms_per_request": 1000 * cpu / requests}
+                                   "identical_tokens": same, "client_cpu_ms_per_request": 1000 * cpu / requests,
+                                   "client_cpu_ms_per_token": 1000 * cpu / tokens,
+                                   "served_wall_ms_per_token": 1000 * http_wall / tokens}
             print(f"concurrency {n}: HTTP / in-process wall {ci.estimate:.3f}x (95% CI {ci.low:.3f}-{ci.high:.3f}, "
                   f"{len(ratios)} paired batches); identical tokens: {same}; client CPU "
-                  f"{1000 * cpu / requests:.1f} ms per request", flush=True)
+                  f"{1000 * cpu / requests:.1f} ms per request, {1000 * cpu / tokens:.2f} ms per token; served wall "
+                  f"{1000 * http_wall / tokens:.1f} ms per token", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 
