@@ -141,8 +141,11 @@ def test_out_of_memory_at_a_batch_size_is_a_finding(tmp_path):
 def test_an_interrupt_stops_the_whole_selftest(sig):
     """Bug: the self-test caught each run's interrupt and went on with the next mutant."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no KeyboardInterrupt
+    # handler: give the child the default disposition, as an interactive terminal or a CI runner does.
     proc = subprocess.Popen([sys.executable, "-m", "gate", "selftest", "--seeds", "3", "--threads", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err = ""
     time.sleep(12)  # the models are loaded and the first mutant's run is under way
     assert proc.poll() is None

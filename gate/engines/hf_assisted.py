@@ -53,6 +53,29 @@ class _TokenClock:
         pass
 
 
+def _settings_in_config(gen) -> None:
+    """transformers' candidate generator calls the assistant's generate() with a generation_config *and*
+    generation settings as keyword arguments (min/max_new_tokens each step, use_cache from the target's
+    model kwargs), which transformers itself warns is deprecated. Move those settings into the generator's
+    own copy of the config instead: the config generate() would build from them, and no warning."""
+    cfg, kwargs = getattr(gen, "generation_config", None), getattr(gen, "assistant_kwargs", None)
+    prepare = getattr(gen, "_prepare_generation_args", None)
+    if cfg is None or not isinstance(kwargs, dict) or prepare is None:
+        return  # another transformers layout: leave it as it is
+    settings = [k for k in kwargs if hasattr(cfg, k)]  # what generate() would treat as settings
+    cfg.update(**{k: kwargs.pop(k) for k in settings})
+
+    def prepare_args(input_ids, min_new_tokens, max_new_tokens):
+        args = prepare(input_ids, min_new_tokens, max_new_tokens)
+        if args.get("generation_config") is not None and {"min_new_tokens", "max_new_tokens"} <= set(args):
+            step = copy.deepcopy(args["generation_config"])
+            step.update(min_new_tokens=args.pop("min_new_tokens"), max_new_tokens=args.pop("max_new_tokens"))
+            args["generation_config"] = step
+        return args
+
+    gen._prepare_generation_args = prepare_args
+
+
 @contextmanager
 def _count_matches(model, steps: list[tuple[int, int]]):
     """Record (candidates, matches) per verification step by wrapping the candidate generator."""
@@ -70,6 +93,7 @@ def _count_matches(model, steps: list[tuple[int, int]]):
             return inner(input_ids, scores, num_matches)
 
         gen.update_candidate_strategy = update
+        _settings_in_config(gen)
         return gen
 
     model._get_candidate_generator = wrapped
