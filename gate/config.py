@@ -132,6 +132,9 @@ class EndpointConfig(_Strict):
     def _url(cls, v: str) -> str:
         if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
             raise ValueError(f"expected an http(s):// URL, got {v!r}")
+        if "@" in v.split("/", 3)[2]:  # user:password@host would be written to logs and results
+            raise ValueError("credentials in the URL would end up in logs and reports: put the key in an "
+                             "environment variable and name it in http.api_key_env")
         return v.rstrip("/")
 
     @field_validator("launch")
@@ -490,6 +493,13 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
     """Rules that relate fields in different sections (reported at the field that must change)."""
     out = []
     refs = [i for i, e in enumerate(cfg.engines) if e.http is not None and e.http.reference is not None]
+    for i in refs:
+        http = cfg.engines[i].http
+        if http.reference.url == http.server.url:
+            loc = ("engines", i, "http", "reference", "url")
+            out.append(Problem(source, f"the reference is the engine under test ({http.server.url}): every "
+                                       "output would equal itself", field=dotted(loc), line=lines.get(loc),
+                               hint="point http.reference at the same stack with speculation off"))
     for i in refs[1:]:
         loc = ("engines", i, "http", "reference")
         out.append(Problem(source, "only one http engine may name the reference server (the gate has one "

@@ -163,3 +163,16 @@ def test_plugin_options_only_on_plugins():
     assert cfg.engines[0].extra == {"port": 8000} and cfg.engines[0].max_batch_size == 4
     p = only(GOOD + "engines:\n  - {type: speculative, extra: {a: 1}}\n")
     assert p.field == "engines[0]" and "only plugin engines take 'extra'" in p.message
+
+
+def test_an_http_reference_that_is_the_engine_under_test_is_refused():
+    p = only(GOOD + "engines:\n  - type: http\n    http:\n      server: {url: 'http://127.0.0.1:8000'}\n"
+                    "      reference: {url: 'http://127.0.0.1:8000/'}\n")
+    assert p.field == "engines[0].http.reference.url" and "every output would equal itself" in p.message
+
+
+def test_credentials_in_an_http_url_are_refused_without_echoing_them():
+    p = only(GOOD + "engines:\n  - type: http\n    http:\n      server: {url: 'http://me:hunter2@10.0.0.1:8000'}\n"
+                    "      reference: {url: 'http://10.0.0.1:8001'}\n")
+    assert p.field == "engines[0].http.server.url" and "api_key_env" in p.message
+    assert "hunter2" not in str(p)
