@@ -532,6 +532,16 @@ def load_config(path: str | Path) -> LoadedConfig:
     return parse_config(read_input(path, ConfigError, "config file", "pass the path of your specguard.yaml"), path)
 
 
+def _read_raw(source: Path) -> tuple[str, Any]:
+    """The config's text and raw YAML tree, or ("", None) when it cannot be read (load_config reports why)."""
+    try:
+        text = source.read_text(encoding="utf-8")
+        screen_yaml(text, str(source))
+        return text, yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
+        return "", None
+
+
 def check_paths(source: str | Path) -> list[Problem]:
     """Problems with the paths a config names (model directories, suite file).
 
@@ -539,12 +549,7 @@ def check_paths(source: str | Path) -> list[Problem]:
     ``specguard validate`` reports every problem at once.
     """
     source = Path(source)
-    try:
-        text = source.read_text(encoding="utf-8")
-        screen_yaml(text, str(source))
-        raw = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
-        return []  # reported by load_config
+    text, raw = _read_raw(source)
     if not isinstance(raw, dict):
         return []
     lines = _line_index(text)
@@ -599,12 +604,7 @@ def hub_cached(repo_id: str, revision: str | None = None) -> bool:
 def model_notes(source: str | Path) -> list[str]:
     """What validate should say about model paths that are not errors: a bare name is taken as a hub id."""
     source = Path(source)
-    try:
-        text = source.read_text(encoding="utf-8")
-        screen_yaml(text, str(source))
-        raw = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
-        return []
+    _, raw = _read_raw(source)
     notes = []
     models = raw.get("models") if isinstance(raw, dict) and isinstance(raw.get("models"), dict) else {}
     base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw={})

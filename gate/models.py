@@ -92,26 +92,35 @@ def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
     return str(p) if p.is_dir() else spec.path
 
 
+_FINGERPRINTS: dict[tuple, str] = {}  # (dtype, directory, every file's name, size and mtime) -> content hash
+
+
 def fingerprint_model(location: str, spec: ModelSpec, dtype: torch.dtype) -> str:
     """A content hash of the model: every file in its directory, and the load dtype.
 
     For a local directory every file is hashed (about a second per GB), custom code
-    included, so editing it changes the key.  For a hub id, the id and revision stand
-    in for the content.
+    included, so editing it changes the key.  A directory whose files (names, sizes,
+    mtimes) are unchanged is hashed once per process: ``check`` compares fingerprints
+    before loading the models, then loads them.  For a hub id, the id and revision
+    stand in for the content.
     """
-    h = hashlib.sha256()
-    h.update(str(dtype).encode())
     path = Path(location)
-    if path.is_dir():
-        # Every file the loader may read: config, weights, tokenizer, and custom code (*.py) too.
-        for f in sorted(p for p in path.rglob("*") if p.is_file() and not any(
-                part.startswith(".") for part in p.relative_to(path).parts)):
+    if not path.is_dir():
+        return hashlib.sha256(f"{dtype}{location}@{spec.revision or 'main'}".encode()).hexdigest()[:16]
+    # Every file the loader may read: config, weights, tokenizer, and custom code (*.py) too.
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(path).parts))
+    key = (str(dtype), str(path.resolve()),
+           tuple((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _FINGERPRINTS:
+        h = hashlib.sha256()
+        h.update(str(dtype).encode())
+        for f in files:
             h.update(str(f.relative_to(path)).encode())
             with f.open("rb") as fh:
                 h.update(hashlib.file_digest(fh, "sha256").digest())
-    else:
-        h.update(f"{location}@{spec.revision or 'main'}".encode())
-    return h.hexdigest()[:16]
+        _FINGERPRINTS[key] = h.hexdigest()[:16]
+    return _FINGERPRINTS[key]
 
 
 def _load_one(loaded: LoadedConfig, role: str, device: torch.device):

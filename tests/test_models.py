@@ -90,3 +90,23 @@ def test_fingerprint_follows_weights(tmp_path):
     data[-1] ^= 1
     (copy / "model.safetensors").write_bytes(bytes(data))
     assert before != fingerprint_model(str(copy), spec.models.target, torch.float32)
+
+
+def test_an_unchanged_model_directory_is_hashed_once_per_process(tmp_path, monkeypatch):
+    """check compares fingerprints before loading the models, then loads them: one read of the weights."""
+    import hashlib
+
+    import torch
+
+    from gate.models import fingerprint_model
+
+    copy = tmp_path / "t"
+    shutil.copytree(DEMO / "draft", copy)
+    spec = parse_config(f'models: {{target: {{path: "{copy}"}}, draft: {{path: "{copy}"}}}}', "x.yaml").config
+    reads = []
+    real = hashlib.file_digest
+    monkeypatch.setattr(hashlib, "file_digest", lambda fh, name: reads.append(fh.name) or real(fh, name))
+    first = fingerprint_model(str(copy), spec.models.target, torch.float32)
+    files = len(reads)
+    assert files and fingerprint_model(str(copy), spec.models.target, torch.float32) == first
+    assert len(reads) == files
