@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +44,8 @@ SAMPLE_DIGITS = 5  # significant digits kept of each speedup sample: far below t
 
 
 class BaselineError(SpecguardError):
-    """The baseline cannot be used: corrupt, another schema, or for a different suite or k (exit code 3)."""
+    """The baseline cannot be used: corrupt, or another schema (exit code 3).  Another suite or k is compared
+    where it can be (:class:`Comparability`), not refused."""
 
     exit_code = 3
 
@@ -70,6 +72,9 @@ class SuiteId(_Doc):
     fingerprint: str
     prompts: int
     slices: list[str]
+    # per slice, a digest of its prompts as run (ids, token ids, budgets): a changed suite is compared on the
+    # slices both runs share unchanged (absent in baselines written before it existed)
+    slice_fingerprints: dict[str, str] = Field(default_factory=dict)
 
 
 class BaselineFingerprint(_Doc):
@@ -227,6 +232,17 @@ def speedup_cells(results: Results) -> dict[str, dict[str, SpeedupCell]]:
     return out
 
 
+def slice_fingerprints(results: Results) -> dict[str, str]:
+    """Per slice, a digest of the prompts the run used: id, token ids and budget, in suite order."""
+    import hashlib
+
+    digests: dict[str, Any] = {}
+    for p in results.prompts:
+        digests.setdefault(p.slice, hashlib.sha256()).update(
+            json.dumps([p.id, p.prompt_ids, p.max_new_tokens]).encode())
+    return {slc: h.hexdigest()[:16] for slc, h in sorted(digests.items())}
+
+
 def failing_checks(checks: dict) -> list[str]:
     """The failing verdicts that make a run unfit to be a baseline: equivalence, signatures, distribution."""
     return sorted({f"{v['check']} ({v['engine']}, batch size {v['batch_size']})" for v in checks.get("verdicts", [])
@@ -272,7 +288,8 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
                 "run_id": os.environ.get("GITHUB_RUN_ID")},
         fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,
                                         suite=SuiteId(**{**fpr.suite.model_dump(),
-                                                         "name": model_name(config.suite.path, fpr.suite.name)})),
+                                                         "name": model_name(config.suite.path, fpr.suite.name),
+                                                         "slice_fingerprints": slice_fingerprints(results)})),
         settings={"num_draft_tokens": s.num_draft_tokens, "batch_sizes": s.batch_sizes,
                   "max_new_tokens": s.max_new_tokens, "greedy": s.greedy, "sampling": s.sampling,
                   "engines": s.engines, "compositions": s.compositions},
@@ -311,13 +328,15 @@ class BaselineStore:
     def available(self) -> list[Path]:
         return sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []
 
-    def find(self, hardware_key: str) -> tuple[Path | None, bool]:
-        """(path, same hardware): this hardware's baseline, else the newest for other hardware, else None."""
+    def find(self, hardware_key: str) -> Path | None:
+        """This hardware key's baseline, or None.  Never another key's: which one would be chance (file times
+        after a checkout are arbitrary); :meth:`others` names them instead."""
         exact = self.path_for(hardware_key)
-        if exact.is_file():
-            return exact, True
-        others = sorted(self.available(), key=lambda p: p.stat().st_mtime)
-        return (others[-1], False) if others else (None, False)
+        return exact if exact.is_file() else None
+
+    def others(self, hardware_key: str) -> list[str]:
+        """The hardware keys that do have a baseline of this name, besides ``hardware_key``."""
+        return [p.stem for p in self.available() if p.stem != hardware_key]
 
     def write(self, baseline: Baseline) -> Path:
         """Atomically replace this hardware's baseline; the previous one goes to history first."""
@@ -379,18 +398,72 @@ def load_baseline(path: str | Path) -> Baseline:
         raise BaselineError(Problem(str(path), f"corrupt baseline: {e['msg']}", field=loc, hint=hint)) from None
 
 
-def usable_for(baseline: Baseline, results: Results, source: str) -> None:
-    """Refuse a baseline measured on a different suite or k: nothing in it would compare (exit code 3)."""
-    problems = []
-    hint = "refresh the baseline for this config, or point --baseline at the right one"
+@dataclass
+class Comparability:
+    """What of a stored baseline a run can be compared with, when its k or its suite changed.
+
+    * Speedup per cell (against the non-speculative reference at the same batch size, slice and context) means
+      the same at any k: it is compared whenever the slice is shared.
+    * Mean acceptance length depends on k: after a k change it is reported beside the Leviathan expectation
+      for the new k, not judged.
+    * Exact match is a figure over the whole suite: compared only on the same suite.
+    """
+
+    base_k: int | None
+    head_k: int
+    same_suite: bool
+    shared: list[str]  # slices both runs have, with the same prompts (or, for an old baseline, the same name)
+    new: list[str]  # slices only the run has
+    changed: list[str]  # slices both have, with other prompts
+    removed: list[str]  # slices only the baseline has
+    by_name_only: bool = False  # the baseline predates per-slice fingerprints: slices matched by name
+
+    @property
+    def same_k(self) -> bool:
+        return self.base_k == self.head_k
+
+    def slice_ok(self, slc: str | None) -> bool:
+        return self.same_suite or slc in (None, "*") or slc in self.shared
+
+    def notes(self) -> list[str]:
+        out = []
+        if not self.same_k:
+            out.append(f"k changed {self.base_k} → {self.head_k}: speedup per cell is compared with the stored "
+                       "baseline (it is measured against the reference, so it means the same at any k); mean "
+                       "acceptance length is reported beside the Leviathan expectation for the new k, not judged")
+        if not self.same_suite:
+            parts = [f"compared on the slices both runs share unchanged ({', '.join(self.shared) or 'none'})"]
+            if self.by_name_only:
+                parts[0] = (f"compared on the slices both runs share by name ({', '.join(self.shared) or 'none'}; "
+                            "the baseline predates per-slice fingerprints)")
+            if self.new:
+                parts.append(f"new: {', '.join(self.new)}")
+            if self.changed:
+                parts.append(f"changed prompts, not compared: {', '.join(self.changed)}")
+            if self.removed:
+                parts.append(f"no longer run: {', '.join(self.removed)}")
+            out.append("the suite changed since the baseline: " + "; ".join(parts)
+                       + "; exact match over the whole suite is not compared")
+        return out
+
+
+def comparability(baseline: Baseline, results: Results) -> Comparability:
+    """How a run relates to a stored baseline of another k or suite (never an error: see :class:`Comparability`)."""
     suite = results.fingerprint.suite
-    if baseline.fingerprint.suite.fingerprint != suite.fingerprint:
-        problems.append(Problem(source, f"the baseline is for suite {baseline.fingerprint.suite.name} "
-                                f"({baseline.fingerprint.suite.fingerprint}), this run used {suite.name} "
-                                f"({suite.fingerprint})", field="fingerprint.suite", hint=hint))
-    if baseline.settings.get("num_draft_tokens") != results.settings.num_draft_tokens:
-        problems.append(Problem(source, f"the baseline has k={baseline.settings.get('num_draft_tokens')}, this run "
-                                f"k={results.settings.num_draft_tokens}", field="settings.num_draft_tokens",
-                                hint=hint))
-    if problems:
-        raise BaselineError(problems)
+    k = baseline.settings.get("num_draft_tokens")
+    same_suite = baseline.fingerprint.suite.fingerprint == suite.fingerprint
+    head = slice_fingerprints(results)
+    base_fp = baseline.fingerprint.suite.slice_fingerprints
+    base_slices = set(base_fp) or set(baseline.fingerprint.suite.slices)
+    head_slices = set(head) or set(suite.slices)
+    both = base_slices & head_slices
+    if same_suite:
+        shared, changed = sorted(both), []
+    elif base_fp:
+        shared = sorted(s for s in both if base_fp[s] == head.get(s))
+        changed = sorted(both - set(shared))
+    else:
+        shared, changed = sorted(both), []
+    return Comparability(base_k=int(k) if isinstance(k, int) else None, head_k=results.settings.num_draft_tokens,
+                         same_suite=same_suite, shared=shared, new=sorted(head_slices - base_slices), changed=changed,
+                         removed=sorted(base_slices - head_slices), by_name_only=not same_suite and not base_fp)

@@ -6,7 +6,7 @@ Exit codes (one table, also in the README and ``--help``):
 0    pass, or neutral (no baseline to compare with yet): verdicts were written
 1    a check failed or a regression was found (or the run is incomplete)
 2    bad input: config, suite, model, results, arguments
-3    the baseline is unusable: corrupt, another schema version, another suite or k
+3    the baseline is unusable: corrupt, or another schema version (another suite or k is compared, not refused)
 130  interrupted: finished work is kept; rerun with ``--resume``
 ==== ===============================================================================
 """
@@ -69,6 +69,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
     return value
+
+
+def _hardware_key(text: str) -> str:
+    from gate.config import HARDWARE_KEY
+
+    if not HARDWARE_KEY.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected 1-100 characters from [a-z0-9_.-], got {text!r}")
+    return text
 
 
 def _threads(args) -> None:
@@ -170,7 +178,8 @@ def _run(args, paired=None):
             with phases("server start"):
                 start_servers(loaded, out, servers)
             runner = Runner(loaded, pair, suite, build_reference(pair, loaded), engines, out, log=_say, cache=cache,
-                            paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None))
+                            paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None),
+                            hardware_key=getattr(args, "hardware_key", None))
             results = runner.run(resume=args.resume)
     except RunInterrupted as stop:
         progress.close()
@@ -251,20 +260,22 @@ def _check(loaded, pair, out: Path) -> int:
 
 
 def _find_baseline(results, config, name: str | None, baselines_dir: Path):
-    """(baseline, path, same hardware) for a name or a path; (None, None, True) when there is none yet."""
-    from gate.baseline import BaselineStore, load_baseline, usable_for
+    """(baseline, path, same hardware, other keys) for a name or a path.
+
+    A name is looked up for this run's hardware key only: with none, (None, where it would be, True, the keys
+    that do have one).  Another k or suite is no reason to refuse it (see ``gate.baseline.Comparability``);
+    only a corrupt baseline or another schema is (exit 3)."""
+    from gate.baseline import BaselineStore, load_baseline
 
     hw = results.fingerprint.hardware_key
     if name and (name.endswith(".json") or Path(name).is_file()):
-        path, same = Path(name), None
-    else:
-        store = BaselineStore(baselines_dir, name or config.baseline.name or "specguard", config.baseline.history)
-        path, same = store.find(hw)
-        if path is None:
-            return None, str(store.path_for(hw)), True
-    baseline = load_baseline(path)
-    usable_for(baseline, results, str(path))
-    return baseline, str(path), baseline.hardware_key == hw if same is None else same
+        baseline = load_baseline(name)
+        return baseline, str(name), baseline.hardware_key == hw, []
+    store = BaselineStore(baselines_dir, name or config.baseline.name or "specguard", config.baseline.history)
+    path = store.find(hw)
+    if path is None:
+        return None, str(store.path_for(hw)), True, store.others(hw)
+    return load_baseline(path), str(path), True, []
 
 
 def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,
@@ -285,9 +296,9 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
         p = results.paired
         paired = Paired(engine=p["engine"], head_engine=p["head_engine"], k=p["num_draft_tokens"],
                         calibration=p.get("calibration", {}), config=p.get("config", {}))
-    baseline, path, same = _find_baseline(results, config, name, baselines_dir)
+    baseline, path, same, others = _find_baseline(results, config, name, baselines_dir)
     verdict = compare(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
-                      paired=paired)
+                      paired=paired, others=others)
     page = build_page(results, checks, verdict, baseline, baseline.name if baseline else name)
     atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
                       + render_text(results, checks).split("\n", 1)[1])
@@ -632,6 +643,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--resume", action="store_true", help="reuse finished executions of an interrupted run")
         q.add_argument("--no-cache", action="store_true", help="do not read or write the reference cache")
         q.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+        q.add_argument("--hardware-key", type=_hardware_key, metavar="KEY",
+                       help="the key this runner's baseline is stored and looked up under (default: "
+                            "baseline.hardware_key, else read off the hardware, e.g. cuda-nvidia-h100-80gb-hbm3)")
         talk(q)
 
     def talk(q):
@@ -746,16 +760,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _on_sigterm(signum, frame):
-    from gate.execute import Interrupted
+    from gate.errors import Interrupted
 
     raise Interrupted("SIGTERM")
 
 
+def _interruptions() -> tuple[type[BaseException], ...]:
+    """What ends a command as interrupted (exit 130). ``gate.runner`` imports torch: it is looked up only when a
+    command has loaded it, so light commands (``changed``, ``github``) never import it."""
+    from gate.errors import Interrupted
+
+    runner = sys.modules.get("gate.runner")
+    return (KeyboardInterrupt, Interrupted) + ((runner.RunInterrupted,) if runner is not None else ())
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
-
-    from gate.execute import Interrupted
-    from gate.runner import RunInterrupted
 
     global _VERBOSITY, _PHASES
     args = build_parser().parse_args(argv)
@@ -772,7 +792,9 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return exc.exit_code
-    except (KeyboardInterrupt, Interrupted, RunInterrupted) as exc:
+    except BaseException as exc:
+        if not isinstance(exc, _interruptions()):
+            raise
         _say(f"interrupted ({exc or 'SIGINT'}); finished work is kept")
         return EXIT_INTERRUPTED
     finally:

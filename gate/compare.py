@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gate.baseline import Baseline, SpeedupCell, acceptance, cell_key, speedup_cells
+from gate.baseline import Baseline, Comparability, SpeedupCell, acceptance, cell_key, comparability, speedup_cells
 from gate.config import REFERENCE, Config
 from gate.results import Results
 from gate.stats import alpha_from_mean_accepted
@@ -100,6 +100,8 @@ class AcceptanceChange(_Doc):
     head: float
     relative: float
     status: Status
+    # after a k change: the Leviathan expectation at the head's k from the baseline's acceptance (not judged)
+    expected: float | None = None
     acceptance_per_pos_base: list[float | None] = Field(default_factory=list)
     acceptance_per_pos_head: list[float | None] = Field(default_factory=list)
 
@@ -255,7 +257,9 @@ def _fmt_pct(x: float) -> str:
 
 def compare(results: Results, checks: dict, config: Config, baseline: Baseline | None = None,
             baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
-            say: Callable[[str], None] = lambda m: None) -> VerdictDoc:
+            say: Callable[[str], None] = lambda m: None, others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
+    """``others``: hardware keys that have a baseline of this name when this run's key has none (named in the
+    verdict, never used)."""
     rules = config.baseline
     verdicts: list[CheckVerdict] = []
     hw = results.fingerprint.hardware_key
@@ -275,24 +279,23 @@ def compare(results: Results, checks: dict, config: Config, baseline: Baseline |
     eq_changes: list[EquivalenceChange] = []
     acc_changes: list[AcceptanceChange] = []
     sp_changes: list[SpeedupChange] = []
-    if baseline is None and paired is None:
-        verdicts.append(CheckVerdict(
-            check="baseline", status="neutral",
-            why=f"no baseline for '{results_name(config, baseline_path)}' yet, so nothing was compared: run the "
-                "refresh workflow (or `specguard baseline refresh CONFIG --from RUN_DIR`) and commit the file it "
-                "writes"))
+    if baseline is None:
+        verdicts.append(_missing_baseline(config, results, baseline_path, others, paired is not None))
     if baseline is not None:
-        eq_changes = _exact_match_changes(checks, baseline, rules.exact_match_drop)
+        comp = comparability(baseline, results)
+        verdicts += [CheckVerdict(check="baseline", status="neutral", why=note) for note in comp.notes()]
+        if comp.same_suite:
+            eq_changes = _exact_match_changes(checks, baseline, rules.exact_match_drop)
         verdicts += [CheckVerdict(check="equivalence", status="fail", engine=c.engine, batch_size=c.batch_size,
                                   why=f"exact match fell from {c.base:.0%} to {c.head:.0%} at batch size "
                                       f"{c.batch_size}, more than the {c.allowed_drop:.0%} that float noise "
                                       "explains here")
                      for c in eq_changes if c.status == "fail"]
-        acc_changes = _acceptance_changes(results, baseline, rules.acceptance_drop)
-        verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop)
+        acc_changes = _acceptance_changes(results, baseline, rules.acceptance_drop, comp)
+        verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop, comp)
         if paired is None:
             if same_hardware:
-                sp_changes = _stored_speedup_changes(results, baseline, rules.speedup_drop)
+                sp_changes = _stored_speedup_changes(results, baseline, rules.speedup_drop, comp)
             else:
                 verdicts.append(CheckVerdict(
                     check="speedup", status="warn",
@@ -322,6 +325,26 @@ def results_name(config: Config, baseline_path: str | None) -> str:
     return config.baseline.name or (baseline_path or "this config")
 
 
+def _missing_baseline(config: Config, results: Results, path: str | None, others, paired: bool) -> CheckVerdict:
+    """No baseline for this hardware key: neutral (or, under ``baseline.on_missing: fail``, a failure) that says
+    which keys do have one and how to make this one."""
+    hw = results.fingerprint.hardware_key
+    name = results_name(config, None)
+    why = f"no baseline '{name}' for hardware {hw}" + (f" ({path})" if path else "")
+    if others:
+        why += (f"; baselines exist for {', '.join(others)}, but none is used by chance: set the `hardware-key` "
+                "input (or baseline.hardware_key) to one of them if this runner is the same machine, or")
+    else:
+        why += "; to create it,"
+    why += (" run the refresh workflow on this runner (or `specguard baseline refresh CONFIG --from RUN_DIR`) and "
+            "commit the file it writes")
+    if paired:
+        why += "; speedup was judged against the base, timed in this job"
+    if config.baseline.on_missing == "fail":
+        return CheckVerdict(check="baseline", status="fail", why=why + " (baseline.on_missing: fail)")
+    return CheckVerdict(check="baseline", status="neutral", why=why)
+
+
 def _exact_match_changes(checks: dict, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
     out = []
     floor = checks.get("noise_floor") or {}
@@ -342,7 +365,12 @@ def _exact_match_changes(checks: dict, baseline: Baseline, fixed: float | str) -
     return out
 
 
-def _acceptance_changes(results: Results, baseline: Baseline, tolerance: float) -> list[AcceptanceChange]:
+def _acceptance_changes(results: Results, baseline: Baseline, tolerance: float,
+                        comp: Comparability | None = None) -> list[AcceptanceChange]:
+    """Per engine, batch size and slice.  After a k change, each row carries the Leviathan expectation at the new
+    k from the baseline's acceptance and is neutral; after a suite change only shared slices (and ``*``, over the
+    whole suite, only when the suite is the same) are compared."""
+    comp = comp or comparability(baseline, results)
     head = acceptance(results)
     out = []
     for engine, per_bs in baseline.acceptance.items():
@@ -351,16 +379,35 @@ def _acceptance_changes(results: Results, baseline: Baseline, tolerance: float) 
                 now = head.get(engine, {}).get(bs, {}).get(slc)
                 if now is None or base.mean_accepted_length is None or now.mean_accepted_length is None:
                     continue
+                if not comp.same_suite and slc not in comp.shared:
+                    continue
                 rel = now.mean_accepted_length / base.mean_accepted_length - 1
+                expected, status = None, ("fail" if rel < -tolerance else "pass")
+                if not comp.same_k and comp.base_k:
+                    a = alpha_from_mean_accepted(base.mean_accepted_length, comp.base_k)
+                    expected = comp.head_k + 1.0 if a >= 1 else (1 - a ** (comp.head_k + 1)) / (1 - a)
+                    status = "neutral"
                 out.append(AcceptanceChange(
                     engine=engine, batch_size=int(bs), slice=slc, base=base.mean_accepted_length,
-                    head=now.mean_accepted_length, relative=rel, status="fail" if rel < -tolerance else "pass",
+                    head=now.mean_accepted_length, relative=rel, status=status, expected=expected,
                     acceptance_per_pos_base=base.acceptance_per_pos, acceptance_per_pos_head=now.acceptance_per_pos))
     return out
 
 
-def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float) -> list[CheckVerdict]:
+def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
+                         comp: Comparability | None = None) -> list[CheckVerdict]:
     out = []
+    if comp is not None and not comp.same_k:
+        for engine in sorted({c.engine for c in changes}):
+            rows = [c for c in changes if c.engine == engine and c.slice == "*"] or \
+                [c for c in changes if c.engine == engine]
+            parts = [f"{'all slices' if c.slice == '*' else c.slice} at batch size {c.batch_size}: "
+                     f"{c.base:.2f} → {c.head:.2f} (Leviathan expects {c.expected:.2f})"
+                     for c in rows[:4] if c.expected is not None]
+            out.append(CheckVerdict(check="acceptance", status="neutral", engine=engine,
+                                    why=f"k changed {comp.base_k} → {comp.head_k}, so mean acceptance length moves "
+                                        f"as expected, not judged: {'; '.join(parts)}"))
+        return out
     for c in changes:
         if c.status == "fail":
             where = "all slices" if c.slice == "*" else f"{c.slice}"
@@ -389,12 +436,15 @@ def _costs(results: Results, engine: str, bs: int, tpf: float | None, calibratio
     return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
 
 
-def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float) -> list[SpeedupChange]:
+def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float,
+                            comp: Comparability | None = None) -> list[SpeedupChange]:
     head_cells = speedup_cells(results)
     k = results.settings.num_draft_tokens
     out = []
     for engine, cells in head_cells.items():
         for key, now in cells.items():
+            if comp is not None and not comp.slice_ok(now.slice):
+                continue
             base = baseline.speedup.get(engine, {}).get(key)
             if base is None or not base.samples or not now.samples:
                 continue

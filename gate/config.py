@@ -273,6 +273,9 @@ class ChecksConfig(_Strict):
     speedup: SpeedupCheck = SpeedupCheck()
 
 
+HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
+
+
 class BaselineConfig(_Strict):
     dir: str = "baselines"
     name: str | None = None  # default: the config file's name without .yaml
@@ -280,6 +283,16 @@ class BaselineConfig(_Strict):
     acceptance_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     speedup_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.10
     exact_match_drop: Fraction | Literal["auto"] = "auto"
+    # Which baseline this runner compares with (Bencher's "testbed"): default, read off the hardware.
+    hardware_key: str | None = None
+    on_missing: Literal["neutral", "fail"] = "neutral"  # no baseline for this hardware key yet
+
+    @field_validator("hardware_key")
+    @classmethod
+    def _hardware_key(cls, v: str | None) -> str | None:
+        if v is not None and not HARDWARE_KEY.fullmatch(v):
+            raise ValueError(f"expected 1-100 characters from [a-z0-9_.-], starting with a letter or digit, got {v!r}")
+        return v
 
     @field_validator("name")
     @classmethod

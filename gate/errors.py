@@ -28,6 +28,12 @@ class Problem:
         return f"{text} ({self.hint})" if self.hint else text
 
 
+class Interrupted(BaseException):
+    """The run was asked to stop (SIGTERM; SIGINT arrives as KeyboardInterrupt).
+
+    Here, not in :mod:`gate.execute`, so the CLI can catch it without importing torch."""
+
+
 class SpecguardError(Exception):
     """An error caused by the user's input or environment, with every problem found."""
 

@@ -21,14 +21,11 @@ from contextlib import contextmanager
 from gate import fingerprint as fp
 from gate.cache import ReferenceCache
 from gate.engines.base import Engine, EngineFailure, GenerationSettings, Request, is_out_of_memory
+from gate.errors import Interrupted
 from gate.plan import Job, PlannedBatch, PromptInfo, prompt_seed
 from gate.results import Execution, Failure, JobKey, Phase, RecordLog, SequenceOutput
 
 MAX_TIMEOUTS = 2  # after this many timed-out batches, an engine's remaining batches are recorded as not run
-
-
-class Interrupted(BaseException):
-    """The run was asked to stop (SIGTERM; SIGINT arrives as KeyboardInterrupt)."""
 
 
 @contextmanager

@@ -126,8 +126,10 @@ class Runner:
                  engines: list[Engine], out_dir: Path, log: Callable[[str], None] = print,
                  cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
                  paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
-                 shard: tuple[int, int] | None = None):
+                 shard: tuple[int, int] | None = None, hardware_key: str | None = None):
         self.loaded = loaded
+        # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
+        self.hardware_key_override = hardware_key or loaded.config.baseline.hardware_key
         self.cfg = loaded.config
         self.pair = pair
         self.suite = suite
@@ -169,7 +171,8 @@ class Runner:
             for role, m in (("target", self.pair.target), ("draft", self.pair.draft))
         }
         return Fingerprint(
-            hardware=self.hardware, hardware_key=fp.hardware_key(self.hardware), libraries=fp.libraries(),
+            hardware=self.hardware, hardware_key=self.hardware_key_override or fp.hardware_key(self.hardware),
+            libraries=fp.libraries(),
             models=models, config=fp.digest(self.cfg.model_dump(mode="json")),
             suite=SuiteFingerprint(name=self.suite.name, fingerprint=self.suite.fingerprint(),
                                    prompts=len(self.suite.prompts), slices=self.suite.slices))

@@ -14,8 +14,10 @@ import resource
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where CUDA is used: `Phases` serves light commands too (`changed`)
+    import torch
 
 
 class Clock:
@@ -24,6 +26,8 @@ class Clock:
 
     def sync(self) -> None:
         if self.device.type == "cuda":
+            import torch
+
             torch.cuda.synchronize(self.device)
 
     def now(self) -> float:
@@ -53,6 +57,8 @@ _STATUS = Path("/proc/self/status")
 
 def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
+        import torch
+
         torch.cuda.reset_peak_memory_stats(device)
         return
     with contextlib.suppress(OSError):
@@ -61,6 +67,8 @@ def reset_peak_memory(device: torch.device) -> None:
 
 def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
+        import torch
+
         return int(torch.cuda.max_memory_allocated(device))
     try:
         for line in _STATUS.read_text().splitlines():

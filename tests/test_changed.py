@@ -100,3 +100,82 @@ def test_a_new_config_is_a_change_and_a_missing_commit_is_a_clear_error(repo, ca
     assert out == "changed=true" and "the config is new" in text
     assert main(["changed", "--repo", str(root), "--base", "0" * 40]) == 2
     assert "fetch-depth: 0" in capsys.readouterr().err
+
+
+# --- what the trigger used to miss (issue 18) ---------------------------------------------------------------
+
+
+def test_a_file_moved_out_of_the_draft_directory_is_a_change(repo, capsys, monkeypatch, tmp_path):
+    root, base = repo
+    git(root, "mv", "models/draft/config.json", "elsewhere.json")
+    git(root, "commit", "-qm", "move")
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and "models/draft/config.json changed" in text, text
+
+
+def test_modules_a_plugin_imports_are_watched(repo, capsys, monkeypatch, tmp_path):
+    root, _ = repo
+    base = write(root, {"serving/spec.py": "from . import kernels\nimport helpers.math\n",
+                        "serving/kernels.py": "", "serving/unrelated.py": "",
+                        "helpers/__init__.py": "", "helpers/math.py": "", "helpers/other.py": ""})
+    write(root, {"helpers/math.py": "X = 2"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and "helpers/math.py changed (run by a plug-in engine" in text, text
+    base = write(root, {"serving/kernels.py": "Y = 1"})  # a relative import
+    assert "serving/kernels.py changed" in changed(root, git(root, "rev-parse", "HEAD~1"), capsys, monkeypatch,
+                                                   tmp_path)[1]
+    write(root, {"README.md": "more docs"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=false", text
+
+
+def test_a_hand_edited_baseline_is_a_change(repo, capsys, monkeypatch, tmp_path):
+    root, base = repo
+    write(root, {"baselines/specguard/cuda-h100.json": "{}"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and "baselines/specguard/cuda-h100.json changed" in text, text
+
+
+def test_config_and_files_are_compared_at_the_merge_base(repo, capsys, monkeypatch, tmp_path):
+    """main moved on (k changed there) after the PR branched; the PR itself only edits the README."""
+    root, _ = repo
+    git(root, "checkout", "-qb", "feature")
+    write(root, {"README.md": "docs only"})
+    git(root, "checkout", "-q", "-")
+    main_tip = write(root, {"specguard.yaml": CONFIG.replace("num_draft_tokens: 4", "num_draft_tokens: 6"),
+                            "models/draft/model.safetensors": "w"})
+    git(root, "checkout", "-q", "feature")
+    out, text = changed(root, main_tip, capsys, monkeypatch, tmp_path)
+    assert out == "changed=false", text
+
+
+@pytest.mark.parametrize("path,hit", [("kernels/b.cu", True), ("kernels/deep/b.cu", False),
+                                      ("ops/x/y/attn.cu", True), ("ops/attn.cu", True)])
+def test_watch_globs_have_gitignore_semantics(repo, capsys, monkeypatch, tmp_path, path, hit):
+    root, _ = repo
+    base = write(root, {"specguard.yaml": CONFIG.replace('watch: ["kernels/*.cu"]',
+                                                         'watch: ["kernels/*.cu", "ops/**/attn.cu"]')})
+    write(root, {path: "x"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == f"changed={'true' if hit else 'false'}", text
+
+
+def test_changed_imports_nothing_heavy(repo, tmp_path):
+    """The hosted `changed` job has no torch, transformers or numpy: the command must not import them."""
+    import sys
+
+    root, base = repo
+    write(root, {"serving/spec.py": "x = 1"})
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'transformers', 'numpy', 'scipy'):\n"
+        "            raise ImportError(f'{name} is not installed on a hosted runner')\n"
+        "sys.meta_path.insert(0, Refuse())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(os.getcwd())])}
+    proc = subprocess.run([sys.executable, "-m", "gate", "changed", "--repo", str(root), "--base", base],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and "serving/spec.py changed" in proc.stdout, proc.stdout + proc.stderr

@@ -226,3 +226,64 @@ def test_terminal_report_is_plain_text_when_not_a_terminal(base_run):
     text = buf.getvalue()
     assert text.startswith("specguard: PASS — Merging keeps outputs equivalent at bs 1/4")
     assert "\x1b[" not in text, "no colour codes in CI logs"
+
+
+# --- a PR that changes k or the suite is gated, not refused (issue 18) ------------------------------------
+
+
+def _with(results, k=None, suite_fp=None, prompt_ids=None):
+    doc = results.model_dump(mode="json", by_alias=True)
+    if k is not None:
+        doc["settings"]["num_draft_tokens"] = k
+    if suite_fp is not None:
+        doc["fingerprint"]["suite"]["fingerprint"] = suite_fp
+    for p in doc["prompts"]:
+        if prompt_ids and p["id"] in prompt_ids:
+            p["prompt_ids"] = prompt_ids[p["id"]]
+    return type(results).model_validate(doc)
+
+
+def test_a_k_change_compares_speedup_and_reports_acceptance_against_the_leviathan_expectation(base_run):
+    head = _with(syn.run(accepted={("code", 4): 1, ("prose", 4): 1}, speedup={("code", 4): 1.1}), k=3)
+    v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    assert v.outcome == "fail"  # the speedup drop on code at bs 4 is still judged, whatever k is
+    assert any(c.status == "fail" and c.check == "speedup" and c.slice == "code" for c in v.checks)
+    acc = [c for c in v.acceptance if c.slice == "*" and c.batch_size == 4]
+    assert acc and all(c.status == "neutral" and c.expected is not None for c in acc)
+    # base: 2 of 4 accepted per step -> 3 per step at k=4; alpha solves (1 - a^5)/(1 - a) = 3; at k=3 it is lower
+    assert 2.0 < acc[0].expected < 3.0
+    assert not any(c.check == "acceptance" and c.status == "fail" for c in v.checks)
+    notes = [c.why for c in v.checks if c.check == "baseline"]
+    assert any("k changed 4 → 3" in n and "not judged" in n for n in notes), notes
+    assert "Leviathan expects" in text
+
+
+def test_a_k_change_with_unchanged_speed_passes(base_run):
+    head = _with(syn.run(accepted={("code", 1): 1, ("code", 4): 1, ("prose", 1): 1, ("prose", 4): 1}), k=3)
+    v, _ = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    assert v.outcome == "pass", [c.why for c in v.failed()]
+
+
+def test_a_changed_suite_compares_only_the_slices_both_runs_share(base_run):
+    # the prose slice's prompts changed; code is the same: a code drop is judged, a prose drop is not
+    head = _with(syn.run(accepted={("prose", 4): 0}, speedup={("prose", 4): 0.5}), suite_fp="0ther",
+                 prompt_ids={"prose-0": [9, 9, 9]})
+    v, _ = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    assert v.outcome == "pass", [c.why for c in v.failed()]
+    assert not v.equivalence, "exact match over another suite is not compared"
+    assert {c.slice for c in v.speedup} == {"code"} and {c.slice for c in v.acceptance} == {"code"}
+    note = next(c.why for c in v.checks if c.check == "baseline" and "suite changed" in c.why)
+    assert "share unchanged (code)" in note and "changed prompts, not compared: prose" in note
+    worse = _with(syn.run(speedup={("code", 4): 0.5}), suite_fp="0ther", prompt_ids={"prose-0": [9, 9, 9]})
+    assert verdict_and_comment(worse, syn.checks_for(worse), base_of(base_run))[0].outcome == "fail"
+
+
+def test_no_baseline_for_this_hardware_names_the_others_and_can_fail(base_run):
+    v = compare(base_run, syn.checks_for(base_run), syn.config(), baseline=None, baseline_path="b/x.json",
+                others=["cuda-nvidia-a100", "cuda-nvidia-h100"])
+    why = next(c.why for c in v.checks if c.check == "baseline")
+    assert v.outcome == "neutral" and "cuda-nvidia-a100, cuda-nvidia-h100" in why and "hardware-key" in why
+    v = compare(base_run, syn.checks_for(base_run), syn.config(on_missing="fail"), baseline=None,
+                baseline_path="b/x.json")
+    assert v.outcome == "fail" and v.exit_code == 1
+    assert any(c.check == "baseline" and c.status == "fail" and "on_missing" in c.why for c in v.checks)
