@@ -130,6 +130,7 @@ class Baseline(_Doc):
     hardware: dict[str, Any]
     created_utc: str
     forced: Forced | None = None
+    reason: str | None = None  # why this refresh was made (`--reason`), also when nothing failed
     source: dict[str, str | None] = Field(default_factory=dict)  # specguard version, commit, run id
     fingerprint: BaselineFingerprint
     settings: dict[str, Any]
@@ -250,7 +251,8 @@ def failing_checks(checks: dict) -> list[str]:
                                                  or v["check"].startswith("signature:"))})
 
 
-def derive(results: Results, checks: dict, config: Config, name: str, force_reason: str | None = None) -> Baseline:
+def derive(results: Results, checks: dict, config: Config, name: str, force_reason: str | None = None,
+           reason: str | None = None) -> Baseline:
     failing = failing_checks(checks)
     if results.status != "complete":
         raise RefreshRefused(Problem("results.json", f"the run is {results.status}, not complete",
@@ -284,6 +286,7 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
         name=name, hardware_key=fpr.hardware_key, hardware=hw,
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         forced=Forced(reason=force_reason, failing=failing) if failing and force_reason is not None else None,
+        reason=reason or force_reason,
         source={"specguard": fpr.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
                 "run_id": os.environ.get("GITHUB_RUN_ID")},
         fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,

@@ -437,10 +437,15 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
+    if getattr(args, "refresh", False) and args.force and not args.reason:
+        raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
+                                     "run was accepted", field="--reason"))
     code, loaded, pair, out = _run(args)
     if code != EXIT_OK:
         return code
     checked = _check(loaded, pair, out)
+    if getattr(args, "refresh", False):
+        return _refresh_from(args, loaded, out)
     baselines = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else \
         loaded.resolve_path(loaded.config.baseline.dir)
     compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False),
@@ -452,6 +457,27 @@ def cmd_gate(args) -> int:
     if compared == EXIT_OK and checked != EXIT_OK:
         return checked
     return compared
+
+
+def _refresh_from(args, loaded, out: Path) -> int:
+    """``gate --refresh``: the checks of this run, not a judgement against the old baseline, decide; equivalence
+    and distribution must pass unless ``--force --reason``.  Exit 0 only once the new baseline reads back."""
+    from gate.baseline import BaselineStore, derive, load_baseline
+    from gate.results import load_results
+
+    results = load_results(out)
+    baseline = derive(results, read_checks(out), loaded.config, loaded.baseline_name,
+                      force_reason=args.reason if args.force else None, reason=args.reason)
+    root = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else \
+        loaded.resolve_path(loaded.config.baseline.dir)
+    store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
+    path = store.write(baseline)
+    if load_baseline(path).created_utc != baseline.created_utc:
+        raise SpecguardError(Problem(str(path), "the baseline did not read back as written", hint="check the disk"))
+    print(f"refreshed: wrote {path}" + (f" (forced: {args.reason})" if baseline.forced else
+                                        (f" (reason: {args.reason})" if args.reason else "")))
+    _github_output(**{"baseline-path": str(path)})
+    return EXIT_OK
 
 
 def cmd_demo(args) -> int:
@@ -482,11 +508,12 @@ def cmd_baseline_refresh(args) -> int:
         raise SpecguardError(Problem("specguard baseline refresh", "--force needs --reason: the baseline records "
                                      "why a failing run was accepted", field="--reason"))
     baseline = derive(results, checks, loaded.config, loaded.baseline_name,
-                      force_reason=args.reason if args.force else None)
+                      force_reason=args.reason if args.force else None, reason=args.reason)
     root = Path(args.dir) if args.dir else loaded.resolve_path(loaded.config.baseline.dir)
     store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
     path = store.write(baseline)
-    print(f"wrote {path}" + (f" (forced: {args.reason})" if baseline.forced else ""))
+    print(f"wrote {path}" + (f" (forced: {args.reason})" if baseline.forced else
+                             (f" (reason: {args.reason})" if args.reason else "")))
     return EXIT_OK
 
 
@@ -546,6 +573,10 @@ def cmd_github_comment(args) -> int:
             outcome = "fail"
     elif args.refused:
         body, outcome = notice(args.name, "fail", "Refused: a fork's pull request", FORK_REFUSAL), "fail"
+    elif args.setup_failed is not None:
+        body = notice(args.name, "fail", "The gate could not start on this runner",
+                      (args.setup_failed or "setting up specguard failed") + " (see the job log).")
+        outcome = "fail"
     else:
         body, outcome = notice(args.name, "skipped", "Skipped: nothing the gate guards changed",
                                "No draft, target, speculation or batching change in this pull request."), "skipped"
@@ -555,7 +586,7 @@ def cmd_github_comment(args) -> int:
         print(f"::warning title=specguard::not commenting: {exc.problems[0]}")
         return EXIT_OK
     posted = post(gh, args.pr, body, outcome, args.when, name=args.name,
-                  author=os.environ.get("SPECGUARD_COMMENT_AUTHOR") or None)
+                  author=os.environ.get("SPECGUARD_COMMENT_AUTHOR") or None, update_only=args.update_only)
     print(f"comment: {posted.action}" + (f" {posted.url}" if posted.url else "")
           + (f" ({posted.reason})" if posted.reason else ""))
     _github_output(**{"comment-url": posted.url})
@@ -588,14 +619,17 @@ def cmd_github_refresh_pr(args) -> int:
     root = Path(args.dir) if args.dir else loaded.resolve_path(loaded.config.baseline.dir)
     store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
     repo = Path(args.repo).resolve()
-    files = changed_files(repo, store.dir)
-    if not files:
+    written, deleted = changed_files(repo, store.dir)
+    if not written and not deleted:
         print("the baseline did not change: nothing to publish")
         return EXIT_OK
-    url = open_refresh_pr(GitHub.from_env(), repo, store.path_for(results.fingerprint.hardware_key), files,
-                          args.base_branch, open_pr=not args.push_only)
-    print(("pushed to branch " if args.push_only else "pull request: ") + url)
-    _github_output(**{"pr-url": "" if args.push_only else url, "branch": url if args.push_only else ""})
+    done = open_refresh_pr(GitHub.from_env(), repo, store.path_for(results.fingerprint.hardware_key), written,
+                           deleted, args.base_branch, branch=args.branch, open_pr=not args.push_only)
+    if done.pr_url:
+        print(f"pull request: {done.pr_url} (branch {done.branch}, commit {done.commit})")
+    else:
+        print(f"committed {done.commit} to branch {done.branch}")
+    _github_output(**{"pr-url": done.pr_url, "branch": done.branch, "commit": done.commit})
     return EXIT_OK
 
 
@@ -690,6 +724,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--against", metavar="BASE.yaml", help="paired mode: time the base config's speculative "
                                                           "engine (its draft and k) beside this one's, in this job")
     g.add_argument("--baselines-dir", help="where baselines live (default: baseline.dir from the config)")
+    g.add_argument("--refresh", action="store_true", help="refresh the baseline from this run instead of comparing "
+                                                          "with it (an intended change); equivalence and "
+                                                          "distribution must still pass")
+    g.add_argument("--force", action="store_true", help="with --refresh: accept a failing run (needs --reason)")
+    g.add_argument("--reason", help="with --refresh: why; recorded in the baseline and the refresh PR")
     g.set_defaults(fn=cmd_gate)
 
     d = sub.add_parser("demo", help="the whole gate on the embedded demo pair and its committed baseline")
@@ -705,7 +744,8 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--from", dest="from_dir", required=True, metavar="RUN_DIR",
                     help="the run's directory (results.json and checks.json)")
     br.add_argument("--force", action="store_true", help="accept a failing run (needs --reason)")
-    br.add_argument("--reason", help="why a failing run is accepted; recorded in the baseline")
+    br.add_argument("--reason", help="why this refresh is made (an intended slowdown, a new draft); recorded in the "
+                                     "baseline and the refresh PR; required with --force")
     br.add_argument("--dir", help="where baselines live (default: baseline.dir from the config)")
     br.set_defaults(fn=cmd_baseline_refresh)
     bh = bsub.add_parser("history", help="the trend of speedup and acceptance per slice across refreshes")
@@ -734,12 +774,20 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--run-dir", help="post RUN_DIR/comment.md")
     what.add_argument("--refused", action="store_true", help="post the fork refusal")
     what.add_argument("--skipped", action="store_true", help="post 'nothing the gate guards changed'")
+    what.add_argument("--setup-failed", metavar="WHY", help="post that the gate could not start, and why")
+    gc.add_argument("--update-only", action="store_true", help="only edit this config's existing comment; post "
+                                                               "none (a later push that no longer touches what the "
+                                                               "gate guards)")
     gc.set_defaults(fn=cmd_github_comment)
-    gr = ghsub.add_parser("refresh-pr", help="commit the refreshed baseline files on a branch through the REST API "
-                                             "and open (or update) a pull request")
+    gr = ghsub.add_parser("refresh-pr", help="commit the refreshed baseline files (written and pruned, one commit) "
+                                             "through the REST API, to the dispatched branch or to a refresh branch "
+                                             "with a pull request")
     gr.add_argument("config", help="path to specguard.yaml")
     gr.add_argument("--run-dir", required=True, help="the run the baseline was refreshed from")
-    gr.add_argument("--base-branch", required=True, help="the branch the PR targets")
+    gr.add_argument("--base-branch", required=True, help="the repository's default branch (the PR targets it)")
+    gr.add_argument("--branch", help="the branch the refresh was dispatched on: when it is not the default branch, "
+                                     "the baseline is committed to it (the PR that needs it carries it); else a "
+                                     "specguard/baseline-<name>-<hardware> branch and a PR")
     gr.add_argument("--push-only", action="store_true", help="push the branch, open no PR")
     gr.add_argument("--dir", help="where baselines live (default: baseline.dir from the config)")
     gr.add_argument("--repo", default=".", help="the repository's working tree (default: the current directory)")

@@ -207,6 +207,54 @@ class GitHub:
             body["sha"] = existing["sha"]
         return str(self._json("PUT", url, body=body)["commit"]["sha"])
 
+    def commit_files(self, branch: str, files: dict[str, bytes], deletions: list[str], message: str, *,
+                     start_from: str | None = None, attempts: int = 4) -> str:
+        """One commit on ``branch`` that writes ``files`` and deletes ``deletions`` (Git Data API); its sha.
+
+        The branch moves by fast-forward only: when another run moved it between our read and our update
+        (a concurrent refresh of another hardware key), the commit is rebuilt on the new tip, so neither
+        refresh is lost.  A branch that does not exist is created at ``start_from``'s tip (a branch name).
+        Paths to delete that the tree no longer has are skipped, not an error.
+        """
+        for attempt in range(attempts):
+            try:
+                parent, created = self.get_branch_sha(branch), False
+            except NotFound:
+                if start_from is None:
+                    raise
+                parent, created = self.get_branch_sha(start_from), True
+            base_tree = str(self._json("GET", f"{self._repo_path}/git/commits/{_quote(parent)}")["tree"]["sha"])
+            present = self._tree_paths(base_tree) if deletions else set()
+            entries: list[dict[str, Any]] = [
+                {"path": path, "mode": "100644", "type": "blob",
+                 "sha": self._json("POST", f"{self._repo_path}/git/blobs",
+                                   body={"content": base64.b64encode(data).decode("ascii"),
+                                         "encoding": "base64"})["sha"]}
+                for path, data in sorted(files.items())]
+            entries += [{"path": path, "mode": "100644", "type": "blob", "sha": None}
+                        for path in sorted(deletions) if path in present]
+            tree = self._json("POST", f"{self._repo_path}/git/trees", body={"base_tree": base_tree, "tree": entries})
+            commit = str(self._json("POST", f"{self._repo_path}/git/commits",
+                                    body={"message": message, "tree": tree["sha"], "parents": [parent]})["sha"])
+            try:
+                if created:
+                    self._json("POST", f"{self._repo_path}/git/refs",
+                               body={"ref": f"refs/heads/{branch}", "sha": commit})
+                else:
+                    self._json("PATCH", f"{self._repo_path}/git/refs/heads/{_quote(branch)}",
+                               body={"sha": commit, "force": False})
+                return commit
+            except GitHubError as exc:
+                # 422: the branch moved (not a fast-forward any more) or was created meanwhile: rebuild on it.
+                if exc.status != 422 or attempt == attempts - 1:
+                    raise
+                log.warning("branch %s moved while committing; rebuilding the commit on its new tip", branch)
+        raise AssertionError("unreachable")
+
+    def _tree_paths(self, tree_sha: str) -> set[str]:
+        tree = self._json("GET", f"{self._repo_path}/git/trees/{_quote(tree_sha)}", params={"recursive": "1"})
+        return {str(e["path"]) for e in tree.get("tree", []) if e.get("type") == "blob"}
+
     def open_pull_request(self, head: str, base: str, title: str, body: str) -> str:
         """The html_url of the open PR from ``head`` (in this repository) into ``base``, with this title and body.
 
@@ -376,6 +424,11 @@ class GitHub:
     def _scrub(self, text: str) -> str:
         # Defensive: no text we build should contain the token, but library messages are not ours to trust.
         return text.replace(self._token, "***")
+
+
+def comment_marker(name: str) -> str:
+    """The hidden marker that identifies one config's comment on a PR (written by the publisher only)."""
+    return f"<!-- specguard:{name} -->"
 
 
 def _by(comment: dict[str, Any], author: str | None) -> bool:

@@ -14,12 +14,14 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from gate.baseline import Baseline, load_baseline
 from gate.github import GitHub, GitHubError, ReadOnlyToken
-from gate.report import marker as marker_for
+from gate.github import comment_marker as marker_for
 from gate.summary import inline
+
+if TYPE_CHECKING:  # the comment path runs in the hosted `changed` job too: no torch, numpy or baseline models
+    from gate.baseline import Baseline
 
 When = Literal["always", "on-change", "on-failure", "never"]
 
@@ -31,24 +33,24 @@ class Posted:
     reason: str = ""
 
 
-def _marker(body: str, fallback: str) -> str:
-    m = re.search(r"<!-- specguard:[A-Za-z0-9_.-]+ -->", body)
-    return m.group(0) if m else marker_for(fallback)
-
-
 def _headline(body: str) -> str:
     m = re.search(r"^\*\*(.+)\*\*$", body, re.M)
     return m.group(1) if m else ""
 
 
 def post(gh: GitHub, pr: int, body: str, outcome: str, when: When, name: str = "specguard",
-         author: str | None = None, warn=print) -> Posted:
-    """Upsert the comment when the policy says so; never raise for a GitHub failure."""
+         author: str | None = None, warn=print, update_only: bool = False) -> Posted:
+    """Upsert the comment when the policy says so; never raise for a GitHub failure.  ``update_only``: edit
+    this config's comment if there is one, post none."""
     if when == "never":
         return Posted("skipped", reason="comment: never")
-    marker = _marker(body, name)
+    # From the config's name only, never read from the body: a body quotes untrusted text (prompt ids, model
+    # output), and a forged marker there must not redirect the upsert to another config's comment.
+    marker = marker_for(name)
     try:
         existing = gh.find_comments(pr, marker, author)
+        if update_only and not existing:
+            return Posted("skipped", reason="no earlier comment to update")
         if when == "on-failure" and outcome != "fail" and not existing:
             return Posted("skipped", reason="comment: on-failure, and the gate did not fail")
         if when == "on-change":
@@ -97,16 +99,15 @@ def _git(repo: Path, *args: str) -> str:
     return proc.stdout if proc.returncode == 0 else ""
 
 
-def changed_files(repo: Path, under: Path) -> list[str]:
-    """Repository-relative paths under ``under`` that are new or modified in the working tree."""
+def changed_files(repo: Path, under: Path) -> tuple[list[str], list[str]]:
+    """(written, deleted): repository-relative paths under ``under`` that are new or modified, and that were
+    deleted (history pruned past ``baseline.history``), in the working tree."""
     rel = os.path.relpath(under, repo)
-    out = []
-    for line in _git(repo, "status", "--porcelain", "--untracked-files=all", "--", rel).splitlines():
-        path = line[3:].strip().strip('"')
-        if " -> " in path:
-            path = path.split(" -> ", 1)[1]
-        out.append(path)
-    return sorted(out)
+    written, deleted = [], []
+    for line in _git(repo, "status", "--porcelain", "--untracked-files=all", "--no-renames", "--", rel).splitlines():
+        code, path = line[:2], line[3:].strip().strip('"')
+        (deleted if "D" in code else written).append(path)
+    return sorted(written), sorted(deleted)
 
 
 def _slice_rows(old: Baseline | None, new: Baseline) -> list[str]:
@@ -144,6 +145,8 @@ def refresh_body(old: Baseline | None, new: Baseline, history: str) -> str:
              f"{inline(new.source.get('run_id') or 'local')} (commit {inline(new.source.get('commit') or '?')}).", ""]
     if new.forced:
         lines += [f"**Forced:** {inline(new.forced.reason)} (failing: {inline(', '.join(new.forced.failing))})", ""]
+    elif new.reason:
+        lines += [f"**Reason:** {inline(new.reason)}", ""]
     if old is None:
         lines += ["There was no baseline for this hardware before.", ""]
     lines += ["| engine | slice | batch size | mean acceptance length, old → new | speedup, old → new |",
@@ -167,9 +170,29 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:.0%}"
 
 
-def open_refresh_pr(gh: GitHub, repo: Path, baseline_path: Path, files: list[str], base_branch: str,
-                    open_pr: bool = True) -> str:
-    """Commit ``files`` (repository-relative) on a branch through the REST API; open or update the PR."""
+@dataclass(frozen=True)
+class Refreshed:
+    branch: str
+    commit: str
+    pr_url: str = ""  # empty when committed to the dispatched branch, or with open_pr=False
+
+
+def refresh_branch(name: str, hardware_key: str) -> str:
+    return f"specguard/baseline-{name}-{hardware_key}"[:200]
+
+
+def open_refresh_pr(gh: GitHub, repo: Path, baseline_path: Path, written: list[str], deleted: list[str],
+                    default_branch: str, branch: str | None = None, open_pr: bool = True) -> Refreshed:
+    """Publish a refreshed baseline as one commit (files written and history pruned together).
+
+    Dispatched on a branch other than the default one (``branch``), the commit lands on that branch: the PR
+    that needs the new baseline carries it, and its own gate then passes against it.  From the default
+    branch, the commit goes to ``specguard/baseline-<name>-<hardware key>`` (one per key, so refreshes of two
+    runners never touch one branch; a later refresh of the same key commits on top, never force-moves it)
+    and a PR into the default branch is opened or updated.
+    """
+    from gate.baseline import Baseline as Model
+    from gate.baseline import BaselineStore, load_baseline
     from gate.history import render_history
 
     new = load_baseline(baseline_path)
@@ -178,20 +201,20 @@ def open_refresh_pr(gh: GitHub, repo: Path, baseline_path: Path, files: list[str
     old = None
     if old_text:
         try:
-            from gate.baseline import Baseline as Model
-
             old = Model.model_validate(json.loads(old_text))
         except ValueError:
             old = None
-    branch = f"specguard/baseline-{new.name}-{new.hardware_key}"[:200]
-    gh.create_branch(branch, gh.get_branch_sha(base_branch))
     message = f"specguard: refresh baseline {new.name} for {new.hardware_key}"
-    for path in files:
-        gh.put_file(path, (repo / path).read_bytes(), message, branch)
+    if new.reason or new.forced:
+        message += f"\n\nReason: {' '.join((new.forced.reason if new.forced else new.reason).split())}"
+    files = {path: (repo / path).read_bytes() for path in written}
+    if branch and branch != default_branch:
+        return Refreshed(branch, gh.commit_files(branch, files, deleted, message))
+    target = refresh_branch(new.name, new.hardware_key)
+    commit = gh.commit_files(target, files, deleted, message, start_from=default_branch)
     if not open_pr:
-        return branch
-    from gate.baseline import BaselineStore
-
+        return Refreshed(target, commit)
     store = BaselineStore(baseline_path.parent.parent, new.name)
     history = render_history(store.history(new.hardware_key))
-    return gh.open_pull_request(branch, base_branch, message, refresh_body(old, new, history))
+    url = gh.open_pull_request(target, default_branch, message.split("\n", 1)[0], refresh_body(old, new, history))
+    return Refreshed(target, commit, url)

@@ -35,8 +35,10 @@ STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪",
 
 
 def marker(name: str) -> str:
-    """The hidden marker that identifies this config's comment on a PR."""
-    return f"<!-- specguard:{name} -->"
+    """The hidden marker that identifies this config's comment on a PR (one definition: the publisher's)."""
+    from gate.github import comment_marker
+
+    return comment_marker(name)
 
 
 @dataclass
