@@ -12,6 +12,8 @@ from transformers import AutoModelForCausalLM
 from gate.cli import main
 from gate.config import PACKAGE_DIR
 
+pytestmark = pytest.mark.slow  # gate runs on the demo pair
+
 CONFIG = """\
 version: 1
 models:
@@ -71,3 +73,24 @@ def test_a_worse_draft_gives_a_significant_drop_attributed_to_acceptance(configs
         assert e["acceptance"] < min(e["draft_cost"], e["verify_cost"]), "acceptance is the main cause"
     assert "(acceptance)" in v["headline"]
     assert any(ch["what"] == "models.draft.path" for ch in v["changed"])
+
+
+def test_a_k_change_under_paired_mode_is_judged_by_the_base_in_this_job(configs):
+    """A PR that tunes k is what the gate is for: the stored baseline (another k) is used only where it compares,
+    the base timed beside the head judges speedup; never exit 3."""
+    root, base, _ = configs
+    baselines = root / "k-baselines"
+    assert main(["gate", str(base), "--out", str(root / "k4"), "--threads", "2", "-q",
+                 "--baselines-dir", str(baselines)]) == 0
+    assert main(["baseline", "refresh", str(base), "--from", str(root / "k4"), "--dir", str(baselines)]) == 0
+    head = root / "k3.yaml"
+    head.write_text(base.read_text().replace("version: 1\n", "version: 1\nspeculation: {num_draft_tokens: 3}\n"
+                                                              "baseline: {name: base}\n"))
+    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "k3"), "--threads", "2", "-q",
+                 "--baselines-dir", str(baselines)])
+    v = verdict(root, "k3")
+    assert code in (0, 1) and v["mode"] == "paired" and v["baseline"] is not None
+    assert not any(c["status"] == "fail" and c["check"] == "acceptance" for c in v["checks"])
+    assert any(c["check"] == "baseline" and "k changed 4 → 3" in c["why"] for c in v["checks"])
+    assert v["speedup"] and any(ch["what"] == "speculation.num_draft_tokens" for ch in v["changed"])
+    assert code == 0, [c["why"] for c in v["checks"] if c["status"] == "fail"]

@@ -44,7 +44,7 @@ def _run_step(tmp_path, code: int) -> str:
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "result")
     out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
     env = {"PATH": "/usr/bin:/bin", "CODE": str(code), "REFUSED": "false", "OUT": str(tmp_path / "o"),
-           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), "MODE": "check"}
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return dict(line.split("=", 1) for line in out.read_text().splitlines())["verdict"]
@@ -54,12 +54,24 @@ def _run_step(tmp_path, code: int) -> str:
                                           (130, "interrupted"), (7, "error")])
 def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, verdict):
     """Bug: every non-zero exit became verdict=fail, so bad input looked like a failed gate."""
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "verdict.json").write_text('{"outcome": "pass"}' if code == 0 else '{"outcome": "fail"}')
     assert _run_step(tmp_path, code) == verdict
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     last = action["runs"]["steps"][-1]
     proc = subprocess.run(["bash", "-c", last["run"]], env={"PATH": "/usr/bin:/bin", "CODE": str(code),
-                                                            "REFUSED": "false"})
+                                                            "REFUSED": "false", "VERDICT": verdict})
     assert proc.returncode == code, "the job keeps the gate's exit code"
+
+
+def test_exit_0_without_a_passing_verdict_file_is_an_error_not_a_pass(tmp_path):
+    """A plug-in's os._exit(0) ends the gate with 0 and no verdict: that is no pass."""
+    assert _run_step(tmp_path, 0) == "error"
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    last = action["runs"]["steps"][-1]
+    proc = subprocess.run(["bash", "-c", last["run"]], env={"PATH": "/usr/bin:/bin", "CODE": "0",
+                                                            "REFUSED": "false", "VERDICT": "error"})
+    assert proc.returncode == 1
 
 
 def test_a_neutral_gate_is_reported_as_neutral(tmp_path):
