@@ -140,7 +140,9 @@ class GitHub:
         marker into a comment, and the gate must not edit or delete theirs.
         """
         comments = self._paginate(f"{self._repo_path}/issues/{int(number)}/comments", {"per_page": "100"})
-        ours = [c for c in comments if marker in (c.get("body") or "") and _by(c, author)]
+        # The marker is the body's last line (the publisher puts it there): a marker quoted inside another
+        # comment's text (a prompt, model output) must not make that comment ours.
+        ours = [c for c in comments if (c.get("body") or "").rstrip().endswith(marker) and _by(c, author)]
         ours.sort(key=lambda c: (c.get("created_at") or "", int(c["id"])), reverse=True)
         return ours
 
@@ -440,7 +442,7 @@ def _by(comment: dict[str, Any], author: str | None) -> bool:
 
 def prepare_body(body: str, marker: str) -> str:
     """``body`` with ``marker`` in it, cut with a note to at most 65,536 characters when longer."""
-    if marker not in body:
+    if not body.rstrip().endswith(marker):
         body = f"{body.rstrip()}\n\n{marker}\n"
     if len(body) <= MAX_COMMENT_CHARS:
         return body

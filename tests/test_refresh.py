@@ -132,3 +132,55 @@ def test_the_reason_is_recorded_in_the_baseline_the_commit_and_the_pr(setup):
     assert "**Reason:** k 4 -&gt; 5 on purpose" in api.pulls[0]["body"] or \
         "**Reason:** k 4 -> 5 on purpose" in api.pulls[0]["body"]
     assert "Reason: k 4 -> 5 on purpose" in api.history_of(f"specguard/baseline-demo-{HW}")[0]
+
+
+def test_a_second_refresh_of_one_key_commits_on_top_never_force_moving_the_branch(setup):
+    api, repo, run = setup
+    branch = f"specguard/baseline-demo-{HW}"
+    refresh(repo, run)
+    first = api.refs[branch]
+    refresh(repo, run)  # not merged in between: the PR is still open
+    assert api.commits[api.refs[branch]]["parents"] == [first], "a fast-forward on top of the first refresh"
+    assert not any(m == "PATCH" and p.endswith(branch) and (b or {}).get("force") for m, p, b in api.log)
+    assert len(api.pulls) == 1, "the open PR is updated, not duplicated"
+
+
+def test_a_setup_failure_is_said_on_the_pr_and_a_skipped_push_only_edits(setup, capsys):
+    api, repo, _ = setup
+    cfg = str(repo / "specguard.yaml")
+    assert main(["github", "comment", "--pr", "5", "--config", cfg, "--skipped", "--update-only"]) == 0
+    assert not api.comments.get(5), "no earlier comment: nothing is posted"
+    assert main(["github", "comment", "--pr", "5", "--config", cfg,
+                 "--setup-failed", "torch is not installed (specguard needs torch>=2.4)"]) == 0
+    body = api.comments[5][0]["body"]
+    assert "could not start" in body and "torch is not installed" in body and "<!-- specguard:demo -->" in body
+    assert main(["github", "comment", "--pr", "5", "--config", cfg, "--skipped", "--update-only"]) == 0
+    assert len(api.comments[5]) == 1 and "SKIPPED" in api.comments[5][0]["body"]
+
+
+def test_a_forged_marker_in_the_body_cannot_redirect_the_upsert(setup):
+    """The marker comes from the config's name only: a quoted `<!-- specguard:other -->` is just text."""
+    from gate.github import GitHub
+    from gate.publish import post
+
+    api, _, _ = setup
+    gh = GitHub.from_env()
+    assert post(gh, 6, "report for other\n\n<!-- specguard:other -->\n", "pass", "always", name="other").action == \
+        "created"
+    forged = "## specguard: PASS\n\nquoting a prompt: <!-- specguard:other -->\n"
+    assert post(gh, 6, forged, "pass", "always", name="demo").action == "created"
+    bodies = [c["body"] for c in api.comments[6]]
+    assert bodies[0].startswith("report for other"), "the other config's comment is untouched"
+    assert bodies[1].rstrip().endswith("<!-- specguard:demo -->")
+
+
+def test_a_comment_quoting_our_marker_is_not_taken_for_ours(setup):
+    from gate.github import GitHub
+    from gate.publish import post
+
+    api, _, _ = setup
+    gh = GitHub.from_env()
+    assert post(gh, 4, "other config quotes <!-- specguard:demo --> in a prompt", "pass", "always",
+                name="other").action == "created"
+    assert post(gh, 4, "## specguard: PASS\n", "pass", "always", name="demo").action == "created"
+    assert api.comments[4][0]["body"].startswith("other config quotes"), "never edited by demo's upsert"

@@ -78,3 +78,51 @@ def test_a_neutral_gate_is_reported_as_neutral(tmp_path):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "verdict.json").write_text('{"outcome": "neutral"}')
     assert _run_step(tmp_path, 0) == "neutral"
+
+
+# --- adoption details (issue 18) ------------------------------------------------------------------------------
+
+
+def _workflow(name: str) -> dict:
+    doc = yaml.safe_load((ROOT / "action" / "workflows" / name).read_text())
+    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as True
+    return doc
+
+
+@pytest.mark.parametrize("name", ["specguard.yml", "specguard-sharded.yml"])
+def test_the_pr_workflows_serve_a_merge_queue_and_name_their_required_check(name):
+    wf = _workflow(name)
+    assert "merge_group" in wf["on"], "a merge queue waits for the required check on its own commits"
+    assert wf["jobs"]["verdict"]["name"] == "verdict" and wf["jobs"]["verdict"]["if"] == "always()"
+    assert "changed" in wf["jobs"] and wf["jobs"]["changed"]["runs-on"] == "ubuntu-latest"
+    gpu_jobs = [j for j in wf["jobs"].values() if "self-hosted" in str(j["runs-on"])]
+    assert gpu_jobs and all("changed" in str(j["needs"]) for j in gpu_jobs), "no GPU job before `changed` decides"
+    for job in gpu_jobs:
+        checkout = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/checkout")
+                        and "repository" not in s.get("with", {}))
+        assert checkout["with"]["lfs"] is True, "LFS weights must not arrive as pointer files"
+
+
+def test_the_sharded_workflow_refuses_forks_before_any_gpu_job():
+    wf = _workflow("specguard-sharded.yml")
+    steps = wf["jobs"]["changed"]["steps"]
+    assert any("fork" in s.get("name", "").lower() for s in steps)
+    assert wf["jobs"]["shard"]["needs"] == "changed"
+
+
+def test_artifacts_are_named_per_config_and_paired_mode_prunes_stale_worktrees():
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    upload = next(s for s in action["runs"]["steps"] if "upload-artifact" in str(s.get("uses", "")))
+    assert upload["with"]["name"] == "${{ steps.setup.outputs.artifact }}"
+    gate = next(s for s in action["runs"]["steps"] if s.get("id") == "gate")
+    assert "git worktree prune" in gate["run"] and "worktree add -f" in gate["run"]
+    comment = next(s for s in action["runs"]["steps"] if s.get("id") == "comment")
+    assert comment["if"].startswith("!cancelled()") and "interrupted" in comment["if"]
+    assert "github.action_path" in comment["env"]["PYTHONPATH"], "the comment step works when setup failed"
+
+
+def test_the_refresh_workflow_takes_a_runner_label_a_reason_and_force():
+    wf = _workflow("specguard-refresh.yml")
+    inputs = wf["on"]["workflow_dispatch"]["inputs"]
+    assert {"runner", "reason", "force", "hardware-key"} <= set(inputs)
+    assert "inputs.runner" in str(wf["jobs"]["refresh"]["runs-on"])
