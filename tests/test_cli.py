@@ -105,7 +105,6 @@ def test_check_without_results_is_a_clear_error(small, capsys):
 def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
     from gate.selftest.mutants import MUTANTS
 
-    assert len(MUTANTS) >= 6
     code = main(["selftest", "--json", "--seeds", "1"])
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"mutants", "correct_engine"}

@@ -1,0 +1,73 @@
+"""The suite itself: no test can pass vacuously.  A test must assert something: an ``assert``, a
+``pytest.raises``/``pytest.warns``, or a call to a helper (in its module, or a tests/ module it imports) that
+asserts.  An AST scan, no test is run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _asserting(fn: ast.AST) -> bool:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in ("raises", "warns", "fail") \
+                and isinstance(node.value, ast.Name) and node.value.id == "pytest":
+            return True
+    return False
+
+
+def _called(fn: ast.AST) -> set[str]:
+    out = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            f = node.func
+            out.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
+    return out
+
+
+def _functions(tree: ast.Module) -> dict[str, ast.AST]:
+    return {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def asserting_helpers() -> set[str]:
+    """Names of functions in tests/ that assert, directly or through other such functions (a fixpoint)."""
+    funcs: dict[str, list[ast.AST]] = {}
+    for path in TESTS.glob("*.py"):
+        for name, fn in _functions(ast.parse(path.read_text(encoding="utf-8"))).items():
+            funcs.setdefault(name, []).append(fn)
+    good = {name for name, fns in funcs.items() if any(_asserting(f) for f in fns)}
+    while True:
+        more = {name for name, fns in funcs.items() if name not in good
+                and any(_called(f) & good for f in fns)}
+        if not more:
+            return good
+        good |= more
+
+
+def vacuous_tests() -> list[str]:
+    helpers = asserting_helpers()
+    found = []
+    for path in sorted(TESTS.glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            fns = [node] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                [n for n in node.body if isinstance(n, ast.FunctionDef)] if isinstance(node, ast.ClassDef) else []
+            for fn in fns:
+                if fn.name.startswith("test") and not _asserting(fn) and not (_called(fn) & helpers):
+                    found.append(f"{path.name}::{fn.name}")
+    return found
+
+
+def test_every_test_asserts_something():
+    assert vacuous_tests() == []
+
+
+def test_the_scan_catches_a_test_without_an_assert(tmp_path):
+    tree = ast.parse("def test_nothing():\n    x = 1\n\ndef test_raises():\n    with pytest.raises(ValueError):\n"
+                     "        int('x')\n")
+    fns = _functions(tree)
+    assert not _asserting(fns["test_nothing"]) and _asserting(fns["test_raises"])
