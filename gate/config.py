@@ -256,6 +256,8 @@ class SpeedupCheck(_Strict):
     max_batches_per_cell: PositiveInt | None = 4
     bootstrap_resamples: Annotated[StrictInt, Field(ge=100)] = 2000
     context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
+    # timed forwards per step cost (draft step, target step, verification) and batch size; the median is kept
+    calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
 
     @model_validator(mode="after")
     def _repeats(self) -> SpeedupCheck:

@@ -313,12 +313,13 @@ class Runner:
                 if self.plan.calibrate:
                     self.progress.start("calibration: step costs of the pair", None)
                     with self.phases("calibration"):
+                        trials = self.cfg.checks.speedup.calibration_trials
                         calibration = calibrate(self.pair, self.plan.calibrate,
-                                                self.cfg.speculation.num_draft_tokens)
+                                                self.cfg.speculation.num_draft_tokens, trials=trials)
                         if paired is not None:
                             base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
                             paired["calibration"] = calibrate(base_pair, self.plan.calibrate,
-                                                              self.paired.num_draft_tokens)
+                                                              self.paired.num_draft_tokens, trials=trials)
                 self.outputs_phase()
                 if self.plan.timing:
                     with self.phases("timing"):

@@ -35,7 +35,7 @@ suite: {max_prompts_per_slice: 1, slices: [prose, code]}
 engines:
 %(engines)s
 checks:
-  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 5}
+  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 5, calibration_trials: 3}
 baseline: {name: models}
 output: {cache_dir: null}
 """
@@ -239,3 +239,26 @@ def test_the_refresh_workflow_opens_a_pull_request_with_the_new_baseline(tmp_pat
     assert pr["head"] == branch and pr["base"] == "main"
     assert "mean acceptance length, old → new" in pr["body"] and "| speculative | prose | 1 |" in pr["body"]
     assert "History" in pr["body"] and "triggers no workflows" not in pr["title"]
+
+
+STOPPED_ENGINE = """\
+import os
+import signal
+import time
+
+
+def generate(prompt_ids, batch_size, settings):
+    os.kill(os.getpid(), signal.SIGTERM)  # the job is cancelled while the engine runs
+    time.sleep(30)
+"""
+
+
+def test_an_interrupted_gate_posts_no_comment(tmp_path, api):
+    cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "stopped_engine:generate"}'}
+    repo = make_repo(tmp_path, speculative_config(4))
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": cfg, "stopped_engine.py": STOPPED_ENGINE})
+    proc = act(repo, api, pr_event(repo, base, head), "specguard.yml")
+    text = output(proc)
+    assert proc.returncode != 0 and "verdict=interrupted" in text, text[-4000:]
+    assert not api.comments.get(7), "an interrupted run says nothing: the next run will"
