@@ -437,7 +437,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    if getattr(args, "refresh", False) and args.force and not args.reason:
+    if getattr(args, "refresh", False) and args.force and not args.reason:  # before minutes of generation
         raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
     code, loaded, pair, out = _run(args)
@@ -462,22 +462,31 @@ def cmd_gate(args) -> int:
 def _refresh_from(args, loaded, out: Path) -> int:
     """``gate --refresh``: the checks of this run, not a judgement against the old baseline, decide; equivalence
     and distribution must pass unless ``--force --reason``.  Exit 0 only once the new baseline reads back."""
-    from gate.baseline import BaselineStore, derive, load_baseline
     from gate.results import load_results
 
-    results = load_results(out)
-    baseline = derive(results, read_checks(out), loaded.config, loaded.baseline_name,
-                      force_reason=args.reason if args.force else None, reason=args.reason)
-    root = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else \
-        loaded.resolve_path(loaded.config.baseline.dir)
-    store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
+    root = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else None
+    path = _write_baseline(loaded, load_results(out), out, root, args.force, args.reason)
+    _github_output(**{"baseline-path": str(path)})
+    return EXIT_OK
+
+
+def _write_baseline(loaded, results, run_dir: Path, root: Path | None, force: bool, reason: str | None) -> Path:
+    """Derive the baseline of a run, write it (the old one to history) and read it back; its path."""
+    from gate.baseline import BaselineStore, derive, load_baseline
+
+    if force and not reason:
+        raise SpecguardError(Problem("specguard", "--force needs --reason: the baseline records why a failing "
+                                     "run was accepted", field="--reason"))
+    baseline = derive(results, read_checks(run_dir), loaded.config, loaded.baseline_name,
+                      force_reason=reason if force else None, reason=reason)
+    store = BaselineStore(root or loaded.resolve_path(loaded.config.baseline.dir), loaded.baseline_name,
+                          loaded.config.baseline.history)
     path = store.write(baseline)
     if load_baseline(path).created_utc != baseline.created_utc:
         raise SpecguardError(Problem(str(path), "the baseline did not read back as written", hint="check the disk"))
-    print(f"refreshed: wrote {path}" + (f" (forced: {args.reason})" if baseline.forced else
-                                        (f" (reason: {args.reason})" if args.reason else "")))
-    _github_output(**{"baseline-path": str(path)})
-    return EXIT_OK
+    print(f"wrote {path}" + (f" (forced: {reason})" if baseline.forced else (f" (reason: {reason})" if reason
+                                                                             else "")))
+    return path
 
 
 def cmd_demo(args) -> int:
@@ -491,7 +500,6 @@ def cmd_demo(args) -> int:
 
 
 def cmd_baseline_refresh(args) -> int:
-    from gate.baseline import BaselineStore, derive
     from gate.config import load_config
     from gate.results import load_results
 
@@ -503,17 +511,7 @@ def cmd_baseline_refresh(args) -> int:
         raise SpecguardError(Problem(str(run_dir / "results.json"), f"this run was not made with {args.config} "
                                      "(its config differs)", field="config",
                                      hint="run `specguard gate CONFIG` and refresh from that run's directory"))
-    checks = read_checks(run_dir)
-    if args.force and not args.reason:
-        raise SpecguardError(Problem("specguard baseline refresh", "--force needs --reason: the baseline records "
-                                     "why a failing run was accepted", field="--reason"))
-    baseline = derive(results, checks, loaded.config, loaded.baseline_name,
-                      force_reason=args.reason if args.force else None, reason=args.reason)
-    root = Path(args.dir) if args.dir else loaded.resolve_path(loaded.config.baseline.dir)
-    store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
-    path = store.write(baseline)
-    print(f"wrote {path}" + (f" (forced: {args.reason})" if baseline.forced else
-                             (f" (reason: {args.reason})" if args.reason else "")))
+    _write_baseline(loaded, results, run_dir, Path(args.dir) if args.dir else None, args.force, args.reason)
     return EXIT_OK
 
 
