@@ -26,9 +26,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server(port: int, mode: str, fault: str | None = None) -> str:
+def server(port: int, mode: str, fault: str | None = None, *extra: str) -> str:
     cmd = [PY, "-m", "gate.testing.server", "--port", str(port), "--mode", mode] + (["--fault", fault] if fault else [])
-    return json.dumps(cmd)
+    return json.dumps(cmd + list(extra))
 
 
 HEAD = """\
@@ -124,6 +124,66 @@ def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_l
     assert "server's measured logprob noise" in checks["tolerance"]["rule"]
     assert any(v["check"] == "distribution" and "not measured" in v["why"] for v in checks["verdicts"]) or \
         checks.get("distribution") is None
+
+
+# --- the three false-fail paths of issue 22, each against a real server's responses -------------------
+
+
+def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path):
+    """vLLM's --enable-force-include-usage ends every stream with a chunk whose choices are [] (the stand-in
+    sends it the same way); with http.logprobs 0 the reference still asks for ids (vLLM's logprobs=0)."""
+    e, r = free_port(), free_port()
+    cfg = config((e, server(e, "speculative", None, "--force-include-usage")),
+                 (r, server(r, "reference", None, "--force-include-usage"))).replace(
+        "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      logprobs: 0\n")
+    assert "logprobs: 0" in cfg
+    proc = gate(tmp_path, cfg, "gate")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
+    assert checks["equivalence_method"] == "local re-scoring"
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    seqs = [s for ex in results["executions"] for s in ex["sequences"]]
+    assert seqs and not any(s["text_only"] for s in seqs), "ids, not re-tokenized text, on both sides"
+
+
+def test_a_reference_that_returns_no_ids_stops_the_run_at_the_first_wave_naming_the_field(tmp_path):
+    """The issue's logprobs-0 case as it was: the request carries no logprobs, so vLLM's dialect returns no
+    ids.  The gate must not re-tokenize the text (6 of 7 sequences then differ): it stops and names the field."""
+    e, r = free_port(), free_port()
+    cfg = config((e, server(e, "speculative")), (r, server(r, "reference"))).replace(
+        "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      extra_body: {logprobs: null}\n")
+    t0 = time.monotonic()
+    proc = gate(tmp_path, cfg, "run")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "engines[0].http.logprobs: the reference at http://127.0.0.1:" in proc.stderr
+    assert "answered with text but no token ids" in proc.stderr and "logprobs >= 0" in proc.stderr
+    records = (tmp_path / "out" / "records.jsonl")
+    done = [json.loads(x) for x in records.read_text().splitlines()] if records.exists() else []
+    assert not [x for x in done if x.get("kind") == "execution"], "stopped at the first wave, nothing recorded"
+    assert time.monotonic() - t0 < 120 and not leftover(e) and not leftover(r)
+
+
+def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tmp_path):
+    """preset: openai asks for no ids, so both sides are re-tokenized text: with local_weights true the gate
+    used to re-score those ids and fail a correct engine.  Now: texts compared, the first line says so."""
+    e, r = free_port(), free_port()
+    cfg = config((e, server(e, "speculative")), (r, server(r, "reference"))).replace("preset: vllm", "preset: openai")
+    proc = gate(tmp_path, cfg, "gate")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    method = checks["equivalence_method"]
+    assert method.startswith("text comparison of re-tokenized text: reference, served gave text"), method
+    for bs in ("1", "4"):
+        s = checks["equivalence"]["served"][bs]
+        assert s["exact_match"] == 1.0 and s["confident_inconsistencies"] == 0 and not s["signatures"]
+    outcome = json.loads((tmp_path / "out" / "verdict.json").read_text())["outcome"].upper()
+    assert outcome in ("PASS", "NEUTRAL")  # neutral: no baseline yet, every check passed
+    first = " ".join(proc.stdout.split())  # the terminal wraps long lines
+    assert first.startswith(f"specguard: {outcome} · {method} — "), proc.stdout[:400]
+    for name in ("comment.md", "summary.md"):
+        head = (tmp_path / "out" / name).read_text().lstrip().splitlines()[0]
+        assert head.endswith(f"specguard: {outcome} · {method}"), (name, head)
 
 
 def test_a_launch_command_that_fails_is_a_clear_error(tmp_path):
