@@ -55,6 +55,9 @@ class Chunk:
     tops: list[dict[int, float]] | None
     text: str
     counters: dict[str, int] | None = None
+    finish: str | None = None  # "stop" (EOS or a stop string) or "length"; None while streaming
+    done: bool = False  # the stream's last event (a route without "[DONE]")
+    generated: int | None = None  # tokens the server says it generated so far (llama-server's tokens_predicted)
 
 
 def _as_id(t) -> int | None:
@@ -88,31 +91,39 @@ def parse_openai(event: dict) -> Chunk:
     if lp.get("top_logprobs") is not None:
         tops = [{_as_id(k): float(v) for k, v in (d or {}).items() if _as_id(k) is not None}
                 for d in lp["top_logprobs"]]
-    return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "")
+    return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "",
+                 finish=choice.get("finish_reason"))
 
 
 def parse_sglang(event: dict) -> Chunk:
     """SGLang: ``choices[0].token_ids`` (``return_token_ids``); its logprobs are keyed by text, not usable."""
     c = parse_openai(event)
-    return Chunk(c.ids, None, c.text)
+    return Chunk(c.ids, None, c.text, finish=c.finish)
 
 
 def parse_llamacpp(event: dict) -> Chunk:
-    """llama-server: ids and top-k in ``logprobs.content[]`` ({id, logprob, top_logprobs: [{id, logprob}]}),
-    per-request draft counters in ``timings`` (draft_n, draft_n_accepted)."""
-    choice = first_choice(event)
-    content = (choice.get("logprobs") or {}).get("content")
-    ids = tops = None
-    if isinstance(content, list) and content:
-        ids = [e.get("id") for e in content]
-        ids = ids if all(isinstance(t, int) for t in ids) else None
+    """llama-server's native ``/completions`` stream: one event per token with ``content`` and ``tokens`` (its
+    id), top-k in ``completion_probabilities[].top_logprobs`` ({id, logprob}) when ``n_probs`` (alias
+    ``logprobs``) > 0, and a last event with ``stop: true``, ``stop_type`` and ``timings`` (``draft_n``,
+    ``draft_n_accepted``).  Not its OpenAI route: there, tokens accepted from the draft come with
+    ``logprobs: null`` (no id at all), since the server sets no probabilities on them."""
+    ids = event["tokens"]
+    if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+        raise TypeError("tokens is not a list of ids")
+    probs = event.get("completion_probabilities")
+    tops = None
+    if isinstance(probs, list) and len(probs) == len(ids):
         tops = [{t["id"]: float(t["logprob"]) for t in (e.get("top_logprobs") or [])
-                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float))} for e in content]
+                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float))} for e in probs]
     timings = event.get("timings") or {}
     counters = None
     if isinstance(timings.get("draft_n"), int):
         counters = {"num_draft_tokens": timings["draft_n"], "num_accepted_tokens": timings.get("draft_n_accepted", 0)}
-    return Chunk(ids, tops, choice.get("text") or "", counters)
+    done = event.get("stop") is True
+    finish = ("stop" if event.get("stop_type") in ("eos", "word") else "length") if done else None
+    generated = event.get("tokens_predicted")
+    return Chunk(ids, tops, event.get("content") or "", counters, finish=finish, done=done,
+                 generated=generated if isinstance(generated, int) else None)
 
 
 def parse_text(event: dict) -> Chunk:
@@ -129,6 +140,7 @@ class Preset:
     counters: dict[str, str] = field(default_factory=dict)  # SpecCounters field -> Prometheus metric family
     per_pos: str | None = None  # the per-position accepted-tokens family (label "position")
     prompt_as_text: bool = False  # the route takes no token ids: send the decoded prompt
+    route: str = "/v1/completions"
     # Token ids ride on logprobs (vLLM's logprobs.tokens, llama-server's logprobs.content): the reference always
     # asks for at least this many, whatever http.logprobs says.  None: ids do not depend on logprobs.
     min_logprobs: int | None = None
@@ -150,10 +162,11 @@ PRESETS = {
     # (launch with --enable-metrics); no id-keyed logprobs on its OpenAI route.
     "sglang": Preset("sglang", {"return_token_ids": True}, {"return_token_ids": True}, parse_sglang,
                      {"num_drafts": "sglang:spec_verify_calls", "_generated": "sglang:generation_tokens"}),
-    # llama-server: ids and top-k in logprobs.content; per-request draft counters in timings; /metrics needs
-    # --metrics (spec_decode_* in newer builds).
-    "llamacpp": Preset("llamacpp", {"logprobs": 1}, {}, parse_llamacpp, LLAMACPP_COUNTERS,
-                       "llamacpp:spec_decode_num_accepted_tokens_per_pos", min_logprobs=1),
+    # llama-server: its native /completions route streams every token's id (its OpenAI route drops the ids of
+    # tokens accepted from the draft); top-k with n_probs (alias logprobs); per-request draft counters in
+    # timings; /metrics needs --metrics.  The engine under test asks for no probabilities: they cost a softmax.
+    "llamacpp": Preset("llamacpp", {}, {}, parse_llamacpp, LLAMACPP_COUNTERS,
+                       "llamacpp:spec_decode_num_accepted_tokens_per_pos", route="/completions"),
     # TGI's /v1/completions takes no token ids and returns no logprobs: text in, text out.
     "tgi": Preset("tgi", {}, {}, parse_text, prompt_as_text=True, gives_ids=False),
     # A generic OpenAI-compatible server: ids only if it volunteers them, else a text comparison (said so).
@@ -384,7 +397,7 @@ class HttpEngine:
     def _one(self, i: int, req: Request, settings: GenerationSettings, start: float, n: int) -> SequenceResult:
         body = self.body(req, settings)
         try:
-            resp = self.session.post(self.url + "/v1/completions", json=body, stream=True,
+            resp = self.session.post(self.url + self.preset.route, json=body, stream=True,
                                      headers=self._headers, timeout=(10, self.timeout_s))
         except requests.Timeout:
             raise self._fail("timeout", i, n, req, f"timed out after {self.timeout_s:.0f} s") from None
@@ -395,7 +408,7 @@ class HttpEngine:
             raise self._fail("crash", i, n, req, f"HTTP {resp.status_code}: {resp.text[:200]}")
         ids: list[int] = []
         tops: list[dict[int, float]] = []
-        text, finish, done, times, counters = "", None, False, [], None
+        text, finish, done, times, counters, generated = "", None, False, [], None, None
         have_tops = True
         try:
             for raw in resp.iter_lines():
@@ -406,14 +419,12 @@ class HttpEngine:
                     done = True
                     break
                 try:
-                    event = json.loads(data)
-                    chunk = self.preset.parse(event)
-                    choice = first_choice(event)
+                    chunk = self.preset.parse(json.loads(data))
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                     raise self._fail("crash", i, n, req, f"malformed stream chunk: {data[:120]!r}") from None
                 now = time.perf_counter()
                 text += chunk.text
-                if chunk.ids is not None:
+                if chunk.ids:  # (llama-server's last event carries an empty list)
                     ids += chunk.ids
                     times += [now] * len(chunk.ids)
                     if chunk.tops is not None and len(chunk.tops) == len(chunk.ids):
@@ -422,13 +433,20 @@ class HttpEngine:
                         have_tops = False
                 if chunk.counters:
                     counters = chunk.counters
-                finish = choice.get("finish_reason") or finish
+                finish = chunk.finish or finish
+                generated = chunk.generated if chunk.generated is not None else generated
+                if chunk.done:
+                    done = True
+                    break
         except requests.RequestException as exc:
             raise self._fail("crash", i, n, req, f"the stream broke after {len(ids)} tokens "
                                                  f"({type(exc).__name__})") from None
         if not done:
-            raise self._fail("crash", i, n, req, f"the stream stopped early, after {len(ids)} tokens, without "
-                                                 "[DONE]")
+            end = "[DONE]" if self.preset.route == "/v1/completions" else "its last event (stop: true)"
+            raise self._fail("crash", i, n, req, f"the stream stopped early, after {len(ids)} tokens, without {end}")
+        if generated is not None and ids and generated != len(ids):  # llama-server holds back an incomplete UTF-8
+            raise self._fail("contract", i, n, req, f"the server generated {generated} tokens but streamed the ids "
+                                                    f"of {len(ids)}: token ids are missing from its stream")
         text_only = not ids and bool(text)
         if text_only and self.preset.gives_ids:
             raise self._no_ids(body)
