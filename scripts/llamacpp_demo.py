@@ -226,6 +226,7 @@ engines:
         launch: {json.dumps(server_command(r, "target-f32", threads=args.threads))}
         startup_timeout_s: 120
 """
+    Path(args.path).parent.mkdir(parents=True, exist_ok=True)
     Path(args.path).write_text(text)
     print(args.path)
 
@@ -307,7 +308,7 @@ def table(args) -> None:
                     if ex["engine"] != engine or ex["batch_size"] != int(bs) or ex["failure"] or ex["repeat"]:
                         continue
                     for q in ex["sequences"]:
-                        if q["counters"] and not q["filler"]:
+                        if q["counters"]:  # fillers too: /metrics counts every request of the wave
                             t[0] += q["counters"]["num_accepted_tokens"]
                             t[1] += q["counters"]["num_draft_tokens"]
                     if ex["batch_counters"]:
