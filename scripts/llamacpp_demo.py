@@ -193,7 +193,7 @@ def greedy(args) -> None:
 def config(args) -> None:
     """A gate config: llama-server -md (the engine under test) against llama-server (the reference)."""
     e, r = args.port, args.port + 1
-    engine_model = f"target-{args.control}" if args.control else "target-f32"
+    engine_model = f"target-{args.control}" if args.control else f"target-{args.dtype}"
     text = f"""\
 # Written by `python scripts/llamacpp_demo.py config` (docs/serving.md): the demo pair in GGUF behind
 # llama.cpp's llama-server, speculation on (-md) vs off, both launched by the gate.
@@ -223,7 +223,7 @@ engines:
         startup_timeout_s: 120
       reference:
         url: http://127.0.0.1:{r}
-        launch: {json.dumps(server_command(r, "target-f32", threads=args.threads))}
+        launch: {json.dumps(server_command(r, f"target-{args.dtype}", threads=args.threads))}
         startup_timeout_s: 120
 """
     Path(args.path).parent.mkdir(parents=True, exist_ok=True)
@@ -381,6 +381,7 @@ def main() -> None:
     c.add_argument("--local-weights", action=argparse.BooleanOptionalAction, default=True)
     c.add_argument("--control", nargs="?", const="q4_0", choices=("q4_0", "q8_0", "f16"),
                    help="serve a quantized target (default Q4_0) as the engine under test: the negative control")
+    c.add_argument("--dtype", default="f32", choices=("f32", "f16"), help="the target GGUF on both sides")
     c.add_argument("--tokens", type=int, default=32)
     c.add_argument("--per-slice", type=int, default=2)
     c.add_argument("--batch-sizes", default="1, 4, 8", help="concurrency levels (llama-server runs -np 8)")
