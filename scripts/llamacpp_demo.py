@@ -169,8 +169,6 @@ def greedy(args) -> None:
     with Running(server_command(port, f"target-{args.dtype}", slots=1, threads=2), port, CACHE / "greedy.log"):
         for p in prompts:
             ids = tok(p.text, add_special_tokens=False)["input_ids"]
-            if p.max_new_tokens is not None:
-                pass
             with torch.inference_mode():
                 out = model.generate(torch.tensor([ids]), max_new_tokens=args.tokens, do_sample=False,
                                      attention_mask=torch.ones(1, len(ids), dtype=torch.long))[0, len(ids):].tolist()
