@@ -115,7 +115,7 @@ def server_command(port: int, model: str, draft: str | None = None, slots: int =
     """llama-server as the gate launches it: greedy-friendly, no prompt cache reuse across requests."""
     cmd = [str(bin_path("llama-server")), "-m", str(gguf(model)), "--host", "127.0.0.1", "--port", str(port),
            "-np", str(slots), "-c", str(1024 * slots), "-t", str(threads), "--metrics", "--no-webui",
-           "--cache-reuse", "0", "--seed", "0"]
+           "--cache-reuse", "0", "--seed", "0", "--alias", model]  # the served model's name, not its path
     if draft:
         # --draft-max/--draft-min are removed in this version (arg_removed): the --spec-draft-* names replace them
         cmd += ["-md", str(gguf(draft)), "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_max),
