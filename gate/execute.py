@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from gate import fingerprint as fp
 from gate.cache import ReferenceCache
 from gate.engines.base import Engine, EngineFailure, GenerationSettings, Request, is_out_of_memory
-from gate.errors import Interrupted
+from gate.errors import ConfigError, Interrupted
 from gate.plan import Job, PlannedBatch, PromptInfo, prompt_seed
 from gate.results import Execution, Failure, JobKey, Phase, RecordLog, SequenceOutput
 
@@ -120,7 +120,7 @@ class Executor:
         started = time.perf_counter()
         try:
             result = engine.generate(requests, settings)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted, ConfigError):  # a config the stack cannot serve: stop now
             raise
         except BaseException as exc:  # engine code, plug-ins included, may raise anything, SystemExit too
             return self._failed(engine, job, settings, exc, time.perf_counter() - started)

@@ -28,6 +28,7 @@ from gate.baseline import Baseline
 from gate.compare import VerdictDoc
 from gate.results import Results
 from gate.summary import inline, ms, num, pct, untrusted
+from gate.verdict import retokenized_note
 
 COMMENT_LIMIT = 65_536
 SUMMARY_LIMIT = 1 << 20
@@ -89,7 +90,8 @@ def build_page(results: Results, checks: dict, verdict: VerdictDoc, baseline: Ba
     env = _env()
     ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
            "examples": _examples(checks, examples_limit), "chart": _chart(checks),
-           "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline)}
+           "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
+           "retokenized": retokenized_note(checks)}
     page = Page()
     for section, priority in (("headline", 100), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
                               ("distribution", 60), ("speedup", 75), ("acceptance", 50), ("chart", 30),
@@ -170,14 +172,16 @@ def _chart(checks: dict) -> dict | None:
 # --- the terminal -------------------------------------------------------------------------------
 
 
-def print_terminal(verdict: VerdictDoc, console=None) -> None:
-    """The verdict as rich tables on a terminal; plain, uncoloured text when stdout is not one."""
+def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -> None:
+    """The verdict as rich tables on a terminal; plain, uncoloured text when stdout is not one.  ``note``: a
+    caveat for the first line (a comparison of re-tokenized text)."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
     style = {"pass": "green", "fail": "bold red", "warn": "yellow", "neutral": "dim", "info": "dim"}
-    console.print(f"[{style.get(verdict.outcome, '')}]specguard: {verdict.outcome.upper()}[/] — {verdict.headline}",
+    first = f"{verdict.outcome.upper()} · {note}" if note else verdict.outcome.upper()
+    console.print(f"[{style.get(verdict.outcome, '')}]specguard: {first}[/] — {verdict.headline}",
                   markup=True, highlight=False)
     table = Table(show_header=True, header_style="bold")
     for col in ("status", "check", "engine", "batch size", "why"):

@@ -155,8 +155,8 @@ class Execution(_Record):
             if s.counters is not None:
                 total.add(s.counters)
                 seen = True
-        if not seen and self.batch_counters is not None:
-            return self.batch_counters
+        if self.batch_counters is not None and (not seen or (not total.num_drafts and self.batch_counters.num_drafts)):
+            return self.batch_counters  # also when the rows' counters lack verification steps (llama-server timings)
         return total if seen else None
 
 

@@ -60,14 +60,14 @@ def _env() -> Environment:
 
 
 def render_text(results: Results, checks: dict) -> str:
-    from gate.verdict import ChecksDoc
+    from gate.verdict import ChecksDoc, retokenized_note
 
     checks = ChecksDoc.model_validate(checks).model_dump(by_alias=True)  # every optional section present, or None
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
     doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
     return _env().get_template("summary.md.j2").render(
         results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",
-        batch_plan=batch_plan(results),
+        batch_plan=batch_plan(results), retokenized=retokenized_note(checks),
     )
 
 

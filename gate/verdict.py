@@ -8,6 +8,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 STATUSES = ("pass", "fail", "warn", "info")
+# checks.json's equivalence_method starts with this when any side's output was text re-tokenized by the gate;
+# the report then opens with that method on its first line (comment, summary and terminal alike).
+RETOKENIZED_METHOD = "text comparison of re-tokenized text"
+
+
+def retokenized_note(checks: dict | None) -> str | None:
+    """The equivalence method when it is a comparison of re-tokenized text, else None."""
+    method = (checks or {}).get("equivalence_method") or ""
+    return method if method.startswith(RETOKENIZED_METHOD) else None
 
 
 @dataclass(frozen=True)

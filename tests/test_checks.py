@@ -91,6 +91,22 @@ def test_signatures_each_named():
     assert "gibberish" in names(v) and len(v.inconsistent) == 3
 
 
+def test_re_tokenized_text_is_judged_as_text():
+    """Ids that are text re-tokenized here say nothing about the token budget or EOS: the signatures that
+    count tokens do not apply, and every difference is unclassified (a length one too); loops still show."""
+    tol = FP32_TOL
+    ref = list(range(10, 40))
+    names = lambda v: {s["name"] for s in v.signatures}  # noqa: E731
+    for out in (ref + [1], ref[:7], ref[:5] + [2] + ref[6:]):
+        v = analyze_sequence("p", "s", out, ref, None, tol, {2}, 30, "max_tokens", retokenized=True)
+        assert not names(v) & {"overlength", "truncation", "eos_ignored"}, names(v)
+        assert v.divergence["kind"] == "unclassified"
+        plain = analyze_sequence("p", "s", out, ref, None, tol, {2}, 30, "max_tokens")
+        assert names(plain) & {"overlength", "truncation", "eos_ignored"}, "the same ids, judged as generated"
+    looped = ref[:6] + [3, 4] * 12
+    assert "repetition" in names(analyze_sequence("p", "s", looped, ref, None, tol, {2}, 30, "x", retokenized=True))
+
+
 # --- on the real demo pair -------------------------------------------------------------------
 
 

@@ -26,9 +26,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server(port: int, mode: str, fault: str | None = None) -> str:
+def server(port: int, mode: str, fault: str | None = None, *extra: str) -> str:
     cmd = [PY, "-m", "gate.testing.server", "--port", str(port), "--mode", mode] + (["--fault", fault] if fault else [])
-    return json.dumps(cmd)
+    return json.dumps(cmd + list(extra))
 
 
 HEAD = """\
@@ -124,6 +124,66 @@ def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_l
     assert "server's measured logprob noise" in checks["tolerance"]["rule"]
     assert any(v["check"] == "distribution" and "not measured" in v["why"] for v in checks["verdicts"]) or \
         checks.get("distribution") is None
+
+
+# --- the three false-fail paths of issue 22, each against a real server's responses -------------------
+
+
+def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path):
+    """vLLM's --enable-force-include-usage ends every stream with a chunk whose choices are [] (the stand-in
+    sends it the same way); with http.logprobs 0 the reference still asks for ids (vLLM's logprobs=0)."""
+    e, r = free_port(), free_port()
+    cfg = config((e, server(e, "speculative", None, "--force-include-usage")),
+                 (r, server(r, "reference", None, "--force-include-usage"))).replace(
+        "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      logprobs: 0\n")
+    assert "logprobs: 0" in cfg
+    proc = gate(tmp_path, cfg, "gate")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
+    assert checks["equivalence_method"] == "local re-scoring"
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    seqs = [s for ex in results["executions"] for s in ex["sequences"]]
+    assert seqs and not any(s["text_only"] for s in seqs), "ids, not re-tokenized text, on both sides"
+
+
+def test_a_reference_that_returns_no_ids_stops_the_run_at_the_first_wave_naming_the_field(tmp_path):
+    """The issue's logprobs-0 case as it was: the request carries no logprobs, so vLLM's dialect returns no
+    ids.  The gate must not re-tokenize the text (6 of 7 sequences then differ): it stops and names the field."""
+    e, r = free_port(), free_port()
+    cfg = config((e, server(e, "speculative")), (r, server(r, "reference"))).replace(
+        "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      extra_body: {logprobs: null}\n")
+    t0 = time.monotonic()
+    proc = gate(tmp_path, cfg, "run")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "engines[0].http.logprobs: the reference at http://127.0.0.1:" in proc.stderr
+    assert "answered with text but no token ids" in proc.stderr and "logprobs >= 0" in proc.stderr
+    records = (tmp_path / "out" / "records.jsonl")
+    done = [json.loads(x) for x in records.read_text().splitlines()] if records.exists() else []
+    assert not [x for x in done if x.get("kind") == "execution"], "stopped at the first wave, nothing recorded"
+    assert time.monotonic() - t0 < 120 and not leftover(e) and not leftover(r)
+
+
+def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tmp_path):
+    """preset: openai asks for no ids, so both sides are re-tokenized text: with local_weights true the gate
+    used to re-score those ids and fail a correct engine.  Now: texts compared, the first line says so."""
+    e, r = free_port(), free_port()
+    cfg = config((e, server(e, "speculative")), (r, server(r, "reference"))).replace("preset: vllm", "preset: openai")
+    proc = gate(tmp_path, cfg, "gate")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    method = checks["equivalence_method"]
+    assert method.startswith("text comparison of re-tokenized text: reference, served gave text"), method
+    for bs in ("1", "4"):
+        s = checks["equivalence"]["served"][bs]
+        assert s["exact_match"] == 1.0 and s["confident_inconsistencies"] == 0 and not s["signatures"]
+    outcome = json.loads((tmp_path / "out" / "verdict.json").read_text())["outcome"].upper()
+    assert outcome in ("PASS", "NEUTRAL")  # neutral: no baseline yet, every check passed
+    first = " ".join(proc.stdout.split())  # the terminal wraps long lines
+    assert first.startswith(f"specguard: {outcome} · {method} — "), proc.stdout[:400]
+    for name in ("comment.md", "summary.md"):
+        head = (tmp_path / "out" / name).read_text().lstrip().splitlines()[0]
+        assert head.endswith(f"specguard: {outcome} · {method}"), (name, head)
 
 
 def test_a_launch_command_that_fails_is_a_clear_error(tmp_path):
@@ -259,13 +319,6 @@ def test_preset_parsers_read_each_stacks_stream_chunk():
     sglang = {"choices": [{"text": "Hi", "token_ids": [5], "logprobs": {"top_logprobs": [{"Hi": -0.2}]}}]}
     c = PRESETS["sglang"].parse(sglang)
     assert c.ids == [5] and c.tops is None, "text-keyed logprobs cannot be used"
-    llama = {"choices": [{"text": "Hi", "logprobs": {"content": [
-        {"id": 9, "token": "Hi", "logprob": -0.3,
-         "top_logprobs": [{"id": 9, "logprob": -0.3}, {"id": 4, "logprob": -1.9}]}
-    ]}}], "timings": {"draft_n": 12, "draft_n_accepted": 7}}
-    c = PRESETS["llamacpp"].parse(llama)
-    assert c.ids == [9] and c.tops == [{9: -0.3, 4: -1.9}]
-    assert c.counters == {"num_draft_tokens": 12, "num_accepted_tokens": 7}
     tgi = {"choices": [{"text": " world", "logprobs": None}]}
     assert PRESETS["tgi"].parse(tgi).ids is None and PRESETS["tgi"].prompt_as_text
     got = counters_between({"num_drafts": 10, "_generated": 100}, {"num_drafts": 30, "_generated": 160})
@@ -301,3 +354,158 @@ def test_metrics_are_parsed_with_prometheus_client_and_differenced():
     c = counters_between(before, after)
     assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (3, 12, 7)
     assert c.num_accepted_tokens_per_pos == [3, 4] and c.mean_accepted_length == pytest.approx(1 + 7 / 3)
+
+
+# --- llama.cpp's llama-server: responses recorded from the real server (scripts/llamacpp_demo.py capture) -------
+
+FIXTURES = ROOT / "tests" / "fixtures" / "http"
+
+
+def recorded(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def replay(httpserver, name: str, route: str | None = None) -> str:
+    """Serve a recorded response body byte for byte on a real local HTTP server; its base URL."""
+    doc = recorded(name)
+    httpserver.expect_request(route or doc["route"], method="POST").respond_with_data(
+        doc["body"], status=doc["status"], content_type="text/event-stream")
+    return httpserver.url_for("/").rstrip("/")
+
+
+def sse_events(doc: dict) -> list[dict]:
+    return [json.loads(x[5:]) for x in doc["body"].splitlines() if x.startswith("data:") and x[5:].strip() != "[DONE]"]
+
+
+def one_request(doc: dict):
+    from gate.engines.base import GenerationSettings, Request
+
+    body = doc["request"]
+    return [Request(tuple(body["prompt"]), body["max_tokens"], 0)], GenerationSettings(temperature=0.0)
+
+
+def test_llama_server_native_stream_gives_every_token_id_and_the_draft_counters(httpserver):
+    """The engine under test (-md), as the llamacpp preset asks it: every token's id, timings' draft counts."""
+    from gate.engines.http import PRESETS, HttpEngine
+
+    doc = recorded("llamacpp-spec-native")
+    engine = HttpEngine("llamacpp", replay(httpserver, "llamacpp-spec-native"), PRESETS["llamacpp"], True,
+                        model=doc["request"]["model"], metrics_path=None)
+    requests_, settings = one_request(doc)
+    assert engine.body(requests_[0], settings) == doc["request"], "recorded from the request the preset sends"
+    result = engine.generate(requests_, settings)
+    seq = result.sequences[0]
+    final = json.loads(doc["body"].strip().splitlines()[-1][5:])
+    assert final["stop"] is True and final["timings"]["draft_n"] > 0
+    assert len(seq.token_ids) == doc["request"]["max_tokens"] == final["timings"]["predicted_n"]
+    assert (seq.counters.num_draft_tokens, seq.counters.num_accepted_tokens) == \
+        (final["timings"]["draft_n"], final["timings"]["draft_n_accepted"])
+    assert seq.stop_reason == "max_tokens" and not seq.text_only
+
+
+def test_llama_server_reference_stream_gives_top_k_logprobs_keyed_by_id(httpserver):
+    from gate.engines.http import PRESETS, HttpEngine
+
+    doc = recorded("llamacpp-ref-native")
+    engine = HttpEngine("reference", replay(httpserver, "llamacpp-ref-native"), PRESETS["llamacpp"], False,
+                        model=doc["request"]["model"], logprobs=5, metrics_path=None)
+    requests_, settings = one_request(doc)
+    assert engine.body(requests_[0], settings) == doc["request"], "recorded from the request the preset sends"
+    seq = engine.generate(requests_, settings).sequences[0]
+    assert len(seq.token_ids) == len(seq.top_logprobs) == doc["request"]["max_tokens"]
+    for t, top in zip(seq.token_ids, seq.top_logprobs):
+        assert len(top) == 5 and max(top, key=top.get) == t, "greedy: the emitted token is the top one"
+
+
+def test_llama_servers_openai_route_gives_no_id_for_tokens_accepted_from_the_draft():
+    """Why the llamacpp preset uses the native route: on /v1/completions, tokens verified from the draft come
+    with logprobs null (the server sets no probabilities on them), so their ids are lost."""
+    from gate.engines.http import PRESETS
+
+    doc = recorded("llamacpp-spec-openai-route")
+    events = sse_events(doc)
+    with_text = [e for e in events if e["choices"] and e["choices"][0]["text"]]
+    without_ids = [e for e in with_text if e["choices"][0]["logprobs"] is None]
+    assert without_ids, "some streamed tokens carry text but no id"
+    assert PRESETS["llamacpp"].route == "/completions"
+
+
+def test_a_usage_only_chunk_recorded_from_llama_server_is_parsed():
+    """llama-server's chat stream with stream_options.include_usage ends with "choices": [] (and its timings),
+    the shape vLLM and SGLang send on /v1/completions: every event parses, the last as an empty chunk."""
+    from gate.engines.http import PRESETS
+
+    doc = recorded("llamacpp-chat-include-usage")
+    events = sse_events(doc)
+    assert events[-1]["choices"] == [] and "usage" in events[-1]
+    for preset in ("vllm", "sglang", "openai", "tgi"):
+        chunks = [PRESETS[preset].parse(e) for e in events]
+        assert chunks[-1].ids is None and chunks[-1].text == "" and chunks[-1].finish is None
+
+
+def test_a_reference_that_ignores_the_ids_request_is_a_config_error_naming_the_field(httpserver):
+    """The vllm preset pointed at llama-server's OpenAI route (recorded): it ignores return_tokens_as_token_ids,
+    so text comes back without ids.  The gate stops at the first wave and names the field."""
+    from gate.engines.http import PRESETS, HttpEngine
+    from gate.errors import ConfigError
+
+    doc = recorded("llamacpp-openai-route-no-ids")
+    engine = HttpEngine("reference", replay(httpserver, "llamacpp-openai-route-no-ids"), PRESETS["vllm"], False,
+                        model="x", logprobs=0, metrics_path=None, where=("specguard.yaml", "engines[0].http"))
+    with pytest.raises(ConfigError) as err:
+        engine.generate(*one_request(doc))
+    text = str(err.value)
+    assert text.startswith("specguard.yaml: engines[0].http.preset: the reference at http://")
+    assert "answered with text but no token ids" in text and "preset: openai to compare text only" in text
+
+
+def test_llama_servers_metrics_give_the_speculation_counters(httpserver):
+    from gate.engines.http import PRESETS, counters_between, scrape
+
+    text = (FIXTURES / "llamacpp-metrics.txt").read_text()
+    httpserver.expect_request("/metrics").respond_with_data(text, content_type="text/plain")
+    got = scrape(httpserver.url_for("/metrics"), PRESETS["llamacpp"], PRESETS["llamacpp"].counters, {})
+    assert got["num_drafts"] > 0 and got["num_draft_tokens"] >= got["num_accepted_tokens"] > 0
+    assert "pos:0" in got
+    c = counters_between({}, got)
+    assert c.mean_accepted_length == pytest.approx(1 + got["num_accepted_tokens"] / got["num_drafts"])
+
+
+# --- llama.cpp end to end: runs where `make llamacpp` has built the server and the GGUFs ----------------------
+
+LLAMACPP = Path(os.environ.get("SPECGUARD_LLAMACPP_CACHE", Path.home() / ".cache" / "specguard-llamacpp")) / "11434.0.0"
+
+
+def _llamacpp_missing() -> str | None:
+    need = [LLAMACPP / "build" / "bin" / "llama-server"] + \
+        [LLAMACPP / "gguf" / f"{m}.gguf" for m in ("target-f32", "draft-f32", "target-q4_0")]
+    missing = [p for p in need if not p.exists()]
+    return f"{missing[0]} not found: run `make llamacpp` to build llama-server and the demo GGUFs" if missing else None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_llamacpp_missing() is not None, reason=_llamacpp_missing() or "")
+def test_llama_server_with_a_draft_model_passes_and_a_quantized_target_fails(tmp_path):
+    """llama-server -md against llama-server, both launched by the gate, judged from the reference server's
+    logprobs; then the same with a Q4_0 target behind the engine under test: confident divergences."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    for name, extra in (("ok", []), ("control", ["--control", "q4_0"])):
+        subprocess.run([PY, str(ROOT / "scripts" / "llamacpp_demo.py"), "config", str(tmp_path / f"{name}.yaml"),
+                        "--no-local-weights", "--tokens", "16", "--per-slice", "1", "--batch-sizes", "1, 4",
+                        "--port", str(free_port()), "--out", f"out-{name}", *extra], check=True, env=env)
+    ok = subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / "ok.yaml"), "--threads", "1"], cwd=tmp_path,
+                        env=env, capture_output=True, text=True, timeout=900)
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-3000:]
+    checks = json.loads((tmp_path / "out-ok" / "checks.json").read_text())
+    assert checks["equivalence_method"] == "server logprobs"
+    for bs in ("1", "4"):
+        assert checks["equivalence"]["llamacpp"][bs]["divergences"]["confident"] == 0
+    row = checks["speedup"]["engines"]["llamacpp"]["load_curve"]["1"]
+    assert row["acceptance_rate"] and row["mean_accepted_length"] > 1, "llama-server's counters reach the report"
+    bad = subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / "control.yaml"), "--threads", "1"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-3000:]
+    checks = json.loads((tmp_path / "out-control" / "checks.json").read_text())
+    assert sum(checks["equivalence"]["llamacpp-q4_0"][bs]["divergences"]["confident"] for bs in ("1", "4")) > 0
+    comment = (tmp_path / "out-control" / "comment.md").read_text()
+    assert "confident divergence(s) from the reference" in comment and "a bug, not float noise" in comment

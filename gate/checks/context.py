@@ -18,11 +18,12 @@ from gate.checks.tolerance import Tolerance, measure_noise, tolerance_for
 from gate.config import REFERENCE, Config
 from gate.models import ModelPair
 from gate.results import Results, SequenceOutput
-from gate.verdict import Verdict
+from gate.verdict import RETOKENIZED_METHOD, Verdict
 
 NOISE_SAMPLE = 16  # sequences re-scored alone and batched to measure logit noise
 SERVER_NOISE_FACTOR = 4.0  # as NOISE_FACTOR for local re-scoring: two candidates, each moved by the noise, x2
 SERVER_FLOOR = 1e-3  # nats: servers round logprobs; no gap finer than this is taken as a confident choice
+TEXT_METHOD = "text comparison"  # no logprobs and no local target: divergences are unclassified
 
 
 def _top2_gap(top: dict[int, float]) -> float | None:
@@ -46,12 +47,21 @@ class CheckContext:
         self.pair = pair
         self.config = config
         self.say = say
-        self.local = pair.target.model is not None  # a local target to re-score with
+        # Engines (the reference included) that gave text, not token ids: their ids are that text re-tokenized
+        # here, which need not be the ids generated, so no token of them may be re-scored or judged by count.
+        self.retokenized = sorted({ex.engine for ex in results.executions for s in ex.sequences if s.text_only})
+        self.local = pair.target.model is not None and not self.retokenized  # a local target to re-score with
         self.scorer = Scorer(pair.target.model, pair.device) if self.local else None
         self.scorers = [self.scorer] if self.scorer else []  # every scorer a check used, for the time re-scoring
         self.canonical = results.canonical()
+        if self.retokenized:
+            self.canonical = {pid: self._as_text(s) for pid, s in self.canonical.items()}
         self._tolerance: Tolerance | None = None
         self._compared: dict[tuple[str, int], list[Compared]] | None = None
+
+    def _as_text(self, seq: SequenceOutput) -> SequenceOutput:
+        """An output's text tokenized here, as a text-only stack's was, so that equal texts compare equal."""
+        return seq.model_copy(update={"token_ids": self.pair.encode(seq.text), "top_logprobs": None})
 
     def scorer_for(self, model) -> Scorer:
         s = Scorer(model, self.pair.device)
@@ -65,11 +75,14 @@ class CheckContext:
     @property
     def method(self) -> str:
         """How divergences are told apart: re-scoring locally, a server's logprobs, or not at all."""
+        if self.retokenized:
+            return (f"{RETOKENIZED_METHOD}: {', '.join(self.retokenized)} gave text, not token ids, so texts are "
+                    f"compared and bugs cannot be told from noise (local_weights not used for equivalence)")
         if self.local:
             return "local re-scoring"
         if any(s.top_logprobs for s in self.canonical.values()):
             return "server logprobs"
-        return "text comparison: cannot tell bugs from noise on this stack (it gives no logprobs)"
+        return f"{TEXT_METHOD}: cannot tell bugs from noise on this stack (it gives no logprobs)"
 
     @property
     def tolerance(self) -> Tolerance:
@@ -136,9 +149,13 @@ class CheckContext:
                     for pid, seq in res.greedy_outputs(engine, bs, comp).items():
                         if pid in self.canonical:
                             groups.append((engine, bs, comp, pid, seq))
+        text = bool(self.retokenized)
+        if text:  # compare texts: both sides tokenized the same way here, whichever of them gave ids
+            groups = [(e, bs, comp, pid, self._as_text(seq)) for e, bs, comp, pid, seq in groups]
+        canonical = {pid: s.token_ids for pid, s in self.canonical.items()}
         items, others = [], []
         for _, _, _, pid, seq in groups:
-            out, ref = seq.token_ids, self.canonical[pid].token_ids
+            out, ref = seq.token_ids, canonical[pid]
             j = first_divergence(out, ref)
             items.append((tuple(res.prompt(pid).prompt_ids), tuple(out)))
             others.append((j, ref[j]) if j is not None and j < len(out) and j < len(ref) else None)
@@ -152,16 +169,18 @@ class CheckContext:
         for (engine, bs, comp, pid, seq), sc, other in zip(groups, scored, others):
             p = res.prompt(pid)
             server_gap = None
-            if not self.local and other is not None:
+            if not self.local and not text and other is not None:
                 server_gap = self._gap_from_reference(pid, other[0], seq.token_ids[other[0]])
-            v = analyze_sequence(pid, p.slice, seq.token_ids, self.canonical[pid].token_ids, sc, tol, eos,
-                                 p.max_new_tokens, seq.stop_reason, server_gap=server_gap)
+            v = analyze_sequence(pid, p.slice, seq.token_ids, canonical[pid], sc, tol, eos,
+                                 p.max_new_tokens, seq.stop_reason, server_gap=server_gap, retokenized=text)
             out.setdefault((engine, bs), []).append(Compared(comp, seq, v))
         return out
 
     def _gap_from_reference(self, pid: str, j: int, token: int) -> tuple[float, float] | None:
         """(logprob of the reference's token - logprob of the engine's, tolerance) at position j, from the
-        reference server's top-k there.  A token outside the top-k gets the k-th logprob: a lower bound."""
+        reference server's top-k there.  A token outside the top-k gets the k-th logprob: a lower bound, which
+        proves a confident divergence when it exceeds the tolerance but never a near-tie (None: unclassified;
+        with logprobs 1, as llama-server's ids need at least, the top-k is the reference's own token alone)."""
         ref = self.canonical[pid]
         if not ref.top_logprobs or j >= len(ref.top_logprobs):
             return None
@@ -169,8 +188,11 @@ class CheckContext:
         mine = ref.token_ids[j]
         if mine not in top:
             return None
-        theirs = top.get(token, min(top.values()))
-        return top[mine] - theirs, self.tolerance.fixed
+        tol = self.tolerance.fixed
+        if token in top:
+            return top[mine] - top[token], tol
+        bound = top[mine] - min(top.values())
+        return (bound, tol) if bound > tol else None
 
 
 __all__ = ["CheckContext", "Compared", "Verdict"]

@@ -321,6 +321,9 @@ def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
     groups = results.sampled_groups()
     if not groups or ctx.config.generation.sampling is None:
         return None, []
+    if ctx.retokenized:
+        return None, [Verdict("distribution", None, "info", "not measured: the outputs of "
+                              f"{', '.join(ctx.retokenized)} are re-tokenized text, not the tokens sampled")]
     if not ctx.local or ctx.pair.draft.model is None:
         return None, [Verdict("distribution", None, "info", "not measured: the distribution tests need the target "
                               "and the draft loaded locally (models.local_weights is false)")]

@@ -114,9 +114,10 @@ class SequenceVerdict:
 
 def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int], scored: Scored | None,
                      tol: Tolerance, eos: set[int], max_new: int, stop_reason: str,
-                     server_gap: tuple[float, float] | None = None) -> SequenceVerdict:
+                     server_gap: tuple[float, float] | None = None, retokenized: bool = False) -> SequenceVerdict:
     """``server_gap``: (gap, tolerance) at the first divergence from a server's own logprobs, when there is no
-    local target to re-score with."""
+    local target to re-score with.  ``retokenized``: ``out`` and ``ref`` are texts tokenized here, not the ids
+    generated: every difference is unclassified, and no signature that counts tokens applies."""
     j = first_divergence(out, ref)
     matched = j if j is not None else len(ref)
     v = SequenceVerdict(prompt_id, slice_, identical=j is None,
@@ -147,8 +148,9 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
         gap, allowed = server_gap
         v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": gap, "tolerance": allowed,
                         "kind": "near_tie" if abs(gap) <= allowed else "confident"}
-    elif j is not None and j < len(out) and j < len(ref) and scored is None:
-        v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": None, "tolerance": None,
+    elif j is not None and (retokenized or (j < len(out) and j < len(ref) and scored is None)):
+        v.divergence = {"position": j, "token": out[j] if j < len(out) else None,
+                        "reference_token": ref[j] if j < len(ref) else None, "gap": None, "tolerance": None,
                         "kind": "unclassified"}  # no target to ask: a difference, but not a bug or noise
     elif j is not None:
         v.divergence = {"position": j, "token": out[j] if j < len(out) else None,
@@ -157,6 +159,12 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
     # signatures
     if not out:
         v.signatures.append({"name": "empty", "detail": "no tokens generated"})
+    if retokenized:  # token counts of re-tokenized text say nothing about the budget or EOS; loops still show
+        loop = find_loop(out)
+        if loop is not None and find_loop(ref) != loop:
+            v.signatures.append({"name": "repetition", "detail": f"loop of {len(loop)} token(s) repeated, "
+                                                                 "absent from the reference", "unit": list(loop)})
+        return v
     if len(out) > max_new:
         v.signatures.append({"name": "overlength", "detail": f"{len(out)} tokens > max_new_tokens {max_new}"})
     eos_at = [t for t, tok in enumerate(out) if tok in eos]

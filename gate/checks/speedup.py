@@ -88,7 +88,7 @@ def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int
         "acceptance_rate": None, "mean_accepted_length": None, "tokens_per_target_forward": None,
         "acceptance_per_pos": None, "expected": None,
     }
-    if counters is not None and counters.num_target_forwards:
+    if counters is not None and (counters.num_target_forwards or counters.num_drafts):  # a server counts no forwards
         mal = counters.mean_accepted_length
         row.update({
             "acceptance_rate": counters.acceptance_rate,

@@ -52,7 +52,8 @@ def _http(spec: EngineConfig, url: str, pair: ModelPair, loaded: LoadedConfig, s
     return HttpEngine(name, url, PRESETS[h.preset], speculative, model=h.model,
                       api_key=api_key(h.api_key_env, f"engine {spec.label!r}"), logprobs=h.logprobs,
                       timeout_s=h.request_timeout_s, extra_body=h.extra_body, metrics_path=h.metrics,
-                      counters=h.counters, tokenize=pair.encode, detokenize=pair.decode)
+                      counters=h.counters, tokenize=pair.encode, detokenize=pair.decode,
+                      where=(str(loaded.source), f"engines[{loaded.config.engines.index(spec)}].http"))
 
 
 def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> Engine:

@@ -41,7 +41,7 @@ from gate.engines.base import (
     SequenceResult,
     SpecCounters,
 )
-from gate.errors import EngineError, Problem
+from gate.errors import ConfigError, EngineError, Problem
 
 # --- presets: what each stack needs in a request and gives back --------------------------------------
 
@@ -55,6 +55,9 @@ class Chunk:
     tops: list[dict[int, float]] | None
     text: str
     counters: dict[str, int] | None = None
+    finish: str | None = None  # "stop" (EOS or a stop string) or "length"; None while streaming
+    done: bool = False  # the stream's last event (a route without "[DONE]")
+    generated: int | None = None  # tokens the server says it generated so far (llama-server's tokens_predicted)
 
 
 def _as_id(t) -> int | None:
@@ -65,10 +68,20 @@ def _as_id(t) -> int | None:
     return None
 
 
+def first_choice(event: dict) -> dict:
+    """The event's first choice; {} for a chunk that carries none: the final usage chunk (``"choices": []``)
+    that vLLM sends with ``--enable-force-include-usage`` or ``stream_options.include_usage``, SGLang with
+    ``include_usage``, llama-server on its chat route.  A chunk without a ``choices`` list is malformed."""
+    choices = event["choices"]
+    if not isinstance(choices, list):
+        raise TypeError("choices is not a list")
+    return choices[0] if choices else {}
+
+
 def parse_openai(event: dict) -> Chunk:
     """vLLM (and the OpenAI legacy completions shape): ``choices[0].token_ids`` when the stack returns them,
     else ``logprobs.tokens`` as "token_id:<n>" (``return_tokens_as_token_ids``); top-k keyed likewise."""
-    choice = event["choices"][0]
+    choice = first_choice(event)
     lp = choice.get("logprobs") or {}
     ids = choice.get("token_ids")
     if not (isinstance(ids, list) and all(_as_id(t) is not None for t in ids)):
@@ -78,36 +91,44 @@ def parse_openai(event: dict) -> Chunk:
     if lp.get("top_logprobs") is not None:
         tops = [{_as_id(k): float(v) for k, v in (d or {}).items() if _as_id(k) is not None}
                 for d in lp["top_logprobs"]]
-    return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "")
+    return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "",
+                 finish=choice.get("finish_reason"))
 
 
 def parse_sglang(event: dict) -> Chunk:
     """SGLang: ``choices[0].token_ids`` (``return_token_ids``); its logprobs are keyed by text, not usable."""
     c = parse_openai(event)
-    return Chunk(c.ids, None, c.text)
+    return Chunk(c.ids, None, c.text, finish=c.finish)
 
 
 def parse_llamacpp(event: dict) -> Chunk:
-    """llama-server: ids and top-k in ``logprobs.content[]`` ({id, logprob, top_logprobs: [{id, logprob}]}),
-    per-request draft counters in ``timings`` (draft_n, draft_n_accepted)."""
-    choice = event["choices"][0]
-    content = (choice.get("logprobs") or {}).get("content")
-    ids = tops = None
-    if isinstance(content, list) and content:
-        ids = [e.get("id") for e in content]
-        ids = ids if all(isinstance(t, int) for t in ids) else None
+    """llama-server's native ``/completions`` stream: one event per token with ``content`` and ``tokens`` (its
+    id), top-k in ``completion_probabilities[].top_logprobs`` ({id, logprob}) when ``n_probs`` (alias
+    ``logprobs``) > 0, and a last event with ``stop: true``, ``stop_type`` and ``timings`` (``draft_n``,
+    ``draft_n_accepted``).  Not its OpenAI route: there, tokens accepted from the draft come with
+    ``logprobs: null`` (no id at all), since the server sets no probabilities on them."""
+    ids = event["tokens"]
+    if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+        raise TypeError("tokens is not a list of ids")
+    probs = event.get("completion_probabilities")
+    tops = None
+    if isinstance(probs, list) and len(probs) == len(ids):
         tops = [{t["id"]: float(t["logprob"]) for t in (e.get("top_logprobs") or [])
-                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float))} for e in content]
+                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float))} for e in probs]
     timings = event.get("timings") or {}
     counters = None
     if isinstance(timings.get("draft_n"), int):
         counters = {"num_draft_tokens": timings["draft_n"], "num_accepted_tokens": timings.get("draft_n_accepted", 0)}
-    return Chunk(ids, tops, choice.get("text") or "", counters)
+    done = event.get("stop") is True
+    finish = ("stop" if event.get("stop_type") in ("eos", "word") else "length") if done else None
+    generated = event.get("tokens_predicted")
+    return Chunk(ids, tops, event.get("content") or "", counters, finish=finish, done=done,
+                 generated=generated if isinstance(generated, int) else None)
 
 
 def parse_text(event: dict) -> Chunk:
     """A stack that gives only text on its OpenAI route (TGI): the gate compares text, and says so."""
-    return Chunk(None, None, event["choices"][0].get("text") or "")
+    return Chunk(None, None, first_choice(event).get("text") or "")
 
 
 @dataclass(frozen=True)
@@ -119,6 +140,11 @@ class Preset:
     counters: dict[str, str] = field(default_factory=dict)  # SpecCounters field -> Prometheus metric family
     per_pos: str | None = None  # the per-position accepted-tokens family (label "position")
     prompt_as_text: bool = False  # the route takes no token ids: send the decoded prompt
+    route: str = "/v1/completions"
+    # Token ids ride on logprobs (vLLM's logprobs.tokens, llama-server's logprobs.content): the reference always
+    # asks for at least this many, whatever http.logprobs says.  None: ids do not depend on logprobs.
+    min_logprobs: int | None = None
+    gives_ids: bool = True  # False: the stack answers with text only; the gate compares text and says so
 
 
 VLLM_COUNTERS = {"num_drafts": "vllm:spec_decode_num_drafts", "num_draft_tokens": "vllm:spec_decode_num_draft_tokens",
@@ -131,18 +157,20 @@ PRESETS = {
     # vLLM: token ids as "token_id:<n>"; logprobs=0 on the engine (the sampled token only; vLLM before about
     # 0.14 turned speculation off for requests that ask for logprobs: use a newer build).
     "vllm": Preset("vllm", {"return_tokens_as_token_ids": True, "logprobs": 0}, {"return_tokens_as_token_ids": True},
-                   parse_openai, VLLM_COUNTERS, "vllm:spec_decode_num_accepted_tokens_per_pos"),
+                   parse_openai, VLLM_COUNTERS, "vllm:spec_decode_num_accepted_tokens_per_pos", min_logprobs=0),
     # SGLang: ids with return_token_ids; counters from spec_verify_calls_total and generation_tokens_total
     # (launch with --enable-metrics); no id-keyed logprobs on its OpenAI route.
     "sglang": Preset("sglang", {"return_token_ids": True}, {"return_token_ids": True}, parse_sglang,
                      {"num_drafts": "sglang:spec_verify_calls", "_generated": "sglang:generation_tokens"}),
-    # llama-server: ids and top-k in logprobs.content; per-request draft counters in timings; /metrics needs
-    # --metrics (spec_decode_* in newer builds).
-    "llamacpp": Preset("llamacpp", {"logprobs": 1}, {}, parse_llamacpp, LLAMACPP_COUNTERS,
-                       "llamacpp:spec_decode_num_accepted_tokens_per_pos"),
+    # llama-server: its native /completions route streams every token's id (its OpenAI route drops the ids of
+    # tokens accepted from the draft); top-k with n_probs (alias logprobs); per-request draft counters in
+    # timings; /metrics needs --metrics.  The engine under test asks for no probabilities: they cost a softmax.
+    "llamacpp": Preset("llamacpp", {}, {}, parse_llamacpp, LLAMACPP_COUNTERS,
+                       "llamacpp:spec_decode_num_accepted_tokens_per_pos", route="/completions"),
     # TGI's /v1/completions takes no token ids and returns no logprobs: text in, text out.
-    "tgi": Preset("tgi", {}, {}, parse_text, prompt_as_text=True),
-    "openai": Preset("openai", {}, {}, parse_openai),
+    "tgi": Preset("tgi", {}, {}, parse_text, prompt_as_text=True, gives_ids=False),
+    # A generic OpenAI-compatible server: ids only if it volunteers them, else a text comparison (said so).
+    "openai": Preset("openai", {}, {}, parse_openai, gives_ids=False),
 }
 
 
@@ -270,8 +298,9 @@ class HttpEngine:
                  api_key: str | None = None, logprobs: int = 5, timeout_s: float = 300.0,
                  extra_body: dict | None = None, metrics_path: str | None = "/metrics",
                  counters: dict[str, str] | None = None, tokenize: Callable[[str], list[int]] | None = None,
-                 detokenize: Callable[[list[int]], str] | None = None):
+                 detokenize: Callable[[list[int]], str] | None = None, where: tuple[str, str] | None = None):
         self.name = name
+        self.where = where or (f"engine {name!r}", "http")  # (config file, "engines[i].http") for errors
         self.url = url.rstrip("/")
         self.preset = preset
         self.speculative = speculative
@@ -304,7 +333,7 @@ class HttpEngine:
         prompt = self.detokenize(list(req.prompt_ids)) if self.preset.prompt_as_text and self.detokenize \
             else list(req.prompt_ids)
         extra = self.preset.engine_request if self.speculative else \
-            {"logprobs": self.logprobs or None, **self.preset.reference_request}
+            {"logprobs": self._reference_logprobs(), **self.preset.reference_request}
         b = {"prompt": prompt, "max_tokens": req.max_new_tokens, "temperature": settings.temperature,
              "stream": True, **extra, **self.extra_body}
         if self._model():
@@ -314,6 +343,34 @@ class HttpEngine:
         if not settings.eos_token_ids:
             b["ignore_eos"] = True
         return {k: v for k, v in b.items() if v is not None}
+
+    def _reference_logprobs(self) -> int | None:
+        """Top-k asked of the reference: http.logprobs, raised to what the preset needs for token ids (vLLM
+        sends ids in logprobs.tokens, so 0 is sent as 0; llama-server only in logprobs.content, so at least 1)."""
+        need = self.preset.min_logprobs
+        if need is None:
+            return self.logprobs or None
+        return max(self.logprobs, need)
+
+    def _no_ids(self, body: dict) -> ConfigError:
+        """A stack that should give token ids gave text: stop at once rather than compare re-tokenized text
+        (its ids differ from the generated ones, which reads as confident divergences of a correct engine)."""
+        source, at = self.where
+        role = "engine under test" if self.speculative else "reference"
+        asked = body.get("logprobs")
+        if self.preset.min_logprobs is not None and (asked is None or asked < self.preset.min_logprobs):
+            field = f"{at}.logprobs"
+            hint = (f"the request asked for logprobs={asked!r} (does http.extra_body override it?); "
+                    f"{self.preset.name} returns token ids only with logprobs >= {self.preset.min_logprobs}")
+        else:
+            fields = {k: body[k] for k in ("logprobs", "return_tokens_as_token_ids", "return_token_ids") if k in body}
+            field = f"{at}.preset"
+            hint = (f"the {self.preset.name!r} preset asks for ids with {json.dumps(fields)} and this server "
+                    "ignored it: use the preset of your stack (vllm, sglang, llamacpp), a build that returns ids, "
+                    "or preset: openai to compare text only (the gate then cannot tell bugs from noise)")
+        return ConfigError(Problem(source, f"the {role} at {self.url} answered with text but no token ids, so the "
+                                           "gate would have to re-tokenize its text, and re-tokenized ids differ "
+                                           "from generated ones", field=field, hint=hint))
 
     def generate(self, requests_: list[Request], settings: GenerationSettings) -> BatchResult:
         before = scrape(self.metrics_url, self.preset, self.counters, self._headers) if self.metrics_url else None
@@ -338,8 +395,9 @@ class HttpEngine:
         return EngineFailure(kind, "HTTPError", f"{self.name} at {self.url}: {who}: {text}"[:600])
 
     def _one(self, i: int, req: Request, settings: GenerationSettings, start: float, n: int) -> SequenceResult:
+        body = self.body(req, settings)
         try:
-            resp = self.session.post(self.url + "/v1/completions", json=self.body(req, settings), stream=True,
+            resp = self.session.post(self.url + self.preset.route, json=body, stream=True,
                                      headers=self._headers, timeout=(10, self.timeout_s))
         except requests.Timeout:
             raise self._fail("timeout", i, n, req, f"timed out after {self.timeout_s:.0f} s") from None
@@ -350,7 +408,7 @@ class HttpEngine:
             raise self._fail("crash", i, n, req, f"HTTP {resp.status_code}: {resp.text[:200]}")
         ids: list[int] = []
         tops: list[dict[int, float]] = []
-        text, finish, done, times, counters = "", None, False, [], None
+        text, finish, done, times, counters, generated = "", None, False, [], None, None
         have_tops = True
         try:
             for raw in resp.iter_lines():
@@ -361,14 +419,12 @@ class HttpEngine:
                     done = True
                     break
                 try:
-                    event = json.loads(data)
-                    chunk = self.preset.parse(event)
-                    choice = event["choices"][0]
+                    chunk = self.preset.parse(json.loads(data))
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                     raise self._fail("crash", i, n, req, f"malformed stream chunk: {data[:120]!r}") from None
                 now = time.perf_counter()
                 text += chunk.text
-                if chunk.ids is not None:
+                if chunk.ids:  # (llama-server's last event carries an empty list)
                     ids += chunk.ids
                     times += [now] * len(chunk.ids)
                     if chunk.tops is not None and len(chunk.tops) == len(chunk.ids):
@@ -377,15 +433,24 @@ class HttpEngine:
                         have_tops = False
                 if chunk.counters:
                     counters = chunk.counters
-                finish = choice.get("finish_reason") or finish
+                finish = chunk.finish or finish
+                generated = chunk.generated if chunk.generated is not None else generated
+                if chunk.done:
+                    done = True
+                    break
         except requests.RequestException as exc:
             raise self._fail("crash", i, n, req, f"the stream broke after {len(ids)} tokens "
                                                  f"({type(exc).__name__})") from None
         if not done:
-            raise self._fail("crash", i, n, req, f"the stream stopped early, after {len(ids)} tokens, without "
-                                                 "[DONE]")
+            end = "[DONE]" if self.preset.route == "/v1/completions" else "its last event (stop: true)"
+            raise self._fail("crash", i, n, req, f"the stream stopped early, after {len(ids)} tokens, without {end}")
+        if generated is not None and ids and generated != len(ids):  # llama-server holds back an incomplete UTF-8
+            raise self._fail("contract", i, n, req, f"the server generated {generated} tokens but streamed the ids "
+                                                    f"of {len(ids)}: token ids are missing from its stream")
         text_only = not ids and bool(text)
-        if text_only:  # the stack gave no token ids: tokenize its text (a text comparison, said as such)
+        if text_only and self.preset.gives_ids:
+            raise self._no_ids(body)
+        if text_only:  # a text-only stack (tgi, openai): tokenize its text; the checks then compare text
             ids = self.tokenize(text) if self.tokenize else []
             times = [time.perf_counter()] * len(ids)
         ttft = times[0] - start if times else None
@@ -409,4 +474,4 @@ def api_key(env_name: str | None, label: str) -> str | None:
     return key
 
 
-__all__ = ["PRESETS", "HttpEngine", "Preset", "Server", "api_key", "counters_between", "scrape"]
+__all__ = ["PRESETS", "HttpEngine", "Preset", "Server", "api_key", "counters_between", "first_choice", "scrape"]

@@ -5,7 +5,9 @@ speculative engine, or one of the self-test's mutants) or off (the reference), a
 vLLM's OpenAI-compatible server that the ``vllm`` preset expects:
 
 * ``POST /v1/completions`` with ``prompt`` as token ids, ``max_tokens``, ``temperature``, ``seed``,
-  ``logprobs`` (top-k), ``stream`` (server-sent events) and ``return_tokens_as_token_ids``;
+  ``logprobs`` (top-k), ``stream`` (server-sent events), ``return_tokens_as_token_ids`` and
+  ``stream_options.include_usage`` (a last chunk with ``"choices": []`` and the usage, as vLLM sends it; always,
+  with ``--force-include-usage``, as vLLM's ``--enable-force-include-usage``);
 * ``GET /health``, ``GET /v1/models``;
 * ``GET /metrics``: Prometheus text with vLLM's counters ``vllm:spec_decode_num_drafts``,
   ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position}``.
@@ -93,7 +95,7 @@ class Batcher:
 
 
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
-             fault: str | None = None):
+             fault: str | None = None, force_include_usage: bool = False):
     """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -188,6 +190,11 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
                                       "logprobs": logprobs_for(i) if lps else None,
                                       "finish_reason": finish if i == len(out) - 1 else None}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
+            if force_include_usage or (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"id": rid, "object": "text_completion", "model": model_name, "choices": [],
+                         "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out),
+                                   "total_tokens": len(prompt) + len(out)}}
+                yield f"data: {json.dumps(usage)}\n\n"
             if fault != "truncate":
                 yield "data: [DONE]\n\n"
 
@@ -229,6 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fault", choices=("error500", "truncate"), help="misbehave, for fault tests")
+    ap.add_argument("--force-include-usage", action="store_true",
+                    help="end every stream with a usage-only chunk (choices: []), like vLLM's "
+                         "--enable-force-include-usage")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -236,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault), host=args.host,
+    uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault,
+                         force_include_usage=args.force_include_usage), host=args.host,
                 port=args.port, log_level="warning")
 
 
