@@ -31,6 +31,8 @@ EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check faile
 
 # Outputs of one run directory, in the order they are written; the verdict files come last.
 RUN_OUTPUTS = ("checks.json", "summary.md", "speedup.png", "comment.md", "verdict.json")
+# What a new run (not a resume) clears besides: the previous run's results must never be judged as this one's.
+RUN_RESULTS = ("results.json",)
 
 
 # 0: only the verdict (-q); 1: progress and the report (default); 2: also the libraries' own output (-v)
@@ -130,9 +132,37 @@ def _out_dir(args, loaded) -> Path:
 
 
 def _clear_outputs(out: Path, names=RUN_OUTPUTS) -> None:
-    """A run's outputs are a set: stale ones from an earlier run must not sit beside new ones."""
+    """A run's outputs are a set: stale ones from an earlier run must not sit beside new ones.
+
+    Called only once the inputs validated, so a run refused for bad input leaves the earlier outputs as they
+    were; a symlink planted under an output's name is removed, not followed.
+    """
     for name in names:
-        (out / name).unlink(missing_ok=True)
+        try:
+            (out / name).unlink(missing_ok=True)
+        except IsADirectoryError:
+            raise SpecguardError(Problem(str(out / name), "a directory sits where the gate writes an output file",
+                                         hint="remove it, or pass another --out")) from None
+
+
+def _run_id(args) -> str:
+    import uuid
+
+    return getattr(args, "run_id", None) or uuid.uuid4().hex
+
+
+def _read_back(out: Path, results, dest: Path | None = None) -> int | None:
+    """None when ``verdict.json`` in ``dest`` is this run's and passed; else the exit code to return instead."""
+    from gate.verdictfile import read_verdict
+
+    fp = results.fingerprint
+    got = read_verdict((dest or out) / "verdict.json", {"id": results.run_id, "config": fp.config,
+                                                        "suite": fp.suite.fingerprint})
+    if got.passed:
+        return None
+    if got.outcome != "fail":
+        print(f"error: {got.reason}", file=sys.stderr)
+    return EXIT_FAIL
 
 
 def _run(args, paired=None):
@@ -150,11 +180,12 @@ def _run(args, paired=None):
         _threads(args)
         loaded = load_config(args.config)
         out = _out_dir(args, loaded)
-        _clear_outputs(out)  # first: whatever happens next, no stale verdict stays beside this run
         suite = suite_for(loaded)
         bad_plugins = plugin_problems(loaded)  # before minutes of model loading
         if bad_plugins:
             raise SpecguardError(bad_plugins)
+        # Inputs are valid: from here no output of an earlier run may be judged as this one's.
+        _clear_outputs(out, RUN_OUTPUTS + RUN_RESULTS)
     _say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
     with phases("model load"):
         _quiet_libraries()
@@ -170,7 +201,8 @@ def _run(args, paired=None):
             with phases("server start"):
                 start_servers(loaded, out, servers)
             runner = Runner(loaded, pair, suite, build_reference(pair, loaded), engines, out, log=_say, cache=cache,
-                            paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None))
+                            paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None),
+                            run_id=_run_id(args))
             results = runner.run(resume=args.resume)
     except RunInterrupted as stop:
         progress.close()
@@ -235,8 +267,8 @@ def _check(loaded, pair, out: Path) -> int:
     from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
 
-    _clear_outputs(out)
     results = load_results(out)
+    _clear_outputs(out)  # after the results loaded: a refused input leaves the earlier outputs alone
     _say("analysing: re-scoring with the target, statistics, power simulations")
     checks = run_checks(results, pair, loaded.config, say=_say)
     phases = _phases()
@@ -278,7 +310,6 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     results = load_results(out)
     checks = read_checks(out)
     dest = report_dir or out
-    _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))
     name = baseline_name or config.baseline.name or "specguard"
     paired = None
     if results.paired:
@@ -286,8 +317,13 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
         paired = Paired(engine=p["engine"], head_engine=p["head_engine"], k=p["num_draft_tokens"],
                         calibration=p.get("calibration", {}), config=p.get("config", {}))
     baseline, path, same = _find_baseline(results, config, name, baselines_dir)
+    _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))  # the inputs loaded: now replace them
+    from gate.compare import RunRef
+
     verdict = compare(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
                       paired=paired)
+    verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
+                                                       suite=results.fingerprint.suite.fingerprint)})
     page = build_page(results, checks, verdict, baseline, baseline.name if baseline else name)
     atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
                       + render_text(results, checks).split("\n", 1)[1])
@@ -305,6 +341,8 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     else:
         print_terminal(verdict)
     _say(f"wrote {dest / 'verdict.json'}, {dest / 'comment.md'} and {dest / 'summary.md'}")
+    if verdict.exit_code == EXIT_OK:  # a pass is what the file says, read back, not what this process believes
+        return _read_back(out, results, dest) or EXIT_OK
     return verdict.exit_code
 
 
@@ -316,14 +354,14 @@ def read_checks(run_dir: Path) -> dict:
 
     path = run_dir / "checks.json"
     hint = "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecguardError(Problem(str(path), "checks not found", hint=hint)) from None
-    except (OSError, ValueError) as exc:
-        raise SpecguardError(Problem(str(path), f"unreadable checks: {exc}", hint=hint)) from None
+    from gate.errors import parse_json, read_input
+
+    doc = parse_json(read_input(path, SpecguardError, "checks file", hint), SpecguardError, str(path),
+                     "the checks file", hint)
     try:
         ChecksDoc.model_validate(doc)
+    except RecursionError:
+        raise SpecguardError(Problem(str(path), "the checks file is nested too deeply to read", hint=hint)) from None
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
         raise SpecguardError(Problem(str(path), f"corrupt checks: {e['msg']}",
@@ -353,16 +391,27 @@ def cmd_run(args) -> int:
 
 
 def cmd_merge(args) -> int:
+    import uuid
+
     from gate.merge import merge
     from gate.results import atomic_write_json
 
     merged = merge([Path(d) for d in args.dirs])
+    merged = merged.model_copy(update={"run_id": uuid.uuid4().hex})  # the merged run is a run of its own
     out = Path(args.out)
-    _clear_outputs(out)
+    _clear_outputs(out, RUN_OUTPUTS + RUN_RESULTS)
     atomic_write_json(out / "results.json", merged)
     print(f"wrote {out / 'results.json'} ({len(merged.executions)} executions from {len(args.dirs)} shards); "
           f"now `specguard check CONFIG --out {out}` and `specguard compare {out}`")
     return EXIT_OK
+
+
+def _run_id_arg(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", text):
+        raise argparse.ArgumentTypeError(f"expected letters, digits, '.', '_' or '-' (at most 128), got {text!r}")
+    return text
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -435,12 +484,9 @@ def cmd_gate(args) -> int:
     compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False),
                         record_phases=True)
     _say(_phases().render())
-    outcome = _verdict_says(out)
-    if outcome is None:
-        return EXIT_FAIL  # no verdict file: never a pass
-    if compared == EXIT_OK and checked != EXIT_OK:
-        return checked
-    return compared
+    if compared != EXIT_OK:
+        return compared
+    return checked  # compared is 0 only once _compare read back a passing verdict.json of this run
 
 
 def cmd_demo(args) -> int:
@@ -632,6 +678,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--resume", action="store_true", help="reuse finished executions of an interrupted run")
         q.add_argument("--no-cache", action="store_true", help="do not read or write the reference cache")
         q.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+        q.add_argument("--run-id", type=_run_id_arg, help="this run's id, written into results.json and "
+                       "verdict.json (default: a random one); `python -m gate.verdictfile OUT --run-id ID` "
+                       "checks that a passing verdict of this run exists")
         talk(q)
 
     def talk(q):

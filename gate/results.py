@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
-from gate.errors import Problem, SpecguardError
+from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 
 SCHEMA = "specguard.results/2"
 OLDER_SCHEMAS = ("specguard.results/1",)
@@ -271,6 +271,7 @@ class RunHeader(_Record):
     prompts: list[PromptRecord]
     batches: list[BatchPlanRecord] = Field(default_factory=list)
     shard: tuple[int, int] | None = None  # (index, count) of a sharded run; None for a whole run
+    run_id: str | None = None  # this invocation's id: verdict.json names it, so a stale verdict is never judged
 
 
 class Results(RunHeader):
@@ -496,16 +497,18 @@ def read_records(path: Path) -> tuple[RunHeader | None, list[Execution]]:
     """
     if not path.exists():
         return None, []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    hint = "delete the output directory and run again"
+    lines = split_lines(read_input(path, ResultsError, "record log", hint))
+    while lines and not lines[-1].strip():
+        lines.pop()
     header, records = None, []
     for n, line in enumerate(lines, start=1):
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+            rec = parse_json(line, ResultsError, str(path), "a record", hint, line=n)
+        except ResultsError:
             if n == len(lines):
                 break  # torn write of the batch in flight
-            raise ResultsError(Problem(str(path), "corrupt record (not JSON)", line=n,
-                                       hint="delete the output directory and run again")) from None
+            raise
         if not isinstance(rec, dict):
             raise ResultsError(Problem(str(path), "corrupt record (not an object)", line=n,
                                        hint="delete the output directory and run again"))
@@ -570,15 +573,11 @@ def load_results(path: str | Path) -> Results:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
+    text = read_input(path, ResultsError, "results file", "run `specguard run CONFIG` first")
+    doc = parse_json(text, ResultsError, str(path), "the results file",
+                     "the file is corrupt; rerun, or rebuild it from records.jsonl with `specguard run --resume`")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(Problem(str(path), "results file not found",
-                                   hint="run `specguard run CONFIG` first")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(Problem(str(path), f"cannot read results: {exc}")) from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(Problem(str(path), f"not valid JSON: {exc.msg}", line=exc.lineno,
-                                   hint="the file is corrupt; rerun, or rebuild it from records.jsonl "
-                                        "with `specguard run --resume`")) from None
-    return parse_results(doc, str(path))
+        return parse_results(doc, str(path))
+    except RecursionError:
+        raise ResultsError(Problem(str(path), "the results file is nested too deeply to read",
+                                   hint="the file is corrupt or was edited; rerun `specguard run`")) from None

@@ -327,12 +327,57 @@ def test_every_optional_section_renders(case):
         assert "not measured" in text and "→ – ms" in text
 
 
-def test_a_stale_summary_is_removed_when_a_new_run_starts(tmp_path, capsys):
+EARLIER = {"summary.md": "# specguard: PASS\n", "comment.md": "earlier", "checks.json": "{}",
+           "speedup.png": "png", "verdict.json": '{"outcome": "pass", "exit_code": 0}'}
+
+
+@pytest.mark.parametrize("bad", ["plugin", "suite"])
+def test_a_run_refused_for_bad_input_keeps_the_earlier_outputs_and_cannot_pass(tmp_path, capsys, bad):
+    """Bug (item 5): gate deleted summary.md, comment.md, checks.json, verdict.json and speedup.png, then
+    exited 2 on a bad suite. Now the inputs are validated first; the earlier verdict, which names no run of
+    this directory, is no pass either."""
+    from gate import verdictfile
+
     out = tmp_path / "out"
     out.mkdir()
-    (out / "summary.md").write_text("# specguard: PASS\n")
-    (out / "verdict.json").write_text('{"outcome": "pass"}')
+    for name, text in EARLIER.items():
+        (out / name).write_text(text)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "nope:gen"}'})
+    if bad == "plugin":
+        cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "nope:gen"}'})
+    else:
+        (tmp_path / "suite.jsonl").write_text('{"id": "a", "slice": "prose", "prompt": "x"}\n[1, 2]\n')
+        cfg.write_text((TINY % {"engines": plugin("good")}).replace(
+            "suite: {max_prompts_per_slice: 1, slices: [prose, code]}", "suite: {path: suite.jsonl}"))
     assert main(["gate", str(cfg), "--out", str(out)]) == 2
-    assert not (out / "verdict.json").exists() or json.loads((out / "verdict.json").read_text())["outcome"] != "pass"
+    assert {p.name: p.read_text() for p in out.iterdir()} == EARLIER
+    assert verdictfile.check(out).outcome == "error"
+
+
+@pytest.mark.slow
+def test_a_killed_run_leaves_no_earlier_results_to_judge(tmp_path):
+    """Bug (item 2): results.json of a complete earlier run survived a new run killed with SIGKILL, and
+    `check` and `compare` then exited 0 judging the old run."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(syn.run().model_dump_json(by_alias=True))
+    (out / "checks.json").write_text(json.dumps(syn.checks_for(syn.run())))
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": plugin("raises")})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "--no-cache"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = out / "records.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.is_file() and records.read_text().count("\n") >= 3:  # the header and two batches
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert records.is_file() and not (out / "results.json").exists()
+    for args in (["check", str(cfg)], ["compare", str(out)]):
+        done = subprocess.run([sys.executable, "-m", "gate", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and "results file not found" in done.stderr, done.stderr[-2000:]
