@@ -175,6 +175,8 @@ class EngineConfig(_Strict):
     max_batch_size: PositiveInt | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     timeout_s: Annotated[float, Field(gt=0)] | None = None  # per batch; default: 60 s + 1 s per budgeted token
+    # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md)
+    isolation: Literal["process", "thread"] | None = None
     http: HttpConfig | None = None
 
     @field_validator("name")
@@ -200,6 +202,8 @@ class EngineConfig(_Strict):
                 raise ValueError(f"only plugin engines take 'max_batch_size' (this engine is {self.type!r})")
             if self.timeout_s is not None:
                 raise ValueError(f"only plugin engines take 'timeout_s' (this engine is {self.type!r})")
+            if self.isolation is not None:
+                raise ValueError(f"only plugin engines take 'isolation' (this engine is {self.type!r})")
         return self
 
     @field_validator("callable")
