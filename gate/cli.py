@@ -190,7 +190,7 @@ def _run(args, paired=None):
     with phases("model load"):
         _quiet_libraries()
         pair = load_pair(loaded)
-        engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
+        engines = [build_engine(e, pair, loaded, log_dir=out) for e in loaded.config.engines]
         base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
     cache_dir = getattr(args, "demo_cache_dir", None) or (
         loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
@@ -324,7 +324,7 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
                       paired=paired)
     verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
                                                        suite=results.fingerprint.suite.fingerprint)})
-    page = build_page(results, checks, verdict, baseline, baseline.name if baseline else name)
+    page = build_page(results, checks, verdict, baseline, name)  # the marker is the config's, never the baseline's
     atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
                       + render_text(results, checks).split("\n", 1)[1])
     note = write_png(checks, dest / "speedup.png")
@@ -829,5 +829,20 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def entry() -> None:
+    """The ``specguard`` command: :func:`main`, then an exit that an abandoned plug-in thread cannot turn into
+    an abort (``engines[].isolation: thread``: torch's C++ threads end the interpreter with "terminate called
+    without an active exception", exit 134, in place of the gate's own code)."""
+    import os
+    import threading
+
+    code = main()
+    if any(t.name.startswith("specguard-engine-") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
