@@ -294,9 +294,22 @@ def _find_baseline(results, config, name: str | None, baselines_dir: Path):
         path, same = store.find(hw)
         if path is None:
             return None, str(store.path_for(hw)), True
+    _screen_baseline(Path(path))
     baseline = load_baseline(path)
     usable_for(baseline, results, str(path))
     return baseline, str(path), baseline.hardware_key == hw if same is None else same
+
+
+def _screen_baseline(path: Path) -> None:
+    """Refuse, with exit 3, a baseline that is not a regular file, is too large, is nested too deeply or holds a
+    NaN or an infinity (no baseline the gate writes does): before its schema is read."""
+    from gate.baseline import BaselineError
+    from gate.errors import parse_json, read_input
+
+    hint = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
+    if path.exists():
+        parse_json(read_input(path, BaselineError, "baseline", hint, limit=64 << 20), BaselineError, str(path),
+                   "the baseline", hint)
 
 
 def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,
@@ -357,7 +370,7 @@ def read_checks(run_dir: Path) -> dict:
     from gate.errors import parse_json, read_input
 
     doc = parse_json(read_input(path, SpecguardError, "checks file", hint), SpecguardError, str(path),
-                     "the checks file", hint)
+                     "the checks file", hint, allow_nan=True)
     try:
         ChecksDoc.model_validate(doc)
     except RecursionError:
@@ -830,13 +843,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The ``specguard`` command: :func:`main`, then an exit that an abandoned plug-in thread cannot turn into
-    an abort (``engines[].isolation: thread``: torch's C++ threads end the interpreter with "terminate called
-    without an active exception", exit 134, in place of the gate's own code)."""
+    """The ``specguard`` command: :func:`main`, then an exit past an abandoned plug-in thread
+    (``engines[].isolation: thread``), whose torch threads would otherwise end the interpreter's shutdown
+    with "terminate called without an active exception" (exit 134).  Not a cure for thread isolation: a
+    SIGINT while such a thread is inside torch still aborts (docs/reliability.md); the default, process
+    isolation, has no such thread."""
+    import gc
     import os
     import threading
 
     code = main()
+    gc.disable()  # collecting the run's objects while a plug-in thread is inside torch can abort
     if any(t.name.startswith("specguard-engine-") and t.is_alive() for t in threading.enumerate()):
         sys.stdout.flush()
         sys.stderr.flush()

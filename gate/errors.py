@@ -104,17 +104,44 @@ def read_input(path, error: type[SpecguardError], kind: str, hint: str, limit: i
                             hint=hint)) from None
 
 
-def parse_json(text: str, error: type[SpecguardError], source: str, kind: str, hint: str, line: int | None = None):
-    """One JSON document; invalid or over-deep JSON (a RecursionError in the parser) is ``error``."""
+def parse_json(text: str, error: type[SpecguardError], source: str, kind: str, hint: str, line: int | None = None,
+               allow_nan: bool = False):
+    """One JSON document; invalid or over-deep JSON (a RecursionError in the parser) is ``error``, and so is a
+    NaN or an infinity unless ``allow_nan`` (the gate's own checks.json records an estimate it could not make
+    as NaN)."""
     import json
 
+    seen = []
+
+    def constant(name: str) -> float:  # NaN, Infinity, -Infinity: not JSON, and never a measurement
+        seen.append(name)
+        return float(name)
+
     try:
-        return json.loads(text)
+        doc = json.loads(text, parse_constant=constant)
+        if seen and not allow_nan:
+            raise error(Problem(source, f"{seen[0]} is not a number JSON allows (a non-finite value)",
+                                field=_path_of_nan(doc), line=line, hint=hint))
+        return doc
     except json.JSONDecodeError as exc:
         raise error(Problem(source, f"not valid JSON: {exc.msg} at column {exc.colno}",
                             line=line if line is not None else exc.lineno, hint=hint)) from None
     except RecursionError:
         raise error(Problem(source, f"{kind} is nested too deeply to read", line=line, hint=hint)) from None
+
+
+def _path_of_nan(doc, path: str = "") -> str | None:
+    """The dotted path of the first NaN or infinity in a parsed document."""
+    stack = [(doc, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and (node != node or node in (float("inf"), float("-inf"))):
+            return where or "(top level)"
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(list(node.items())))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def split_lines(text: str) -> list[str]:

@@ -26,9 +26,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
@@ -58,7 +58,24 @@ class ResultsError(SpecguardError):
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+# Numbers are finite and in range at this boundary: a NaN, an infinity, a negative time or count, or a batch
+# size beyond any real one is refused with its field path (exit 2), never judged.
+MAX_BATCH_SIZE = 1 << 16
+Seconds = Annotated[float, Field(ge=0.0, le=1e7)]
+Count = Annotated[int, Field(ge=0)]
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+
+
+def _counters_not_negative(c):
+    if c is None:
+        return c
+    for k, v in vars(c).items():
+        if any(x < 0 for x in (v if isinstance(v, list) else [v])):
+            raise ValueError(f"{k}: expected counts >= 0, got {v}")
+    return c
 
 
 # --- one execution ------------------------------------------------------------------------
@@ -88,14 +105,16 @@ class SequenceOutput(_Record):
     filler: bool = False  # a repeat of a prompt already in this composition (the suite was too small)
     seed: int = 0
     text: str = ""
-    token_ids: list[int]
+    token_ids: list[Count]
     stop_reason: Literal["eos", "max_tokens"]
-    wall_s: float
-    ttft_s: float | None = None
-    per_token_s: float | None = None
+    wall_s: Seconds
+    ttft_s: Seconds | None = None
+    per_token_s: Seconds | None = None
     counters: SpecCounters | None = None
     top_logprobs: list[dict[int, float]] | None = None  # a server's top-k logprobs per emitted token
     text_only: bool = False  # the engine gave only text: these ids are its text re-tokenized
+
+    _counters = field_validator("counters")(_counters_not_negative)
 
 
 class Failure(_Record):
@@ -113,24 +132,26 @@ class Execution(_Record):
     phase: Phase
     engine: str
     mode: Mode
-    batch_size: int
-    composition: int = 0
-    batch: int
-    repeat: int = 0
+    batch_size: BatchSize
+    composition: Count = 0
+    batch: Count
+    repeat: Count = 0
     slice: str | None = None  # the batch's cell, for per-cell batches (timing); None for mixed batches
     bucket: str | None = None
-    temperature: float = 0.0
+    temperature: Annotated[float, Field(ge=0.0)] = 0.0
     prompts: list[str]
-    n_real: int
-    wall_s: float
-    realign_s: float = 0.0
-    num_target_forwards: int = 0
-    num_draft_forwards: int = 0
-    peak_memory_bytes: int | None = None
+    n_real: Count
+    wall_s: Seconds
+    realign_s: Seconds = 0.0
+    num_target_forwards: Count = 0
+    num_draft_forwards: Count = 0
+    peak_memory_bytes: Count | None = None
     cached: bool = False
     sequences: list[SequenceOutput]
     failure: Failure | None = None  # the engine crashed, hung, ran out of memory or broke the contract
     batch_counters: SpecCounters | None = None  # a server's counters for the whole wave (per row unknown)
+
+    _counters = field_validator("batch_counters")(_counters_not_negative)
 
     @property
     def key(self) -> JobKey:

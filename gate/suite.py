@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from gate.config import LoadedConfig, problems_from_validation
 from gate.errors import Problem, SuiteError, parse_json, read_input, split_lines
@@ -24,7 +24,7 @@ class _PromptLine(BaseModel):
     id: Annotated[str, Field(min_length=1, max_length=200)]
     slice: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
     prompt: str
-    max_new_tokens: Annotated[int, Field(gt=0, le=4096)] | None = None
+    max_new_tokens: Annotated[StrictInt, Field(gt=0, le=4096)] | None = None  # not true, "4" or 4.0
 
     @field_validator("prompt")
     @classmethod
