@@ -826,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     _VERBOSITY = 0 if getattr(args, "quiet", False) else (2 if getattr(args, "verbose", False) else 1)
     try:  # SIGTERM (timeout, a cancelled CI job) ends the whole command, like Ctrl-C
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        if hasattr(signal, "SIGXFSZ"):  # a file size limit: a write fails with EFBIG instead of killing the gate
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     except ValueError:  # not the main thread
         previous = None
     try:
@@ -837,6 +839,14 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Interrupted, RunInterrupted) as exc:
         _say(f"interrupted ({exc or 'SIGINT'}); finished work is kept")
         return EXIT_INTERRUPTED
+    except OSError as exc:  # the environment, not a verdict: a read-only --out, a full disk, a file size limit
+        import errno
+
+        code = errno.errorcode.get(exc.errno, "")
+        print(f"error: {exc.filename or 'a file'}: {exc.strerror or exc}" + (f" ({code})" if code else "")
+              + ": free disk space, make the output directory writable or raise the file size limit, then rerun "
+                "(`--resume` keeps the finished batches)", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

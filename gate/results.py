@@ -19,6 +19,7 @@ through :func:`migrate`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -451,15 +452,21 @@ def atomic_write_text(path: Path, text: str) -> None:
     the permissions a plain ``open()`` would give (the umask is respected), so an
     artifact upload or a second user on the runner can read it.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise _named(exc, path) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces a symlink planted at path; never writes through it
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -473,6 +480,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """The same error, naming the file the gate was writing (a write on an open file names none)."""
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -489,22 +501,31 @@ class RecordLog:
         self._fh = None
 
     def start(self, header: RunHeader) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.unlink(missing_ok=True)  # a symlink planted here is removed, never written through
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
+        self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
 
     def append(self, record: Execution) -> None:
         self._write(record.model_dump(mode="json"))
 
     def _write(self, record: dict) -> None:
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(json.dumps(record) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:  # a full disk or a file size limit: a torn last line, dropped on --resume
+            raise _named(exc, self.path) from None
 
     def close(self) -> None:
         if self._fh:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            with contextlib.suppress(OSError):  # the write that failed already said why
+                fh.close()
 
 
 # --- reading ---------------------------------------------------------------------------------

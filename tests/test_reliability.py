@@ -548,3 +548,58 @@ def test_the_jsonl_reader_takes_every_line_json_allows(tmp_path):
     (tmp_path / "s.jsonl").write_text(json.dumps({"id": "a", "slice": "s", "prompt": text}, ensure_ascii=False)
                                       + "\r\n", encoding="utf-8")
     assert load_suite(tmp_path / "s.jsonl").prompts[0].text == text
+
+
+# --- the environment: a read-only directory, a full disk, a file size limit ---------------------------------
+
+
+def _limited(limit: int):
+    def preexec():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def test_a_file_size_limit_is_exit_2_naming_the_file(tmp_path):
+    """Bug (item 7): EFBIG (and ENOSPC, EROFS) gave a traceback and exit 1, which the Action reads as a fail."""
+    out = _run_dir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "gate", "compare", str(out), "--baselines-dir", str(tmp_path / "b")],
+                          env=env, capture_output=True, text=True, timeout=120, preexec_fn=_limited(4096))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "File too large (EFBIG)" in proc.stderr and str(out) in proc.stderr
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EROFS"])
+def test_a_full_disk_or_read_only_directory_is_exit_2_naming_the_file(tmp_path, capsys, monkeypatch, errno_name):
+    import errno
+
+    import gate.results
+
+    out = _run_dir(tmp_path)
+
+    def refuse(fd, *a, **k):  # what the kernel answers on a full disk or a read-only mount (not makeable here)
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+    monkeypatch.setattr(gate.results.os, "fsync", refuse)
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert f"({errno_name})" in err and str(out) in err
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path):
+    """records.jsonl torn by EFBIG: exit 2, then `--resume` without the limit reuses the finished batches."""
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": plugin("good")})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    args = [sys.executable, "-m", "gate", "run", str(cfg), "--threads", "2", "--no-cache"]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limited(10_000))
+    assert proc.returncode == 2 and "File too large (EFBIG)" in proc.stderr, proc.stderr[-2000:]
+    kept = (tmp_path / "out" / "records.jsonl").read_text().count("\n") - 1
+    assert kept >= 1
+    proc = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resuming: {kept} finished executions" in proc.stderr
