@@ -603,3 +603,108 @@ def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path):
     proc = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"resuming: {kept} finished executions" in proc.stderr
+
+
+# --- engine code: any exception, any output ------------------------------------------------------------------
+
+
+ODD = '''\
+import os
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no message for you")
+
+
+def mem(prompt_ids, batch_size, settings):
+    raise MemoryError()
+
+
+def unprintable(prompt_ids, batch_size, settings):
+    raise Unprintable()
+
+
+def noisy(prompt_ids, batch_size, settings):
+    print("::error::from the plug-in")
+    print("::warning::to stderr", file=__import__("sys").stderr)
+    return [{"token_ids": [5] * n} for n in settings.max_new_tokens]
+
+
+def segfault(prompt_ids, batch_size, settings):
+    import ctypes
+
+    ctypes.string_at(0)
+'''
+
+
+def _isolated(tmp_path, monkeypatch, name: str):
+    import torch
+
+    from gate.engines.plugin import PluginEngine, PluginSettings, ProcessCallable
+
+    (tmp_path / "odd_plugins.py").write_text(ODD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=4, eos_token_ids=[],
+                          target="t", draft="d", dtype="float32", device="cpu")
+    fn = ProcessCallable(f"odd_plugins:{name}", "specguard.yaml", "inhouse", log_path=tmp_path / "inhouse.log")
+    return PluginEngine("inhouse", fn, torch.device("cpu"), base, vocab_size=50, timeout_s=60), fn
+
+
+def _generate(engine):
+    from gate.engines.base import GenerationSettings, Request
+
+    return engine.generate([Request((1, 2, 3), 4, 0, "p0"), Request((4, 5), 4, 0, "p1")],
+                           GenerationSettings(0.0, 4, ()))
+
+
+@pytest.mark.parametrize("name,kind,type_,message", [
+    ("mem", "out_of_memory", "MemoryError", "MemoryError()"),
+    ("unprintable", "crash", "Unprintable", "Unprintable()"),
+    ("segfault", "crash", "ProcessExit", "was killed by SIGSEGV"),
+])
+def test_any_exception_or_crash_in_a_plugin_is_a_recorded_failure(tmp_path, monkeypatch, name, kind, type_, message):
+    """Bug (item 12): MemoryError from a plug-in was a plain crash, not "out of memory at batch size N"; an
+    exception whose __str__ raises, and a segfault, are recorded failures too (never a lost run)."""
+    from gate.engines.base import EngineFailure
+
+    engine, fn = _isolated(tmp_path, monkeypatch, name)
+    try:
+        with pytest.raises(EngineFailure) as got:
+            _generate(engine)
+    finally:
+        fn.stop()
+    assert (got.value.kind, got.value.type) == (kind, type_) and message in got.value.message
+
+
+def test_plugin_output_goes_to_its_log_not_the_gates(tmp_path, monkeypatch, capfd):
+    """Bug (item 13): a plug-in's stdout, workflow commands included, mixed into the gate's own."""
+    engine, fn = _isolated(tmp_path, monkeypatch, "noisy")
+    try:
+        assert len(_generate(engine).sequences) == 2
+    finally:
+        fn.stop()
+    out, err = capfd.readouterr()
+    assert "::" not in out + err
+    log = (tmp_path / "inhouse.log").read_text()
+    assert "::error::from the plug-in" in log and "::warning::to stderr" in log
+
+
+def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
+    """Bug (item 12): a plug-in that hung twice still got a ✅ reproducibility line with zero outputs."""
+    from gate.checks import reproducibility
+
+    r = syn.run()
+    doc = r.model_dump(mode="json", by_alias=True)
+    for ex in doc["executions"]:
+        if ex["engine"] == "speculative":
+            ex["sequences"] = []
+            ex["failure"] = {"kind": "timeout", "type": "Timeout", "message": "timed out after 2 s"}
+    from gate.results import Results
+
+    repro = reproducibility.measure(Results.model_validate(doc), None)
+    assert all(repro["speculative"][k] is None for _, k in reproducibility.PROPERTIES)
+    from gate.report import _repro
+
+    lines = _repro({"reproducibility": repro})
+    assert lines and not any(line.startswith("**speculative**") for line in lines)
