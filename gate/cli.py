@@ -307,9 +307,21 @@ def _screen_baseline(path: Path) -> None:
     from gate.errors import parse_json, read_input
 
     hint = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
-    if path.exists():
-        parse_json(read_input(path, BaselineError, "baseline", hint, limit=64 << 20), BaselineError, str(path),
-                   "the baseline", hint)
+    if not path.exists():
+        return
+    doc = parse_json(read_input(path, BaselineError, "baseline", hint, limit=64 << 20), BaselineError, str(path),
+                     "the baseline", hint)
+    stack = [(doc, "")]
+    while stack:  # a baseline holds measurements: counts, rates, ratios, seconds; none is negative
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and (
+                node < 0 or (node == 0 and where.endswith(("tokens_per_target_forward", "mean_accepted_length")))):
+            raise BaselineError(Problem(str(path), f"expected a measurement > 0 here, got {node}", field=where,
+                                        hint=hint))
 
 
 def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,

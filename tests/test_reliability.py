@@ -708,3 +708,21 @@ def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
 
     lines = _repro({"reproducibility": repro})
     assert lines and not any(line.startswith("**speculative**") for line in lines)
+
+
+def test_outputs_never_write_through_a_planted_symlink(tmp_path):
+    """A symlink planted in the output directory under an output's name must not redirect the gate's writes."""
+    from gate.results import RecordLog, RunHeader
+
+    out = _run_dir(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for name in ("comment.md", "summary.md", "verdict.json", "speedup.png", "records.jsonl"):
+        (out / name).symlink_to(victim)
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b"), "-q"]) == 0
+    log = RecordLog(out / "records.jsonl")
+    r = syn.run()
+    log.start(RunHeader(**r.model_dump(by_alias=True, include=set(RunHeader.model_fields) | {"schema_id"})))
+    log.close()
+    assert victim.read_text() == "precious"
+    assert not any((out / n).is_symlink() for n in ("comment.md", "summary.md", "verdict.json", "records.jsonl"))

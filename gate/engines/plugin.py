@@ -297,7 +297,11 @@ class ProcessCallable:
 
     def __call__(self, args: tuple, timeout_s: float | None):
         self.start()
-        reply = self._ask(("call", args), timeout_s)
+        try:
+            reply = self._ask(("call", args), timeout_s)
+        except BaseException:  # an interrupt mid-call: the worker's answer would answer the next call
+            self.stop()
+            raise
         if reply[0] == "ok":
             return reply[1]
         _, type_, message, oom = reply
