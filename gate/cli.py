@@ -349,7 +349,9 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
                       paired=paired)
     verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
                                                        suite=results.fingerprint.suite.fingerprint)})
-    page = build_page(results, checks, verdict, baseline, name)  # the marker is the config's, never the baseline's
+    # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
+    by_path = bool(baseline_name) and (baseline_name.endswith(".json") or Path(baseline_name).is_file())
+    page = build_page(results, checks, verdict, baseline, (config.baseline.name or "specguard") if by_path else name)
     atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
                       + render_text(results, checks).split("\n", 1)[1])
     note = write_png(checks, dest / "speedup.png")
