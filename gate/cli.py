@@ -309,8 +309,13 @@ def _screen_baseline(path: Path) -> None:
     hint = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
     if not path.exists():
         return
-    doc = parse_json(read_input(path, BaselineError, "baseline", hint, limit=64 << 20), BaselineError, str(path),
-                     "the baseline", hint)
+    try:
+        doc = parse_json(read_input(path, BaselineError, "baseline", hint, limit=64 << 20), BaselineError,
+                         str(path), "the baseline", hint)
+    except BaselineError as exc:
+        if exc.problems[0].message.startswith("not valid JSON"):
+            return  # load_baseline says "corrupt baseline", with the line
+        raise
     stack = [(doc, "")]
     while stack:  # a baseline holds measurements: counts, rates, ratios, seconds; none is negative
         node, where = stack.pop()

@@ -182,8 +182,9 @@ class EngineConfig(_Strict):
     max_batch_size: BatchSize | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     timeout_s: Seconds | None = None  # per batch; default: 60 s + 1 s per budgeted token
-    # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md)
-    isolation: Literal["process", "thread"] | None = None
+    # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md).
+    # Not part of the config's digest (exclude): it changes how a failure is contained, not what is measured.
+    isolation: Literal["process", "thread"] | None = Field(None, exclude=True)
     http: HttpConfig | None = None
 
     @field_validator("name")
