@@ -572,7 +572,7 @@ def load_config(path: str | Path) -> LoadedConfig:
 def _read_raw(source: Path) -> tuple[str, Any]:
     """The config's text and raw YAML tree, or ("", None) when it cannot be read (load_config reports why)."""
     try:
-        text = source.read_text(encoding="utf-8")
+        text = read_input(source, ConfigError, "config file", "")  # never blocks on a FIFO
         screen_yaml(text, str(source))
         return text, yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
