@@ -31,6 +31,8 @@ EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check faile
 
 # Outputs of one run directory, in the order they are written; the verdict files come last.
 RUN_OUTPUTS = ("checks.json", "summary.md", "speedup.png", "comment.md", "verdict.json")
+# What a new run (not a resume) clears besides: the previous run's results must never be judged as this one's.
+RUN_RESULTS = ("results.json",)
 
 
 # 0: only the verdict (-q); 1: progress and the report (default); 2: also the libraries' own output (-v)
@@ -138,9 +140,37 @@ def _out_dir(args, loaded) -> Path:
 
 
 def _clear_outputs(out: Path, names=RUN_OUTPUTS) -> None:
-    """A run's outputs are a set: stale ones from an earlier run must not sit beside new ones."""
+    """A run's outputs are a set: stale ones from an earlier run must not sit beside new ones.
+
+    Called only once the inputs validated, so a run refused for bad input leaves the earlier outputs as they
+    were; a symlink planted under an output's name is removed, not followed.
+    """
     for name in names:
-        (out / name).unlink(missing_ok=True)
+        try:
+            (out / name).unlink(missing_ok=True)
+        except IsADirectoryError:
+            raise SpecguardError(Problem(str(out / name), "a directory sits where the gate writes an output file",
+                                         hint="remove it, or pass another --out")) from None
+
+
+def _run_id(args) -> str:
+    import uuid
+
+    return getattr(args, "run_id", None) or uuid.uuid4().hex
+
+
+def _read_back(out: Path, results, dest: Path | None = None) -> int | None:
+    """None when ``verdict.json`` in ``dest`` is this run's and passed; else the exit code to return instead."""
+    from gate.verdictfile import read_verdict
+
+    fp = results.fingerprint
+    got = read_verdict((dest or out) / "verdict.json", {"id": results.run_id, "config": fp.config,
+                                                        "suite": fp.suite.fingerprint})
+    if got.passed:
+        return None
+    if got.outcome != "fail":
+        print(f"error: {got.reason}", file=sys.stderr)
+    return EXIT_FAIL
 
 
 def _run(args, paired=None):
@@ -158,16 +188,17 @@ def _run(args, paired=None):
         _threads(args)
         loaded = load_config(args.config)
         out = _out_dir(args, loaded)
-        _clear_outputs(out)  # first: whatever happens next, no stale verdict stays beside this run
         suite = suite_for(loaded)
         bad_plugins = plugin_problems(loaded)  # before minutes of model loading
         if bad_plugins:
             raise SpecguardError(bad_plugins)
+        # Inputs are valid: from here no output of an earlier run may be judged as this one's.
+        _clear_outputs(out, RUN_OUTPUTS + RUN_RESULTS)
     _say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
     with phases("model load"):
         _quiet_libraries()
         pair = load_pair(loaded)
-        engines = [build_engine(e, pair, loaded) for e in loaded.config.engines]
+        engines = [build_engine(e, pair, loaded, log_dir=out) for e in loaded.config.engines]
         base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
     cache_dir = getattr(args, "demo_cache_dir", None) or (
         loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
@@ -179,7 +210,7 @@ def _run(args, paired=None):
                 start_servers(loaded, out, servers)
             runner = Runner(loaded, pair, suite, build_reference(pair, loaded), engines, out, log=_say, cache=cache,
                             paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None),
-                            hardware_key=getattr(args, "hardware_key", None))
+                            hardware_key=getattr(args, "hardware_key", None), run_id=_run_id(args))
             results = runner.run(resume=args.resume)
     except RunInterrupted as stop:
         progress.close()
@@ -244,8 +275,8 @@ def _check(loaded, pair, out: Path) -> int:
     from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
 
-    _clear_outputs(out)
     results = load_results(out)
+    _clear_outputs(out)  # after the results loaded: a refused input leaves the earlier outputs alone
     _say("analysing: re-scoring with the target, statistics, power simulations")
     checks = run_checks(results, pair, loaded.config, say=_say)
     phases = _phases()
@@ -269,13 +300,44 @@ def _find_baseline(results, config, name: str | None, baselines_dir: Path):
 
     hw = results.fingerprint.hardware_key
     if name and (name.endswith(".json") or Path(name).is_file()):
+        _screen_baseline(Path(name))
         baseline = load_baseline(name)
         return baseline, str(name), baseline.hardware_key == hw, []
     store = BaselineStore(baselines_dir, name or config.baseline.name or "specguard", config.baseline.history)
     path = store.find(hw)
     if path is None:
         return None, str(store.path_for(hw)), True, store.others(hw)
+    _screen_baseline(path)
     return load_baseline(path), str(path), True, []
+
+
+def _screen_baseline(path: Path) -> None:
+    """Refuse, with exit 3, a baseline that is not a regular file, is too large, is nested too deeply or holds a
+    NaN or an infinity (no baseline the gate writes does): before its schema is read."""
+    from gate.baseline import BaselineError
+    from gate.errors import parse_json, read_input
+
+    hint = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
+    if not path.exists():
+        return
+    try:
+        doc = parse_json(read_input(path, BaselineError, "baseline", hint, limit=64 << 20), BaselineError,
+                         str(path), "the baseline", hint)
+    except BaselineError as exc:
+        if exc.problems[0].message.startswith("not valid JSON"):
+            return  # load_baseline says "corrupt baseline", with the line
+        raise
+    stack = [(doc, "")]
+    while stack:  # a baseline holds measurements: counts, rates, ratios, seconds; none is negative
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and (
+                node < 0 or (node == 0 and where.endswith(("tokens_per_target_forward", "mean_accepted_length")))):
+            raise BaselineError(Problem(str(path), f"expected a measurement > 0 here, got {node}", field=where,
+                                        hint=hint))
 
 
 def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,
@@ -290,7 +352,6 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     results = load_results(out)
     checks = read_checks(out)
     dest = report_dir or out
-    _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))
     name = baseline_name or config.baseline.name or "specguard"
     paired = None
     if results.paired:
@@ -298,9 +359,16 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
         paired = Paired(engine=p["engine"], head_engine=p["head_engine"], k=p["num_draft_tokens"],
                         calibration=p.get("calibration", {}), config=p.get("config", {}))
     baseline, path, same, others = _find_baseline(results, config, name, baselines_dir)
+    _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))  # the inputs loaded: now replace them
+    from gate.compare import RunRef
+
     verdict = compare(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
                       paired=paired, others=others)
-    page = build_page(results, checks, verdict, baseline, baseline.name if baseline else name)
+    verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
+                                                       suite=results.fingerprint.suite.fingerprint)})
+    # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
+    by_path = bool(baseline_name) and (baseline_name.endswith(".json") or Path(baseline_name).is_file())
+    page = build_page(results, checks, verdict, baseline, (config.baseline.name or "specguard") if by_path else name)
     atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
                       + render_text(results, checks).split("\n", 1)[1])
     note = write_png(checks, dest / "speedup.png")
@@ -318,6 +386,8 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     else:
         print_terminal(verdict, note=caveat)
     _say(f"wrote {dest / 'verdict.json'}, {dest / 'comment.md'} and {dest / 'summary.md'}")
+    if verdict.exit_code == EXIT_OK:  # a pass is what the file says, read back, not what this process believes
+        return _read_back(out, results, dest) or EXIT_OK
     return verdict.exit_code
 
 
@@ -329,14 +399,14 @@ def read_checks(run_dir: Path) -> dict:
 
     path = run_dir / "checks.json"
     hint = "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecguardError(Problem(str(path), "checks not found", hint=hint)) from None
-    except (OSError, ValueError) as exc:
-        raise SpecguardError(Problem(str(path), f"unreadable checks: {exc}", hint=hint)) from None
+    from gate.errors import parse_json, read_input
+
+    doc = parse_json(read_input(path, SpecguardError, "checks file", hint), SpecguardError, str(path),
+                     "the checks file", hint, allow_nan=True)
     try:
         ChecksDoc.model_validate(doc)
+    except RecursionError:
+        raise SpecguardError(Problem(str(path), "the checks file is nested too deeply to read", hint=hint)) from None
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
         raise SpecguardError(Problem(str(path), f"corrupt checks: {e['msg']}",
@@ -366,16 +436,27 @@ def cmd_run(args) -> int:
 
 
 def cmd_merge(args) -> int:
+    import uuid
+
     from gate.merge import merge
     from gate.results import atomic_write_json
 
     merged = merge([Path(d) for d in args.dirs])
+    merged = merged.model_copy(update={"run_id": uuid.uuid4().hex})  # the merged run is a run of its own
     out = Path(args.out)
-    _clear_outputs(out)
+    _clear_outputs(out, RUN_OUTPUTS + RUN_RESULTS)
     atomic_write_json(out / "results.json", merged)
     print(f"wrote {out / 'results.json'} ({len(merged.executions)} executions from {len(args.dirs)} shards); "
           f"now `specguard check CONFIG --out {out}` and `specguard compare {out}`")
     return EXIT_OK
+
+
+def _run_id_arg(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", text):
+        raise argparse.ArgumentTypeError(f"expected letters, digits, '.', '_' or '-' (at most 128), got {text!r}")
+    return text
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -453,12 +534,9 @@ def cmd_gate(args) -> int:
     compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False),
                         record_phases=True)
     _say(_phases().render())
-    outcome = _verdict_says(out)
-    if outcome is None:
-        return EXIT_FAIL  # no verdict file: never a pass
-    if compared == EXIT_OK and checked != EXIT_OK:
-        return checked
-    return compared
+    if compared != EXIT_OK:
+        return compared
+    return checked  # compared is 0 only once _compare read back a passing verdict.json of this run
 
 
 def _refresh_from(args, loaded, out: Path) -> int:
@@ -680,6 +758,9 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--hardware-key", type=_hardware_key, metavar="KEY",
                        help="the key this runner's baseline is stored and looked up under (default: "
                             "baseline.hardware_key, else read off the hardware, e.g. cuda-nvidia-h100-80gb-hbm3)")
+        q.add_argument("--run-id", type=_run_id_arg, help="this run's id, written into results.json and "
+                       "verdict.json (default: a random one); `python -m gate.verdictfile OUT --run-id ID` "
+                       "checks that a passing verdict of this run exists")
         talk(q)
 
     def talk(q):
@@ -832,6 +913,8 @@ def main(argv: list[str] | None = None) -> int:
     _VERBOSITY = 0 if getattr(args, "quiet", False) else (2 if getattr(args, "verbose", False) else 1)
     try:  # SIGTERM (timeout, a cancelled CI job) ends the whole command, like Ctrl-C
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        if hasattr(signal, "SIGXFSZ"):  # a file size limit: a write fails with EFBIG instead of killing the gate
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     except ValueError:  # not the main thread
         previous = None
     try:
@@ -840,6 +923,14 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # the environment, not a verdict: a read-only --out, a full disk, a file size limit
+        import errno
+
+        code = errno.errorcode.get(exc.errno, "")
+        print(f"error: {exc.filename or 'a file'}: {exc.strerror or exc}" + (f" ({code})" if code else "")
+              + ": free disk space, make the output directory writable or raise the file size limit, then rerun "
+                "(`--resume` keeps the finished batches)", file=sys.stderr)
+        return EXIT_USAGE
     except BaseException as exc:
         if not isinstance(exc, _interruptions()):
             raise
@@ -850,5 +941,24 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def entry() -> None:
+    """The ``specguard`` command: :func:`main`, then an exit past an abandoned plug-in thread
+    (``engines[].isolation: thread``), whose torch threads would otherwise end the interpreter's shutdown
+    with "terminate called without an active exception" (exit 134).  Not a cure for thread isolation: a
+    SIGINT while such a thread is inside torch still aborts (docs/reliability.md); the default, process
+    isolation, has no such thread."""
+    import gc
+    import os
+    import threading
+
+    code = main()
+    gc.disable()  # collecting the run's objects while a plug-in thread is inside torch can abort
+    if any(t.name.startswith("specguard-engine-") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

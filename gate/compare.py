@@ -130,6 +130,14 @@ class BaselineRef(_Doc):
     forced: bool = False
 
 
+class RunRef(_Doc):
+    """The run a verdict belongs to: ``python -m gate.verdictfile RUN_DIR`` matches it with results.json."""
+
+    id: str | None
+    config: str  # the run's config digest (results.fingerprint.config)
+    suite: str  # the run's suite fingerprint
+
+
 class VerdictDoc(_Doc):
     schema_id: Literal["specguard.verdict/1"] = Field(SCHEMA, alias="schema")
     outcome: Literal["pass", "fail", "neutral"]
@@ -144,6 +152,7 @@ class VerdictDoc(_Doc):
     speedup: list[SpeedupChange] = Field(default_factory=list)
     changed: list[Changed] = Field(default_factory=list)
     run_status: str
+    run: RunRef | None = None
 
     def failed(self) -> list[CheckVerdict]:
         return [c for c in self.checks if c.status == "fail"]

@@ -37,12 +37,19 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-PositiveInt = Annotated[StrictInt, Field(gt=0)]
+# Every number has a stated range: NaN and infinities are refused (allow_inf_nan), and so is an integer beyond
+# any real batch size, token budget or count, which would only hang the planner.
+MAX_BATCH_SIZE = 4096
+MAX_COUNT = 1 << 20
+MAX_SECONDS = 7 * 86400.0
+PositiveInt = Annotated[StrictInt, Field(gt=0, le=MAX_COUNT)]
+BatchSize = Annotated[StrictInt, Field(gt=0, le=MAX_BATCH_SIZE)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
@@ -79,7 +86,7 @@ class SpeculationConfig(_Strict):
 
 
 class BatchingConfig(_Strict):
-    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 8], min_length=1)
+    batch_sizes: list[BatchSize] = Field(default_factory=lambda: [1, 4, 8], min_length=1, max_length=64)
     compositions: Annotated[StrictInt, Field(ge=1, le=16)] = 2
 
     @field_validator("batch_sizes")
@@ -92,8 +99,8 @@ class BatchingConfig(_Strict):
 
 class SamplingConfig(_Strict):
     temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
-    seed: StrictInt = 0
-    batch_sizes: list[PositiveInt] | None = None  # default: every batching.batch_sizes entry
+    seed: Annotated[StrictInt, Field(ge=-(1 << 63), lt=1 << 63)] = 0
+    batch_sizes: list[BatchSize] | None = None  # default: every batching.batch_sizes entry
 
 
 class GenerationConfig(_Strict):
@@ -123,7 +130,7 @@ class EndpointConfig(_Strict):
     url: str
     launch: list[str] | None = None  # a command the gate runs (own process group), waits on and tears down
     health: str = "/health"
-    startup_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    startup_timeout_s: Seconds = 600.0
     env: dict[str, str] = Field(default_factory=dict)
     log: str | None = None  # file for a launched server's output
 
@@ -154,7 +161,7 @@ class HttpConfig(_Strict):
     model: str | None = None  # the request's "model" (default: the first of /v1/models)
     api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
     logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
-    request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    request_timeout_s: Seconds = 300.0
     extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
     metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
     counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
@@ -172,9 +179,12 @@ class EngineConfig(_Strict):
     type: Literal["speculative", "hf_assisted", "plugin", "http"]
     name: str | None = Field(None, validate_default=True)
     callable: str | None = Field(None, validate_default=True)
-    max_batch_size: PositiveInt | None = None
+    max_batch_size: BatchSize | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
-    timeout_s: Annotated[float, Field(gt=0)] | None = None  # per batch; default: 60 s + 1 s per budgeted token
+    timeout_s: Seconds | None = None  # per batch; default: 60 s + 1 s per budgeted token
+    # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md).
+    # Not part of the config's digest (exclude): it changes how a failure is contained, not what is measured.
+    isolation: Literal["process", "thread"] | None = Field(None, exclude=True)
     http: HttpConfig | None = None
 
     @field_validator("name")
@@ -200,6 +210,8 @@ class EngineConfig(_Strict):
                 raise ValueError(f"only plugin engines take 'max_batch_size' (this engine is {self.type!r})")
             if self.timeout_s is not None:
                 raise ValueError(f"only plugin engines take 'timeout_s' (this engine is {self.type!r})")
+            if self.isolation is not None:
+                raise ValueError(f"only plugin engines take 'isolation' (this engine is {self.type!r})")
         return self
 
     @field_validator("callable")
@@ -223,8 +235,8 @@ class EngineConfig(_Strict):
 
 class EquivalenceCheck(_Strict):
     logit_tolerance: float | Literal["auto"] = "auto"
-    max_confident_divergences: Annotated[StrictInt, Field(ge=0)] = 0
-    max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0)] = 0
+    max_confident_divergences: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
+    max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
     min_exact_match: Fraction = 0.0
 
     @field_validator("logit_tolerance")
@@ -236,7 +248,7 @@ class EquivalenceCheck(_Strict):
 
 
 class ReproducibilityCheck(_Strict):
-    repeat_batch_size: PositiveInt | None = None
+    repeat_batch_size: BatchSize | None = None
     require_bitwise: StrictBool = False
 
 
@@ -247,14 +259,14 @@ class DistributionCheck(_Strict):
 
 
 class SpeedupCheck(_Strict):
-    min_speedup: Annotated[float, Field(gt=0.0)] | None = None
+    min_speedup: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
     ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
-    time_budget_s: Annotated[float, Field(gt=0.0)] = 120.0
-    warmup: Annotated[StrictInt, Field(ge=0)] = 1
-    min_repeats: Annotated[StrictInt, Field(ge=2)] = 3
-    max_repeats: Annotated[StrictInt, Field(ge=2)] = 30
+    time_budget_s: Seconds = 120.0
+    warmup: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
+    min_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 3
+    max_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 30
     max_batches_per_cell: PositiveInt | None = 4
-    bootstrap_resamples: Annotated[StrictInt, Field(ge=100)] = 2000
+    bootstrap_resamples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
     context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
     # timed forwards per step cost (draft step, target step, verification) and batch size; the median is kept
     calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
@@ -460,6 +472,26 @@ def screen_yaml(text: str, name: str) -> None:
         raise ConfigError(Problem(name, f"the file is {len(text):,} characters; a config is far smaller "
                                         f"(limit {MAX_SIZE:,})", hint="is this the right file?"))
     depth = 0
+    # One frame per open collection: [is a mapping, a key is next, keys seen -> line, the current key].
+    frames: list[list] = []
+
+    def node(event) -> None:
+        """A node (scalar or collection) starts in the innermost collection: a key or a value."""
+        if not frames or not frames[-1][0]:
+            return
+        frame = frames[-1]
+        if frame[1]:
+            key = event.value if isinstance(event, yaml.ScalarEvent) else "(complex key)"
+            if key in frame[2]:
+                path = ".".join(str(f[3]) for f in frames[:-1] if f[0]) + ("." if len(frames) > 1 else "")
+                raise ConfigError(Problem(name, f"duplicate key {key!r} (first on line {frame[2][key]}): YAML "
+                                                "would silently keep only the last one",
+                                          field=f"{path}{key}".lstrip("."), line=event.start_mark.line + 1,
+                                          hint="merge the two into one"))
+            frame[2][key] = event.start_mark.line + 1
+            frame[3] = key
+        frame[1] = not frame[1]
+
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
@@ -467,12 +499,17 @@ def screen_yaml(text: str, name: str) -> None:
                                                 "config", line=event.start_mark.line + 1,
                                           hint="write the values out; a config needs no references"))
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                node(event)
+                frames.append([isinstance(event, yaml.MappingStartEvent), True, {}, None])
                 depth += 1
                 if depth > MAX_DEPTH:
                     raise ConfigError(Problem(name, f"nested more than {MAX_DEPTH} levels deep",
                                               line=event.start_mark.line + 1, hint="see docs/config.md for the layout"))
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                frames.pop()
                 depth -= 1
+            elif isinstance(event, yaml.ScalarEvent):
+                node(event)
     except yaml.YAMLError:
         return  # reported with its line by the parser below
 
@@ -550,7 +587,7 @@ def load_config(path: str | Path) -> LoadedConfig:
 def _read_raw(source: Path) -> tuple[str, Any]:
     """The config's text and raw YAML tree, or ("", None) when it cannot be read (load_config reports why)."""
     try:
-        text = source.read_text(encoding="utf-8")
+        text = read_input(source, ConfigError, "config file", "")  # never blocks on a FIFO
         screen_yaml(text, str(source))
         return text, yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
@@ -600,7 +637,9 @@ def check_paths(source: str | Path) -> list[Problem]:
     value = suite.get("path", SuiteConfig().path)
     if isinstance(value, str) and not base.resolve_path(value).is_file():
         where = ("suite", "path")
-        problems.append(Problem(str(source), f"suite file {str(base.resolve_path(value))!r} does not exist",
+        found = base.resolve_path(value)
+        what = "is not a regular file (a FIFO, socket, device or directory)" if found.exists() else "does not exist"
+        problems.append(Problem(str(source), f"suite file {str(found)!r} {what}",
                                 field=dotted(where), line=lines.get(where),
                                 hint="use a JSONL file, or leave the default suite"))
     return problems

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 from gate import fingerprint as fp
 from gate.cache import ReferenceCache
-from gate.engines.base import Engine, EngineFailure, GenerationSettings, Request, is_out_of_memory
+from gate.engines.base import Engine, EngineFailure, GenerationSettings, Request, is_out_of_memory, safe_message
 from gate.errors import ConfigError, Interrupted
 from gate.plan import Job, PlannedBatch, PromptInfo, prompt_seed
 from gate.results import Execution, Failure, JobKey, Phase, RecordLog, SequenceOutput
@@ -145,15 +145,18 @@ class Executor:
                 wall: float) -> Execution:
         """A failed execution: which engine, batch size and prompts, and the exception's type and message."""
         b = job.batch
-        if isinstance(exc, EngineFailure):
-            kind, type_, message = exc.kind, exc.type, exc.message
+        if isinstance(exc, EngineFailure) and exc.kind == "out_of_memory":
+            kind, type_ = exc.kind, exc.type
+            message = f"out of memory at batch size {b.batch_size}: {' '.join(exc.message.split())[:300]}"
+        elif isinstance(exc, EngineFailure):
+            kind, type_, message = exc.kind, exc.type, " ".join(exc.message.split())[:500]
         elif is_out_of_memory(exc):
             kind, type_ = "out_of_memory", type(exc).__name__
-            message = f"out of memory at batch size {b.batch_size}: {str(exc).strip().splitlines()[0][:300]}"
+            message = f"out of memory at batch size {b.batch_size}: {safe_message(exc, 300)}"
             _free_accelerator_memory()
         else:
             kind, type_ = "crash", type(exc).__name__
-            message = (str(exc).strip() or repr(exc))[:500]
+            message = safe_message(exc)
         prompts = [self.prompts[i].id for i in b.members]
         self.say(f"{engine.name} failed at batch size {b.batch_size} ({kind}) on {len(prompts)} prompt(s): "
                  f"{type_}: {message}")

@@ -11,10 +11,11 @@
 * ``speedup.png`` — speedup against load per slice with CI bars, when the
   ``specguard[plot]`` extra (matplotlib) is installed; otherwise skipped with a note.
 
-Model output, prompts and prompt ids are untrusted: they go through
-:func:`gate.summary.untrusted` (inert code spans); every other sentence through
-:func:`inline`, so nothing can break a table, close a ``<details>``,
-@-mention someone, link an issue or inject HTML.
+Every ``{{ }}`` in the templates is escaped for Markdown by default (:func:`gate.inert.finalize`), so
+nothing from a file, an engine, a server, a baseline or a prompt can break a table, close a
+``<details>``, @-mention someone, link an issue, show an image or forge a marker.  Model output,
+prompts and prompt ids are quoted in inert code spans (``untrusted``).  The only marker in the page is
+the footer's, made from the config's name (:func:`marker`), never from a baseline.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from gate.baseline import Baseline
 from gate.compare import VerdictDoc
+from gate.inert import Inert, finalize, terminal
 from gate.results import Results
 from gate.summary import inline, ms, num, pct, untrusted
 from gate.verdict import retokenized_note
@@ -35,11 +37,14 @@ SUMMARY_LIMIT = 1 << 20
 STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
 
 
-def marker(name: str) -> str:
-    """The hidden marker that identifies this config's comment on a PR (one definition: the publisher's)."""
+def marker(name: str) -> Inert:
+    """The hidden marker that identifies this config's comment on a PR (the name cut to [A-Za-z0-9_.-]; one
+    definition of its form: the publisher's)."""
+    import re
+
     from gate.github import comment_marker
 
-    return comment_marker(name)
+    return Inert(comment_marker(re.sub(r"[^A-Za-z0-9_.-]", "-", str(name))[:64] or "specguard"))
 
 
 @dataclass
@@ -71,7 +76,8 @@ class Page:
 
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+                      finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, signed=_signed, x=_x)
     env.globals.update(icon=STATUS_ICON, ms=ms)
     return env
@@ -144,7 +150,7 @@ def _repro(checks: dict) -> list[str]:
         kind = "speculative" if r["speculative"] else "non-speculative"
         if any(r.get(k) is not None for k in ("bitwise_across_batch_sizes", "bitwise_across_runs",
                                               "bitwise_across_compositions")):
-            out.append(f"**{engine}**: {inline(sentence(kind, r))}")
+            out.append(Inert(f"**{inline(engine)}**: {inline(sentence(kind, r))}"))
     return out
 
 
@@ -174,21 +180,25 @@ def _chart(checks: dict) -> dict | None:
 
 def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -> None:
     """The verdict as rich tables on a terminal; plain, uncoloured text when stdout is not one.  ``note``: a
-    caveat for the first line (a comparison of re-tokenized text)."""
+    caveat for the first line (a comparison of re-tokenized text).
+
+    Every cell is a :func:`gate.inert.terminal` Text: nothing a message quotes is read as console markup.
+    """
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
     style = {"pass": "green", "fail": "bold red", "warn": "yellow", "neutral": "dim", "info": "dim"}
-    first = f"{verdict.outcome.upper()} · {note}" if note else verdict.outcome.upper()
-    console.print(f"[{style.get(verdict.outcome, '')}]specguard: {first}[/] — {verdict.headline}",
-                  markup=True, highlight=False)
+    first = f"specguard: {verdict.outcome.upper()}" + (f" · {note}" if note else "")
+    console.print(Text.assemble(terminal(first, style.get(verdict.outcome, "")), " — ", terminal(verdict.headline)),
+                  highlight=False)
     table = Table(show_header=True, header_style="bold")
     for col in ("status", "check", "engine", "batch size", "why"):
         table.add_column(col, overflow="fold")
     for c in verdict.checks:
-        table.add_row(f"[{style.get(c.status, '')}]{c.status}[/]", c.check, c.engine or "–",
-                      str(c.batch_size or "–"), c.why)
+        table.add_row(terminal(c.status, style.get(c.status, "")), terminal(c.check), terminal(c.engine or "–"),
+                      terminal(c.batch_size or "–"), terminal(c.why))
     console.print(table)
     if verdict.speedup:
         sp = Table(title="speedup, head vs base", show_header=True, header_style="bold")
@@ -198,9 +208,10 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
             ci = (f"{_signed(c.ratio.estimate - 1 if c.ratio.estimate is not None else None)} "
                   f"({_signed(c.ratio.low - 1 if c.ratio.low is not None else None)} to "
                   f"{_signed(c.ratio.high - 1 if c.ratio.high is not None else None)})")
-            sp.add_row(c.engine, c.slice or "–", str(c.batch_size), c.bucket or "–", _x(c.base.estimate),
-                       _x(c.head.estimate), f"[{style.get(c.status, '')}]{ci}[/]",
-                       c.explanation.sentence if c.explanation else "–")
+            sp.add_row(*(terminal(x) for x in (c.engine, c.slice or "–", c.batch_size, c.bucket or "–",
+                                               _x(c.base.estimate), _x(c.head.estimate))),
+                       terminal(ci, style.get(c.status, "")),
+                       terminal(c.explanation.sentence if c.explanation else "–"))
         console.print(sp)
 
 

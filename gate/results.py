@@ -19,6 +19,7 @@ through :func:`migrate`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -26,13 +27,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
-from gate.errors import Problem, SpecguardError
+from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 
 SCHEMA = "specguard.results/2"
 OLDER_SCHEMAS = ("specguard.results/1",)
@@ -58,7 +59,24 @@ class ResultsError(SpecguardError):
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+# Numbers are finite and in range at this boundary: a NaN, an infinity, a negative time or count, or a batch
+# size beyond any real one is refused with its field path (exit 2), never judged.
+MAX_BATCH_SIZE = 1 << 16
+Seconds = Annotated[float, Field(ge=0.0, le=1e7)]
+Count = Annotated[int, Field(ge=0)]
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+
+
+def _counters_not_negative(c):
+    if c is None:
+        return c
+    for k, v in vars(c).items():
+        if any(x < 0 for x in (v if isinstance(v, list) else [v])):
+            raise ValueError(f"{k}: expected counts >= 0, got {v}")
+    return c
 
 
 # --- one execution ------------------------------------------------------------------------
@@ -88,14 +106,16 @@ class SequenceOutput(_Record):
     filler: bool = False  # a repeat of a prompt already in this composition (the suite was too small)
     seed: int = 0
     text: str = ""
-    token_ids: list[int]
+    token_ids: list[Count]
     stop_reason: Literal["eos", "max_tokens"]
-    wall_s: float
-    ttft_s: float | None = None
-    per_token_s: float | None = None
+    wall_s: Seconds
+    ttft_s: Seconds | None = None
+    per_token_s: Seconds | None = None
     counters: SpecCounters | None = None
     top_logprobs: list[dict[int, float]] | None = None  # a server's top-k logprobs per emitted token
     text_only: bool = False  # the engine gave only text: these ids are its text re-tokenized
+
+    _counters = field_validator("counters")(_counters_not_negative)
 
 
 class Failure(_Record):
@@ -113,24 +133,26 @@ class Execution(_Record):
     phase: Phase
     engine: str
     mode: Mode
-    batch_size: int
-    composition: int = 0
-    batch: int
-    repeat: int = 0
+    batch_size: BatchSize
+    composition: Count = 0
+    batch: Count
+    repeat: Count = 0
     slice: str | None = None  # the batch's cell, for per-cell batches (timing); None for mixed batches
     bucket: str | None = None
-    temperature: float = 0.0
+    temperature: Annotated[float, Field(ge=0.0)] = 0.0
     prompts: list[str]
-    n_real: int
-    wall_s: float
-    realign_s: float = 0.0
-    num_target_forwards: int = 0
-    num_draft_forwards: int = 0
-    peak_memory_bytes: int | None = None
+    n_real: Count
+    wall_s: Seconds
+    realign_s: Seconds = 0.0
+    num_target_forwards: Count = 0
+    num_draft_forwards: Count = 0
+    peak_memory_bytes: Count | None = None
     cached: bool = False
     sequences: list[SequenceOutput]
     failure: Failure | None = None  # the engine crashed, hung, ran out of memory or broke the contract
     batch_counters: SpecCounters | None = None  # a server's counters for the whole wave (per row unknown)
+
+    _counters = field_validator("batch_counters")(_counters_not_negative)
 
     @property
     def key(self) -> JobKey:
@@ -271,6 +293,7 @@ class RunHeader(_Record):
     prompts: list[PromptRecord]
     batches: list[BatchPlanRecord] = Field(default_factory=list)
     shard: tuple[int, int] | None = None  # (index, count) of a sharded run; None for a whole run
+    run_id: str | None = None  # this invocation's id: verdict.json names it, so a stale verdict is never judged
 
 
 class Results(RunHeader):
@@ -429,15 +452,21 @@ def atomic_write_text(path: Path, text: str) -> None:
     the permissions a plain ``open()`` would give (the umask is respected), so an
     artifact upload or a second user on the runner can read it.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise _named(exc, path) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces a symlink planted at path; never writes through it
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -451,6 +480,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """The same error, naming the file the gate was writing (a write on an open file names none)."""
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -467,22 +501,31 @@ class RecordLog:
         self._fh = None
 
     def start(self, header: RunHeader) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.unlink(missing_ok=True)  # a symlink planted here is removed, never written through
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
+        self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
 
     def append(self, record: Execution) -> None:
         self._write(record.model_dump(mode="json"))
 
     def _write(self, record: dict) -> None:
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(json.dumps(record) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:  # a full disk or a file size limit: a torn last line, dropped on --resume
+            raise _named(exc, self.path) from None
 
     def close(self) -> None:
         if self._fh:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            with contextlib.suppress(OSError):  # the write that failed already said why
+                fh.close()
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -496,16 +539,18 @@ def read_records(path: Path) -> tuple[RunHeader | None, list[Execution]]:
     """
     if not path.exists():
         return None, []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    hint = "delete the output directory and run again"
+    lines = split_lines(read_input(path, ResultsError, "record log", hint))
+    while lines and not lines[-1].strip():
+        lines.pop()
     header, records = None, []
     for n, line in enumerate(lines, start=1):
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+            rec = parse_json(line, ResultsError, str(path), "a record", hint, line=n)
+        except ResultsError:
             if n == len(lines):
                 break  # torn write of the batch in flight
-            raise ResultsError(Problem(str(path), "corrupt record (not JSON)", line=n,
-                                       hint="delete the output directory and run again")) from None
+            raise
         if not isinstance(rec, dict):
             raise ResultsError(Problem(str(path), "corrupt record (not an object)", line=n,
                                        hint="delete the output directory and run again"))
@@ -570,15 +615,11 @@ def load_results(path: str | Path) -> Results:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
+    text = read_input(path, ResultsError, "results file", "run `specguard run CONFIG` first")
+    doc = parse_json(text, ResultsError, str(path), "the results file",
+                     "the file is corrupt; rerun, or rebuild it from records.jsonl with `specguard run --resume`")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(Problem(str(path), "results file not found",
-                                   hint="run `specguard run CONFIG` first")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(Problem(str(path), f"cannot read results: {exc}")) from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(Problem(str(path), f"not valid JSON: {exc.msg}", line=exc.lineno,
-                                   hint="the file is corrupt; rerun, or rebuild it from records.jsonl "
-                                        "with `specguard run --resume`")) from None
-    return parse_results(doc, str(path))
+        return parse_results(doc, str(path))
+    except RecursionError:
+        raise ResultsError(Problem(str(path), "the results file is nested too deeply to read",
+                                   hint="the file is corrupt or was edited; rerun `specguard run`")) from None

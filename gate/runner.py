@@ -126,8 +126,10 @@ class Runner:
                  engines: list[Engine], out_dir: Path, log: Callable[[str], None] = print,
                  cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
                  paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
-                 shard: tuple[int, int] | None = None, hardware_key: str | None = None):
+                 shard: tuple[int, int] | None = None, run_id: str | None = None,
+                 hardware_key: str | None = None):
         self.loaded = loaded
+        self.run_id = run_id
         # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
         self.hardware_key_override = hardware_key or loaded.config.baseline.hardware_key
         self.cfg = loaded.config
@@ -189,6 +191,7 @@ class Runner:
             compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
         )
         return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings, shard=self.shard,
+                         run_id=self.run_id,
                          config=cfg.model_dump(mode="json"),
                          prompts=[p.record() for p in self.prompts],
                          batches=[b.record(self.prompts) for b in self.plan.batches])

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from gate.config import LoadedConfig, problems_from_validation
-from gate.errors import Problem, SuiteError, read_input
+from gate.errors import Problem, SuiteError, parse_json, read_input, split_lines
 
 
 class _PromptLine(BaseModel):
@@ -24,7 +24,7 @@ class _PromptLine(BaseModel):
     id: Annotated[str, Field(min_length=1, max_length=200)]
     slice: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
     prompt: str
-    max_new_tokens: Annotated[int, Field(gt=0, le=4096)] | None = None
+    max_new_tokens: Annotated[StrictInt, Field(gt=0, le=4096)] | None = None  # not true, "4" or 4.0
 
     @field_validator("prompt")
     @classmethod
@@ -86,14 +86,13 @@ def parse_suite(text: str, name: str) -> Suite:
     problems: list[Problem] = []
     prompts: list[Prompt] = []
     first_line: dict[str, int] = {}
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(split_lines(text), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(Problem(name, f"not valid JSON: {exc.msg} at column {exc.colno}", line=n,
-                                    hint="each line must be one JSON object"))
+            obj = parse_json(line, SuiteError, name, "the line", "each line must be one JSON object", line=n)
+        except SuiteError as exc:
+            problems += exc.problems
             continue
         if not isinstance(obj, dict):
             problems.append(Problem(name, f"expected a JSON object, got {type(obj).__name__}", line=n))

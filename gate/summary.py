@@ -1,36 +1,29 @@
 """Human-readable summary of a run: Markdown rendered from ``templates/summary.md.j2``.
 
-Everything that comes from models or user files (generated text, prompt ids)
-goes through the ``untrusted`` filter: it cannot break out of its table cell or
-code span, cannot inject HTML, and cannot @-mention anyone.
+Every ``{{ }}`` is escaped for Markdown by the environment (:func:`gate.inert.finalize`);
+quoted model output and prompt ids go through the ``untrusted`` filter (an inert code
+span).  Nothing rendered can break out of its table cell, inject HTML or a link,
+or @-mention anyone.
 """
 
 from __future__ import annotations
 
-import html
 import math
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from gate.inert import Inert, code, finalize, markdown
 from gate.results import Results
 
 
-def untrusted(value, limit: int = 80) -> str:
+def untrusted(value, limit: int = 80) -> Inert:
     """Model output or user text, made inert for Markdown/HTML and shown in a code span."""
-    text = str(value)
-    if len(text) > limit:
-        text = text[:limit] + "…"
-    text = "".join(ch if ch.isprintable() else ("⏎" if ch == "\n" else "·") for ch in text)
-    text = html.escape(text.replace("#", "#\u200b").replace("@", "@\u200b"), quote=True)
-    text = text.replace("|", "&#124;").replace("`", "&#96;").replace("[", "&#91;").replace("]", "&#93;")
-    return f"<code>{text}</code>" if text.strip() else "<code>␣</code>"
+    return code(value, limit)
 
 
-def inline(value) -> str:
+def inline(value) -> Inert:
     """A sentence of ours that may quote user-controlled names: inert in Markdown tables and HTML."""
-    text = " ".join(str(value).split())
-    text = html.escape(text.replace("@", "@\u200b").replace("#", "#\u200b"), quote=False)
-    return text.replace("|", "&#124;")
+    return markdown(value)
 
 
 def num(value, fmt: str = ".2f", missing: str = "–") -> str:
@@ -53,7 +46,8 @@ def mib(value) -> str:
 
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+                      finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib)
     env.globals.update(ms=ms)
     return env

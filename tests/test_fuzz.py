@@ -113,3 +113,195 @@ def test_random_plugin_returns_are_a_result_or_a_recorded_contract_failure(value
     assert len(result.sequences) == 2
     for s in result.sequences:
         assert all(isinstance(t, int) and 0 <= t < 50 for t in s.token_ids)
+
+
+# --- results and baselines with hostile values -------------------------------------------------------------
+
+HOSTILE_VALUES = st.one_of(st.sampled_from([float("nan"), float("inf"), float("-inf"), -1, -1.0, 10**30, 2**63,
+                                            True, "4", None, [], {}, "x" * 300]),
+                           st.integers(), st.floats(), st.text(max_size=10))
+
+
+def _leaves(doc, path=()):
+    """Every (path, value) of a JSON document whose value is a number."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _leaves(v, (*path, i))
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        yield path, doc
+
+
+def _set(doc, path, value):
+    for p in path[:-1]:
+        doc = doc[p]
+    doc[path[-1]] = value
+
+
+def _mutated(doc: dict, data) -> tuple[dict, tuple]:
+    import copy
+
+    doc = copy.deepcopy(doc)
+    leaves = list(_leaves(doc))
+    path = data.draw(st.sampled_from([p for p, _ in leaves]))
+    _set(doc, path, data.draw(HOSTILE_VALUES))
+    return doc, path
+
+
+_RUN = None
+
+
+def _syn_run():
+    global _RUN
+    if _RUN is None:
+        import synthetic as syn
+
+        r = syn.run().model_copy(update={"run_id": "r1"})
+        _RUN = (r.model_dump(mode="json", by_alias=True), syn.checks_for(r))
+    return _RUN
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, data):
+    import json
+
+    import gate.cli as cli
+
+    doc, _ = _mutated(_syn_run()[0], data)
+    out = tmp_path / "run"
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc))
+    (out / "checks.json").write_text(json.dumps(_syn_run()[1]))
+    cli._VERBOSITY = 0
+    assert run_cli(["compare", str(out), "--baselines-dir", str(tmp_path / "b"), "-q"]) in (0, 1, 2)
+    from gate.results import load_results
+
+    try:
+        r = load_results(out)
+    except Exception as exc:  # only the gate's own error is allowed
+        assert type(exc).__name__ == "ResultsError", exc
+        return
+    for ex in r.executions:  # what is accepted is a measurement: finite, and never negative
+        assert ex.wall_s >= 0 and ex.wall_s == ex.wall_s and ex.wall_s != float("inf")
+        assert all(s.wall_s >= 0 for s in ex.sequences)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path, data):
+    import json
+
+    import synthetic as syn
+
+    from gate.baseline import derive
+
+    results_doc, checks = _syn_run()
+    from gate.results import Results
+
+    r = Results.model_validate(results_doc)
+    base = derive(r, checks, syn.config(), "demo").model_dump(mode="json", by_alias=True)
+    doc, _ = _mutated(base, data)
+    out = tmp_path / "run"
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results_doc))
+    (out / "checks.json").write_text(json.dumps(checks))
+    (tmp_path / "base.json").write_text(json.dumps(doc))
+    assert run_cli(["compare", str(out), "--baseline", str(tmp_path / "base.json"), "-q"]) in (0, 1, 3)
+
+
+# --- special files as inputs -------------------------------------------------------------------------------
+
+
+def _special(tmp_path, kind: str):
+    import os
+
+    path = tmp_path / f"special-{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling":
+        path.symlink_to(tmp_path / "nowhere")
+    return path
+
+
+SPECIAL = st.sampled_from(["fifo", "dir", "device", "dangling"])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(SPECIAL, st.sampled_from(["config", "suite", "results", "checks", "baseline"]))
+def test_special_files_as_inputs_are_refused_at_once(tmp_path, kind, role):
+    import json
+    import shutil
+
+    for p in tmp_path.iterdir():
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    special = _special(tmp_path, kind)
+    if role == "config":
+        assert run_cli(["validate", str(special)]) == 2
+        return
+    if role == "suite":
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(yaml.safe_dump({"models": GOOD_MODELS, "suite": {"path": str(special)}}))
+        assert run_cli(["validate", str(cfg)]) == 2
+        return
+    results_doc, checks = _syn_run()
+    out = tmp_path / "run"
+    out.mkdir()
+    for name, doc in (("results", results_doc), ("checks", checks)):
+        if role == name:
+            (out / f"{name}.json").symlink_to(special)
+        else:
+            (out / f"{name}.json").write_text(json.dumps(doc))
+    args = ["compare", str(out), "-q"] + (["--baseline", str(special)] if role == "baseline" else [])
+    assert run_cli(args) == (3 if role == "baseline" else 2)
+
+
+# --- signals during plug-in calls --------------------------------------------------------------------------
+
+SLOW_PLUGIN = '''\
+import time
+
+
+def slow(prompt_ids, batch_size, settings):
+    time.sleep(settings.extra.get("sleep", 0.2))
+    return [{"token_ids": [5] * n} for n in settings.max_new_tokens]
+'''
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.floats(0.0, 0.4))
+def test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean(tmp_path, monkeypatch, delay):
+    """SIGINT at any moment of a call in the worker process: KeyboardInterrupt in the gate (exit 130 there), the
+    worker ended, and the next call gets its own answer, not the interrupted one's."""
+    import os
+    import signal
+    import threading
+
+    from gate.engines.plugin import ProcessCallable
+
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=4, eos_token_ids=[],
+                          target="t", draft="d", dtype="float32", device="cpu", extra={"sleep": 0.3})
+    fn = ProcessCallable("slow_plugin:slow", "c.yaml", "slow", log_path=tmp_path / "slow.log")
+    engine = PluginEngine("slow", fn, torch.device("cpu"), base, vocab_size=50, timeout_s=30)
+    fn.start()
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        try:
+            timer.start()  # at delay 0 the signal may land while the timer starts
+            engine.generate([Request((1, 2), 3)], GenerationSettings(0.0, 4, ()))
+            time.sleep(1.0)  # the signal landed after the call: it interrupts this wait instead
+        except KeyboardInterrupt:
+            pass
+        assert [len(s.token_ids) for s in engine.generate([Request((1, 2), 2), Request((3,), 1)],
+                                                          GenerationSettings(0.0, 4, ())).sequences] == [2, 1]
+    finally:
+        timer.cancel()
+        fn.stop()

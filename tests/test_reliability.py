@@ -40,6 +40,7 @@ output: {dir: out, cache_dir: null}
 """
 
 PLUGINS = '''\
+import os
 import sys
 import time
 
@@ -70,6 +71,22 @@ def hangs(prompt_ids, batch_size, settings):
 def oom(prompt_ids, batch_size, settings):
     if batch_size > 1:
         torch.empty(10**14, dtype=torch.float32)  # 400 TB: the real allocator refuses at once
+    return good(prompt_ids, batch_size, settings)
+
+
+def exits_hard(prompt_ids, batch_size, settings):
+    if batch_size > 1:
+        print("::error title=pwned::from the plug-in", flush=True)
+        os._exit(0)
+    return good(prompt_ids, batch_size, settings)
+
+
+def spins(prompt_ids, batch_size, settings):
+    if batch_size > 1:
+        open("plugin-running", "w").close()
+        x = torch.randn(256, 256)
+        while True:
+            x = torch.tanh(x @ x)
     return good(prompt_ids, batch_size, settings)
 '''
 
@@ -135,6 +152,41 @@ def test_out_of_memory_at_a_batch_size_is_a_finding(tmp_path):
     failed = [ex["failure"] for ex in results["executions"] if ex["failure"]]
     assert failed and failed[0]["kind"] == "out_of_memory"
     assert failed[0]["message"].startswith("out of memory at batch size 2:")
+
+
+@pytest.mark.slow
+def test_a_plugin_calling_os_exit_0_is_a_recorded_crash_and_its_output_stays_in_its_log(tmp_path):
+    """Bug (items 1 and 13): a plug-in calling os._exit(0) made `specguard gate` exit 0 with no verdict;
+    a plug-in's stdout, workflow commands included, mixed into the gate's own."""
+    from gate import verdictfile
+
+    proc = cli(tmp_path, plugin("exits_hard"), "gate")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    why = next(c["why"] for c in verdict(tmp_path)["checks"] if c["check"] == "engine_failure")
+    assert "exited with code 0" in why
+    assert "::error" not in proc.stdout and "::error" not in proc.stderr
+    assert "::error title=pwned::from the plug-in" in (tmp_path / "out" / "inhouse.log").read_text()
+    assert verdictfile.check(tmp_path / "out").outcome == "fail"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["process"])  # thread isolation still aborts here: docs/reliability.md
+def test_an_interrupt_while_a_plugin_runs_exits_130(tmp_path, isolation):
+    """Bug (item 4): SIGINT while a plug-in ran in torch exited 134 ("terminate called without an active
+    exception", from the abandoned worker thread), which the Action reports as an error."""
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": plugin("spins", f", isolation: {isolation}")})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "--no-cache"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "plugin-running").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "terminate called" not in err, err[-3000:]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "interrupted"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -327,12 +379,350 @@ def test_every_optional_section_renders(case):
         assert "not measured" in text and "→ – ms" in text
 
 
-def test_a_stale_summary_is_removed_when_a_new_run_starts(tmp_path, capsys):
+EARLIER = {"summary.md": "# specguard: PASS\n", "comment.md": "earlier", "checks.json": "{}",
+           "speedup.png": "png", "verdict.json": '{"outcome": "pass", "exit_code": 0}'}
+
+
+@pytest.mark.parametrize("bad", ["plugin", "suite"])
+def test_a_run_refused_for_bad_input_keeps_the_earlier_outputs_and_cannot_pass(tmp_path, capsys, bad):
+    """Bug (item 5): gate deleted summary.md, comment.md, checks.json, verdict.json and speedup.png, then
+    exited 2 on a bad suite. Now the inputs are validated first; the earlier verdict, which names no run of
+    this directory, is no pass either."""
+    from gate import verdictfile
+
     out = tmp_path / "out"
     out.mkdir()
-    (out / "summary.md").write_text("# specguard: PASS\n")
-    (out / "verdict.json").write_text('{"outcome": "pass"}')
+    for name, text in EARLIER.items():
+        (out / name).write_text(text)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "nope:gen"}'})
+    if bad == "plugin":
+        cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "nope:gen"}'})
+    else:
+        (tmp_path / "suite.jsonl").write_text('{"id": "a", "slice": "prose", "prompt": "x"}\n[1, 2]\n')
+        cfg.write_text((TINY % {"engines": plugin("good")}).replace(
+            "suite: {max_prompts_per_slice: 1, slices: [prose, code]}", "suite: {path: suite.jsonl}"))
     assert main(["gate", str(cfg), "--out", str(out)]) == 2
-    assert not (out / "verdict.json").exists() or json.loads((out / "verdict.json").read_text())["outcome"] != "pass"
+    assert {p.name: p.read_text() for p in out.iterdir()} == EARLIER
+    assert verdictfile.check(out).outcome == "error"
+
+
+@pytest.mark.slow
+def test_a_killed_run_leaves_no_earlier_results_to_judge(tmp_path):
+    """Bug (item 2): results.json of a complete earlier run survived a new run killed with SIGKILL, and
+    `check` and `compare` then exited 0 judging the old run."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(syn.run().model_dump_json(by_alias=True))
+    (out / "checks.json").write_text(json.dumps(syn.checks_for(syn.run())))
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": plugin("raises")})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "--no-cache"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = out / "records.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.is_file() and records.read_text().count("\n") >= 3:  # the header and two batches
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert records.is_file() and not (out / "results.json").exists()
+    for args in (["check", str(cfg)], ["compare", str(out)]):
+        done = subprocess.run([sys.executable, "-m", "gate", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and "results file not found" in done.stderr, done.stderr[-2000:]
+
+
+# --- numbers are finite and in range; files are what they claim to be ------------------------------------
+
+
+def _validate(tmp_path, capsys, text: str) -> str:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    assert main(["validate", str(cfg)]) == 2
+    return capsys.readouterr().err
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path, capsys):
+    """Bug (item 9): a second `generation:` section silently replaced the first."""
+    err = _validate(tmp_path, capsys, TINY % {"engines": "  - {type: speculative}"}
+                    + "generation: {greedy: true}\n")
+    assert "c.yaml:14: generation: duplicate key 'generation' (first on line 7)" in err
+
+
+@pytest.mark.parametrize("old,new,field", [
+    ("batch_sizes: [1, 2]", "batch_sizes: [1, 1000000000]", "batching.batch_sizes[1]"),
+    ("{type: speculative}", "{type: plugin, callable: 'plugins:good', timeout_s: .inf}", "engines[0].timeout_s"),
+    ("max_new_tokens: 4}", "max_new_tokens: 4}\nchecks: {speedup: {min_speedup: .nan}}", "checks.speedup.min_speedup"),
+])
+def test_numbers_beyond_their_range_are_refused_at_once(tmp_path, capsys, old, new, field):
+    """Bug (item 10): `batch_sizes: [1, 1000000000]` validated and then hung the planner; `timeout_s: .inf`
+    recorded every batch of a correct plug-in as an OverflowError crash."""
+    text = (TINY % {"engines": "  - {type: speculative}"}).replace(old, new)
+    if "checks:" in new:
+        text = text.replace("checks:\n  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0}\n", "")
+    t0 = time.monotonic()
+    err = _validate(tmp_path, capsys, text)
+    assert field in err and time.monotonic() - t0 < 5, err
+
+
+@pytest.mark.parametrize("value", ["true", '"4"', "4.0"])
+def test_a_suite_max_new_tokens_is_a_strict_count(tmp_path, capsys, value):
+    """Bug (item 14): the suite's max_new_tokens took true, "4" and 4.0, unlike the config's strict counts."""
+    (tmp_path / "s.jsonl").write_text(f'{{"id": "a", "slice": "prose", "prompt": "x", "max_new_tokens": {value}}}\n')
+    err = _validate(tmp_path, capsys, (TINY % {"engines": "  - {type: speculative}"}).replace(
+        "suite: {max_prompts_per_slice: 1, slices: [prose, code]}", "suite: {path: s.jsonl}"))
+    assert "s.jsonl:1: max_new_tokens" in err
+
+
+def _run_dir(tmp_path, edit=None):
+    out = tmp_path / "run"
+    out.mkdir(exist_ok=True)
+    r = syn.run().model_copy(update={"run_id": "r1"})
+    text = r.model_dump_json(by_alias=True)
+    (out / "results.json").write_text(edit(text) if edit else text)
+    (out / "checks.json").write_text(json.dumps(syn.checks_for(r)))
+    return out
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t.replace('"wall_s":1.0', '"wall_s":NaN', 1), "NaN is not a number JSON allows"),
+    (lambda t: t.replace('"wall_s":1.0', '"wall_s":Infinity', 1), "Infinity is not a number JSON allows"),
+    (lambda t: t.replace('"wall_s":1.0', '"wall_s":-1.0', 1), "greater than or equal to 0"),
+    (lambda t: t.replace('"num_accepted_tokens":8', '"num_accepted_tokens":-8', 1), "expected counts >= 0"),
+    (lambda t: t.replace('"batch_size":1', '"batch_size":100000000000', 1), "less than or equal to 65536"),
+])
+def test_non_finite_or_negative_numbers_in_results_are_refused_with_the_field(tmp_path, capsys, edit, message):
+    """Bug (item 6): NaN timings were accepted, went into checks.json, and passed a min_speedup that the clean
+    results failed; negative wall times and counters were accepted too."""
+    out = _run_dir(tmp_path, edit)
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "results.json" in err and "executions" in err, err
+    assert not (out / "verdict.json").exists()
+
+
+def _deep(n: int = 100_000) -> str:
+    return "[" * n + "]" * n
+
+
+def test_deep_json_is_refused_with_exit_2_or_3_for_a_baseline(tmp_path, capsys):
+    """Bug (item 11): deep JSON raised RecursionError (exit 1) in a suite line, results.json and a baseline."""
+    (tmp_path / "s.jsonl").write_text('{"id": "a", "slice": "prose", "prompt": "x"}\n' + _deep() + "\n")
+    err = _validate(tmp_path, capsys, (TINY % {"engines": "  - {type: speculative}"}).replace(
+        "suite: {max_prompts_per_slice: 1, slices: [prose, code]}", "suite: {path: s.jsonl}"))
+    assert "s.jsonl:2: the line is nested too deeply" in err
+    out = _run_dir(tmp_path)
+    (out / "results.json").write_text('{"schema": "specguard.results/2", "x": ' + _deep() + "}")
+    assert main(["compare", str(out)]) == 2
+    assert "results.json: the results file is nested too deeply" in capsys.readouterr().err
+    out = _run_dir(tmp_path)
+    (tmp_path / "base.json").write_text('{"schema": "specguard.baseline/1", "x": ' + _deep() + "}")
+    assert main(["compare", str(out), "--baseline", str(tmp_path / "base.json")]) == 3
+    assert "base.json: the baseline is nested too deeply" in capsys.readouterr().err
+    (tmp_path / "base.json").write_text('{"schema": "specguard.baseline/1", "name": NaN}')
+    assert main(["compare", str(out), "--baseline", str(tmp_path / "base.json")]) == 3
+    assert "base.json: name: NaN is not a number" in capsys.readouterr().err
+
+
+def test_special_files_are_refused_not_read(tmp_path, capsys):
+    """A FIFO, a device or a directory where a file belongs is refused at once (a FIFO would hang the gate)."""
+    os.mkfifo(tmp_path / "s.jsonl")
+    err = _validate(tmp_path, capsys, (TINY % {"engines": "  - {type: speculative}"}).replace(
+        "suite: {max_prompts_per_slice: 1, slices: [prose, code]}", "suite: {path: s.jsonl}"))
+    assert "not a regular file" in err
+    out = _run_dir(tmp_path)
+    (out / "results.json").unlink()
+    (out / "results.json").symlink_to("/dev/zero")
+    assert main(["compare", str(out)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_the_jsonl_reader_takes_every_line_json_allows(tmp_path):
+    """U+2028, U+2029, \\x85, \\x0b and \\x0c may stand unescaped in a JSON string: str.splitlines cut the line."""
+    from gate.suite import load_suite
+
+    text = "a\u2028b\u2029c\x85d\x0be\x0cf\x1cg"
+    (tmp_path / "s.jsonl").write_text(json.dumps({"id": "a", "slice": "s", "prompt": text}, ensure_ascii=False)
+                                      + "\r\n", encoding="utf-8")
+    assert load_suite(tmp_path / "s.jsonl").prompts[0].text == text
+
+
+# --- the environment: a read-only directory, a full disk, a file size limit ---------------------------------
+
+
+def _limited(limit: int):
+    def preexec():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def test_a_file_size_limit_is_exit_2_naming_the_file(tmp_path):
+    """Bug (item 7): EFBIG (and ENOSPC, EROFS) gave a traceback and exit 1, which the Action reads as a fail."""
+    out = _run_dir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "gate", "compare", str(out), "--baselines-dir", str(tmp_path / "b")],
+                          env=env, capture_output=True, text=True, timeout=120, preexec_fn=_limited(4096))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "File too large (EFBIG)" in proc.stderr and str(out) in proc.stderr
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EROFS"])
+def test_a_full_disk_or_read_only_directory_is_exit_2_naming_the_file(tmp_path, capsys, monkeypatch, errno_name):
+    import errno
+
+    import gate.results
+
+    out = _run_dir(tmp_path)
+
+    def refuse(fd, *a, **k):  # what the kernel answers on a full disk or a read-only mount (not makeable here)
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+    monkeypatch.setattr(gate.results.os, "fsync", refuse)
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert f"({errno_name})" in err and str(out) in err
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path):
+    """records.jsonl torn by EFBIG: exit 2, then `--resume` without the limit reuses the finished batches."""
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": plugin("good")})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    args = [sys.executable, "-m", "gate", "run", str(cfg), "--threads", "2", "--no-cache"]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limited(10_000))
+    assert proc.returncode == 2 and "File too large (EFBIG)" in proc.stderr, proc.stderr[-2000:]
+    kept = (tmp_path / "out" / "records.jsonl").read_text().count("\n") - 1
+    assert kept >= 1
+    proc = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resuming: {kept} finished executions" in proc.stderr
+
+
+# --- engine code: any exception, any output ------------------------------------------------------------------
+
+
+ODD = '''\
+import os
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no message for you")
+
+
+def mem(prompt_ids, batch_size, settings):
+    raise MemoryError()
+
+
+def unprintable(prompt_ids, batch_size, settings):
+    raise Unprintable()
+
+
+def noisy(prompt_ids, batch_size, settings):
+    print("::error::from the plug-in")
+    print("::warning::to stderr", file=__import__("sys").stderr)
+    return [{"token_ids": [5] * n} for n in settings.max_new_tokens]
+
+
+def segfault(prompt_ids, batch_size, settings):
+    import ctypes
+
+    ctypes.string_at(0)
+'''
+
+
+def _isolated(tmp_path, monkeypatch, name: str):
+    import torch
+
+    from gate.engines.plugin import PluginEngine, PluginSettings, ProcessCallable
+
+    (tmp_path / "odd_plugins.py").write_text(ODD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=4, eos_token_ids=[],
+                          target="t", draft="d", dtype="float32", device="cpu")
+    fn = ProcessCallable(f"odd_plugins:{name}", "specguard.yaml", "inhouse", log_path=tmp_path / "inhouse.log")
+    return PluginEngine("inhouse", fn, torch.device("cpu"), base, vocab_size=50, timeout_s=60), fn
+
+
+def _generate(engine):
+    from gate.engines.base import GenerationSettings, Request
+
+    return engine.generate([Request((1, 2, 3), 4, 0, "p0"), Request((4, 5), 4, 0, "p1")],
+                           GenerationSettings(0.0, 4, ()))
+
+
+@pytest.mark.parametrize("name,kind,type_,message", [
+    ("mem", "out_of_memory", "MemoryError", "MemoryError()"),
+    ("unprintable", "crash", "Unprintable", "Unprintable()"),
+    ("segfault", "crash", "ProcessExit", "was killed by SIGSEGV"),
+])
+def test_any_exception_or_crash_in_a_plugin_is_a_recorded_failure(tmp_path, monkeypatch, name, kind, type_, message):
+    """Bug (item 12): MemoryError from a plug-in was a plain crash, not "out of memory at batch size N"; an
+    exception whose __str__ raises, and a segfault, are recorded failures too (never a lost run)."""
+    from gate.engines.base import EngineFailure
+
+    engine, fn = _isolated(tmp_path, monkeypatch, name)
+    try:
+        with pytest.raises(EngineFailure) as got:
+            _generate(engine)
+    finally:
+        fn.stop()
+    assert (got.value.kind, got.value.type) == (kind, type_) and message in got.value.message
+
+
+def test_plugin_output_goes_to_its_log_not_the_gates(tmp_path, monkeypatch, capfd):
+    """Bug (item 13): a plug-in's stdout, workflow commands included, mixed into the gate's own."""
+    engine, fn = _isolated(tmp_path, monkeypatch, "noisy")
+    try:
+        assert len(_generate(engine).sequences) == 2
+    finally:
+        fn.stop()
+    out, err = capfd.readouterr()
+    assert "::" not in out + err
+    log = (tmp_path / "inhouse.log").read_text()
+    assert "::error::from the plug-in" in log and "::warning::to stderr" in log
+
+
+def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
+    """Bug (item 12): a plug-in that hung twice still got a ✅ reproducibility line with zero outputs."""
+    from gate.checks import reproducibility
+
+    r = syn.run()
+    doc = r.model_dump(mode="json", by_alias=True)
+    for ex in doc["executions"]:
+        if ex["engine"] == "speculative":
+            ex["sequences"] = []
+            ex["failure"] = {"kind": "timeout", "type": "Timeout", "message": "timed out after 2 s"}
+    from gate.results import Results
+
+    repro = reproducibility.measure(Results.model_validate(doc), None)
+    assert all(repro["speculative"][k] is None for _, k in reproducibility.PROPERTIES)
+    from gate.report import _repro
+
+    lines = _repro({"reproducibility": repro})
+    assert lines and not any(line.startswith("**speculative**") for line in lines)
+
+
+def test_outputs_never_write_through_a_planted_symlink(tmp_path):
+    """A symlink planted in the output directory under an output's name must not redirect the gate's writes."""
+    from gate.results import RecordLog, RunHeader
+
+    out = _run_dir(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for name in ("comment.md", "summary.md", "verdict.json", "speedup.png", "records.jsonl"):
+        (out / name).symlink_to(victim)
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b"), "-q"]) == 0
+    log = RecordLog(out / "records.jsonl")
+    r = syn.run()
+    log.start(RunHeader(**r.model_dump(by_alias=True, include=set(RunHeader.model_fields) | {"schema_id"})))
+    log.close()
+    assert victim.read_text() == "precious"
+    assert not any((out / n).is_symlink() for n in ("comment.md", "summary.md", "verdict.json", "records.jsonl"))

@@ -29,6 +29,13 @@ def _identical(a: dict[str, SequenceOutput], b: dict[str, SequenceOutput]) -> tu
     return sum(a[p].token_ids == b[p].token_ids for p in common), len(common)
 
 
+def _bitwise(rows) -> bool | None:
+    """Identical wherever outputs were compared; None (not measured) when nothing was: an engine whose batches
+    all failed or hung has no outputs, and no comparison of nothing is a pass."""
+    counted = [v for v in rows if v["compared"]]
+    return all(v["identical"] == v["compared"] for v in counted) if counted else None
+
+
 def measure(results: Results, repeat_batch_size: int | None) -> dict:
     out = {}
     for engine in [REFERENCE, *results.engines()]:
@@ -63,13 +70,11 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict:
             "speculative": engine != REFERENCE,
             "base_batch_size": have[0],
             "across_batch_sizes": across_bs,
-            "bitwise_across_batch_sizes": all(v["identical"] == v["compared"] for v in across_bs.values())
-            if across_bs else None,
+            "bitwise_across_batch_sizes": _bitwise(across_bs.values()),
             "across_runs": runs,
-            "bitwise_across_runs": (runs["identical"] == runs["compared"]) if runs else None,
+            "bitwise_across_runs": _bitwise([runs] if runs else []),
             "across_compositions": across_comp,
-            "bitwise_across_compositions": all(v["identical"] == v["compared"] for v in across_comp.values())
-            if across_comp else None,
+            "bitwise_across_compositions": _bitwise(across_comp.values()),
         }
     return out
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gate.config import REFERENCE, EngineConfig, LoadedConfig
@@ -56,7 +57,7 @@ def _http(spec: EngineConfig, url: str, pair: ModelPair, loaded: LoadedConfig, s
                       where=(str(loaded.source), f"engines[{loaded.config.engines.index(spec)}].http"))
 
 
-def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> Engine:
+def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_dir=None) -> Engine:
     if spec.type == "speculative":
         from gate.engines.speculative import SpeculativeEngine
 
@@ -70,9 +71,13 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig) -> E
         engine = HFAssistedEngine(pair.target.model, pair.draft.model, pair.device,
                                   pad if pad is not None else 0)
     else:
-        from gate.engines.plugin import PluginEngine, PluginSettings, load_callable
+        from gate.engines.plugin import PluginEngine, PluginSettings, ProcessCallable, load_callable
 
-        fn = load_callable(spec.callable, str(loaded.source))
+        if (spec.isolation or "process") == "process":
+            fn = ProcessCallable(spec.callable, str(loaded.source), spec.label,
+                                 log_path=Path(log_dir) / f"{spec.label}.log" if log_dir else None)
+        else:
+            fn = load_callable(spec.callable, str(loaded.source))
         models = loaded.config.models
         base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=0,
                               eos_token_ids=[], target=pair.target.location, draft=pair.draft.location,

@@ -194,10 +194,29 @@ class EngineFailure(Exception):
         self.message = message
 
 
+def safe_message(exc: BaseException, limit: int = 500) -> str:
+    """An exception's message on one line, however broken its ``__str__`` (it may raise, or not return a str);
+    one line, so that engine text can never start a line of the gate's output (``::error::`` in CI)."""
+    try:
+        text = str(exc)
+    except BaseException:
+        text = ""
+    if not isinstance(text, str):
+        text = ""
+    text = " ".join(text.split())
+    if not text:
+        try:
+            text = " ".join(repr(exc).split())
+        except BaseException:
+            text = f"{type(exc).__name__} (its message cannot be printed)"
+    return text[:limit]
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
-    text = str(exc)
-    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() \
-        or "can't allocate memory" in text or "DefaultCPUAllocator" in text
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = safe_message(exc, 2000)
+    return "out of memory" in text.lower() or "can't allocate memory" in text or "DefaultCPUAllocator" in text
 
 
 class Engine(Protocol):

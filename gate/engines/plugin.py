@@ -18,6 +18,7 @@ after EOS) are left for the checks to find.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
@@ -194,6 +195,143 @@ def call_with_deadline(fn, args: tuple, timeout_s: float | None, label: str):
     return box["out"]
 
 
+class ProcessCallable:
+    """A plug-in callable run in its own worker process (:mod:`gate.engines.worker`): the isolation default.
+
+    ``os._exit``, a segfault or a C-level abort in plug-in code ends the worker, not the gate: the batch is
+    a recorded crash and the next batch starts a fresh worker.  A call past its deadline is ended by killing
+    the worker, which also stops code that never releases the GIL.  The plug-in's stdout and stderr go to
+    ``log_path``, never to the gate's own output (so it cannot issue workflow commands).
+    """
+
+    def __init__(self, spec: str, source: str, label: str, log_path=None):
+        self.spec = spec
+        self.source = source
+        self.label = label
+        self.log_path = log_path
+        self._proc = None
+        self._pipes = None
+        self._registered = False
+
+    def start(self) -> None:
+        """Start the worker and import the plug-in in it (what a first batch would otherwise pay for)."""
+        import os
+        import subprocess
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self.stop()
+        if not self._registered:
+            import atexit
+
+            atexit.register(self.stop)
+            self._registered = True
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix=f"specguard-{self.label}-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        log = _open_log(Path(self.log_path))
+        try:
+            root = str(Path(__file__).resolve().parents[2])
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get(
+                "PYTHONPATH")])]), "PYTHONUNBUFFERED": "1"}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "gate.engines.worker", str(to_child_r), str(from_child_w)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(to_child_r, from_child_w), env=env,
+                start_new_session=False)
+        finally:
+            log.close()
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._pipes = (os.fdopen(to_child_w, "wb"), os.fdopen(from_child_r, "rb"))
+        reply = self._ask(("load", self.spec, self.source, list(sys.path)), timeout_s=600.0)
+        if reply[0] != "ok":
+            self.stop()
+            raise EngineError(Problem(self.source, f"the plug-in {self.spec!r} does not load in its worker process: "
+                                      f"{reply[1]}: {reply[2]}", field="engines[].callable",
+                                      hint=f"its output is in {self.log_path}"))
+
+    def stop(self) -> None:
+        proc, pipes = self._proc, self._pipes
+        self._proc = self._pipes = None
+        if pipes:
+            for fh in pipes:
+                with contextlib.suppress(OSError):
+                    fh.close()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def _ask(self, request, timeout_s: float | None):
+        import select
+        import time
+
+        from gate.engines.worker import recv, send
+
+        to_child, from_child = self._pipes
+        with contextlib.suppress(OSError):  # the worker is gone: the read below says how
+            send(to_child, request)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([from_child], [], [], left)
+            if ready:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stop()  # the only way to stop code that may never release the GIL
+                raise EngineFailure("timeout", "Timeout", f"engine {self.label!r} timed out after {timeout_s:.0f} s "
+                                                          "(engines[].timeout_s); its process was ended")
+        try:
+            return recv(from_child)
+        except (EOFError, OSError):
+            proc = self._proc
+            code = proc.wait() if proc is not None else None
+            self.stop()
+            raise EngineFailure("crash", "ProcessExit", f"engine {self.label!r}'s process {_exit_words(code)} "
+                                                        f"without answering (its output: {self.log_path})") from None
+
+    def __call__(self, args: tuple, timeout_s: float | None):
+        self.start()
+        try:
+            reply = self._ask(("call", args), timeout_s)
+        except BaseException:  # an interrupt mid-call: the worker's answer would answer the next call
+            self.stop()
+            raise
+        if reply[0] == "ok":
+            return reply[1]
+        _, type_, message, oom = reply
+        if oom:
+            raise EngineFailure("out_of_memory", type_, message)
+        raise EngineFailure("contract" if type_ == "ContractError" else "crash", type_, message)
+
+
+def _open_log(path):
+    """The plug-in's log, opened for appending; never through a symlink planted in the output directory."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    return os.fdopen(fd, "ab")
+
+
+def _exit_words(code: int | None) -> str:
+    import signal
+
+    if code is None:
+        return "ended"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
 def default_timeout_s(requests: list[Request]) -> float:
     """A per-batch limit from the token budget: a minute, plus a second per token the batch may generate."""
     return 60.0 + sum(r.max_new_tokens for r in requests)
@@ -230,8 +368,13 @@ class PluginEngine:
         reset_peak_memory(self.device)
         start = clock.now()
         timeout = self.timeout_s or default_timeout_s(requests)
-        out = call_with_deadline(self.fn, ([list(r.prompt_ids) for r in requests], len(requests), plug), timeout,
-                                 self.name)
+        args = ([list(r.prompt_ids) for r in requests], len(requests), plug)
+        if isinstance(self.fn, ProcessCallable):
+            self.fn.start()  # a fresh worker after a crash is not part of this batch's time
+            start = clock.now()
+            out = self.fn(args, timeout)
+        else:
+            out = call_with_deadline(self.fn, args, timeout, self.name)
         wall = clock.now() - start
         try:
             if not isinstance(out, (list, tuple)) or len(out) != len(requests):

@@ -1,0 +1,94 @@
+"""The process a plug-in runs in (``engines[].isolation: process``, the default).
+
+The gate starts ``python -m gate.engines.worker RFD WFD`` with the plug-in's output (fd 1 and 2) sent to
+the run's log, and talks to it over two pipes: length-prefixed pickles, one request (a batch) and one
+answer at a time.  Whatever the plug-in does (``os._exit``, a segfault, a C-level abort, a hang that
+never releases the GIL, printing workflow commands) stays in this process; the gate records it as a
+failed execution and starts a fresh worker for the next batch.
+
+Requests: ``("load", spec, source, sys_path)`` then ``("call", args)`` per batch; ``None`` ends it.
+Answers: ``("ok", value)``, or ``("exc", type_name, message, out_of_memory)``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import sys
+
+_LEN = struct.Struct("!Q")
+
+
+def send(fh, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fh.write(_LEN.pack(len(data)) + data)
+    fh.flush()
+
+
+def recv(fh):
+    head = fh.read(_LEN.size)
+    if len(head) < _LEN.size:
+        raise EOFError("the other side closed the pipe")
+    (n,) = _LEN.unpack(head)
+    data = fh.read(n)
+    if len(data) < n:
+        raise EOFError("the other side closed the pipe mid-message")
+    return pickle.loads(data)
+
+
+def describe(exc: BaseException) -> tuple[str, str, bool]:
+    """(type name, message, out of memory) of any exception, however broken its ``__str__``."""
+    from gate.engines.base import is_out_of_memory, safe_message
+
+    return type(exc).__name__, safe_message(exc), is_out_of_memory(exc)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the gate dies (a SIGKILLed gate must not leave a plug-in running)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    # Ctrl-C reaches the whole process group: the gate decides what an interrupt means, and ends this worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    rfh = os.fdopen(int(argv[0]), "rb")
+    wfh = os.fdopen(int(argv[1]), "wb")
+    fn = None
+    while True:
+        try:
+            req = recv(rfh)
+        except EOFError:
+            return 0
+        if req is None:
+            return 0
+        try:
+            if req[0] == "load":
+                _, spec, source, path = req
+                sys.path[:0] = [p for p in path if p not in sys.path]
+                from gate.engines.plugin import load_callable
+
+                fn = load_callable(spec, source)
+                answer = ("ok", None)
+            else:
+                answer = ("ok", fn(*req[1]))
+        except BaseException as exc:
+            answer = ("exc", *describe(exc))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            send(wfh, answer)
+        except Exception as exc:
+            send(wfh, ("exc", "ContractError", f"the return value cannot be passed to the gate: "
+                       f"{describe(exc)[1]}", False))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
