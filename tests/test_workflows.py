@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,8 @@ def _run_step(tmp_path, code: int) -> str:
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "result")
     out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
     env = {"PATH": "/usr/bin:/bin", "CODE": str(code), "REFUSED": "false", "OUT": str(tmp_path / "o"),
-           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), "MODE": "check"}
+           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), "MODE": "check",
+           "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "RUN_ID": "42-1"}
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return dict(line.split("=", 1) for line in out.read_text().splitlines())["verdict"]
@@ -54,8 +56,7 @@ def _run_step(tmp_path, code: int) -> str:
                                           (130, "interrupted"), (7, "error")])
 def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, verdict):
     """Bug: every non-zero exit became verdict=fail, so bad input looked like a failed gate."""
-    (tmp_path / "o").mkdir()
-    (tmp_path / "o" / "verdict.json").write_text('{"outcome": "pass"}' if code == 0 else '{"outcome": "fail"}')
+    write_run(tmp_path / "o", "pass" if code == 0 else "fail")
     assert _run_step(tmp_path, code) == verdict
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     last = action["runs"]["steps"][-1]
@@ -64,8 +65,22 @@ def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, v
     assert proc.returncode == code, "the job keeps the gate's exit code"
 
 
+def write_run(out, outcome: str, run_id: str = "42-1", verdict_run_id: str | None = None) -> None:
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"run_id": run_id, "fingerprint": {
+        "config": "c0ffee", "suite": {"fingerprint": "5eed"}}}))
+    (out / "verdict.json").write_text(json.dumps({
+        "outcome": outcome, "exit_code": 0 if outcome in ("pass", "neutral") else 1,
+        "run": {"id": verdict_run_id or run_id, "config": "c0ffee", "suite": "5eed"}}))
+
+
 def test_exit_0_without_a_passing_verdict_file_is_an_error_not_a_pass(tmp_path):
-    """A plug-in's os._exit(0) ends the gate with 0 and no verdict: that is no pass."""
+    """A plug-in's os._exit(0) ends the gate with 0 and no verdict: that is no pass; nor is a stale verdict of
+    an earlier run, nor one of another run id."""
+    assert _run_step(tmp_path, 0) == "error"
+    write_run(tmp_path / "o", "pass", run_id="41-1")
+    assert _run_step(tmp_path, 0) == "error"
+    write_run(tmp_path / "o", "pass", verdict_run_id="7-1")
     assert _run_step(tmp_path, 0) == "error"
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     last = action["runs"]["steps"][-1]
@@ -75,8 +90,7 @@ def test_exit_0_without_a_passing_verdict_file_is_an_error_not_a_pass(tmp_path):
 
 
 def test_a_neutral_gate_is_reported_as_neutral(tmp_path):
-    (tmp_path / "o").mkdir()
-    (tmp_path / "o" / "verdict.json").write_text('{"outcome": "neutral"}')
+    write_run(tmp_path / "o", "neutral")
     assert _run_step(tmp_path, 0) == "neutral"
 
 
