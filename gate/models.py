@@ -213,6 +213,32 @@ def check_pair(source: str, target, draft, target_tok, draft_tok) -> None:
         raise ModelError(problems)
 
 
+def check_architectures(loaded: LoadedConfig, target: LoadedModel, draft: LoadedModel | None) -> None:
+    """Refuse, at load time, a model the gate's in-process engines cannot run exactly (exit 2, never a crash).
+
+    The target runs in the ragged layout as the reference (unless a serving stack is the reference) and
+    in calibration; the draft runs there in the speculative engine and in calibration."""
+    from gate.engines.architectures import REFUSED, WORKS_INSTEAD, refusal
+
+    engines = loaded.config.engines
+    in_process = any(e.type in ("speculative", "hf_assisted") for e in engines)
+    http_reference = any(e.http is not None and e.http.reference is not None for e in engines)
+    roles = [m for m, runs in ((target, in_process or not http_reference), (draft, in_process))
+             if m is not None and runs]
+    problems = []
+    for m in roles:
+        why = refusal(m.config)
+        if why:
+            model_type = getattr(m.config, "model_type", "?")
+            problems.append(Problem(str(loaded.source), f"{m.role} model {m.location!r} is a {model_type!r} model, "
+                                    f"which the gate's reference and speculative engines cannot run exactly: {why}",
+                                    field=f"models.{m.role}.path",
+                                    hint=f"{WORKS_INSTEAD}; refused architectures: {', '.join(sorted(REFUSED))}, "
+                                         "see docs/engines.md"))
+    if problems:
+        raise ModelError(problems)
+
+
 def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
     device = device or resolve_device(loaded.config.models.device)
     if not loaded.config.models.local_weights:  # the models run behind servers: tokenizer and configs only
@@ -221,6 +247,7 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
         return ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
     target = _load_one(loaded, "target", device)
     draft = _load_one(loaded, "draft", device)
+    check_architectures(loaded, target, draft)
     tok = _load_tokenizer(loaded, target.location, "target")
     bare_draft = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
@@ -233,6 +260,7 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
 def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
     """Another config's draft, checked against an already loaded pair's target (paired mode)."""
     draft = _load_one(loaded, "draft", pair.device)
+    check_architectures(loaded, None, draft)
     bare = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
     draft_tok = None if bare else _load_tokenizer(loaded, draft.location, "draft")

@@ -26,7 +26,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from gate.baseline import Baseline
 from gate.compare import VerdictDoc
-from gate.results import Results
+from gate.results import Results, anchor_line
 from gate.summary import inline, ms, num, pct, untrusted
 
 COMMENT_LIMIT = 65_536
@@ -70,7 +70,7 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, signed=_signed, x=_x)
-    env.globals.update(icon=STATUS_ICON, ms=ms)
+    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line)
     return env
 
 

@@ -12,7 +12,7 @@ import math
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from gate.results import Results
+from gate.results import Results, anchor_line
 
 
 def untrusted(value, limit: int = 80) -> str:
@@ -55,7 +55,7 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib)
-    env.globals.update(ms=ms)
+    env.globals.update(ms=ms, anchor_line=anchor_line)
     return env
 
 
