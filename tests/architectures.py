@@ -71,5 +71,13 @@ def build_config(name: str, layers: int):
 def build_model(name: str, layers: int, seed: int, dtype=torch.float32):
     torch.manual_seed(seed)
     cfg = build_config(name, layers)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
-    return model
+    return AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
+
+
+def build_pair(name: str, dtype=torch.float32):
+    """(2-layer target, 1-layer draft): the draft is the target's first layer, embeddings and head, so it
+    agrees with the target often but not always, and rows of a batch accept different numbers of tokens."""
+    target = build_model(name, 2, 0, dtype)
+    draft = build_model(name, 1, 1, dtype)
+    draft.load_state_dict(target.state_dict(), strict=False)
+    return target, draft
