@@ -67,10 +67,11 @@ def generate_greedy(model: torch.nn.Module, prompt_ids: tuple[int, ...], max_new
     would change the argmax (penalties, minimum lengths, suppressed tokens)."""
     from transformers import GenerationConfig
 
+    # eos_token_id=[] when the run never stops early: None would mean "the model's own EOS" to generate().
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                           eos_token_id=list(eos) or None, pad_token_id=pad_token_id)
+                           eos_token_id=list(eos), pad_token_id=pad_token_id)
     neutral = dict(repetition_penalty=1.0, no_repeat_ngram_size=0, min_new_tokens=0,
-                   suppress_tokens=[], begin_suppress_tokens=[], temperature=1.0, top_k=0, top_p=1.0)
+                   suppress_tokens=[], begin_suppress_tokens=[])
     cfg.update(**neutral)
     ids = torch.tensor([list(prompt_ids)], device=device)
     with torch.inference_mode():

@@ -213,26 +213,37 @@ def check_pair(source: str, target, draft, target_tok, draft_tok) -> None:
         raise ModelError(problems)
 
 
-def check_architectures(loaded: LoadedConfig, target: LoadedModel, draft: LoadedModel | None) -> None:
-    """Refuse, at load time, a model the gate's in-process engines cannot run exactly (exit 2, never a crash).
+def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target", "draft")) -> None:
+    """Refuse, before any weights load, a model the gate's in-process engines cannot run exactly (exit 2).
 
     The target runs in the ragged layout as the reference (unless a serving stack is the reference) and
-    in calibration; the draft runs there in the speculative engine and in calibration."""
+    in calibration; the draft runs there in the speculative engine and in calibration.  Only the configs
+    are read here, so a refused model never costs a weight load (nor fails in it first)."""
+    from transformers import AutoConfig
+
     from gate.engines.architectures import REFUSED, WORKS_INSTEAD, refusal
 
-    engines = loaded.config.engines
-    in_process = any(e.type in ("speculative", "hf_assisted") for e in engines)
-    http_reference = any(e.http is not None and e.http.reference is not None for e in engines)
-    roles = [m for m, runs in ((target, in_process or not http_reference), (draft, in_process))
-             if m is not None and runs]
+    cfg = loaded.config
+    in_process = any(e.type in ("speculative", "hf_assisted") for e in cfg.engines)
+    http_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
+    runs = {"target": in_process or not http_reference, "draft": in_process}
     problems = []
-    for m in roles:
-        why = refusal(m.config)
+    for role in roles:
+        if not runs[role]:
+            continue
+        spec: ModelSpec = getattr(cfg.models, role)
+        location = _location(loaded, spec)
+        try:
+            config = AutoConfig.from_pretrained(location, revision=spec.revision,
+                                                trust_remote_code=cfg.models.trust_remote_code)
+        except Exception:  # loading the model reports this, with its field and hint
+            continue
+        why = refusal(config)
         if why:
-            model_type = getattr(m.config, "model_type", "?")
-            problems.append(Problem(str(loaded.source), f"{m.role} model {m.location!r} is a {model_type!r} model, "
-                                    f"which the gate's reference and speculative engines cannot run exactly: {why}",
-                                    field=f"models.{m.role}.path",
+            model_type = getattr(config, "model_type", "?")
+            problems.append(Problem(str(loaded.source), f"{role} model {location!r} is a {model_type!r} model, which "
+                                    f"the gate's reference and speculative engines cannot run exactly: {why}",
+                                    field=f"models.{role}.path",
                                     hint=f"{WORKS_INSTEAD}; refused architectures: {', '.join(sorted(REFUSED))}, "
                                          "see docs/engines.md"))
     if problems:
@@ -245,9 +256,9 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
         target = _config_only(loaded, "target", device)
         draft = _config_only(loaded, "draft", device)
         return ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
+    check_architectures(loaded)
     target = _load_one(loaded, "target", device)
     draft = _load_one(loaded, "draft", device)
-    check_architectures(loaded, target, draft)
     tok = _load_tokenizer(loaded, target.location, "target")
     bare_draft = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
@@ -259,8 +270,8 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
 
 def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
     """Another config's draft, checked against an already loaded pair's target (paired mode)."""
+    check_architectures(loaded, ("draft",))
     draft = _load_one(loaded, "draft", pair.device)
-    check_architectures(loaded, None, draft)
     bare = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
     draft_tok = None if bare else _load_tokenizer(loaded, draft.location, "draft")

@@ -13,9 +13,14 @@ from transformers import AutoConfig, AutoModelForCausalLM
 VOCAB = 256
 WINDOW = 8
 
+# initializer_range 0.3, not the default 0.02: at 0.02 attention is nearly uniform and a tiny model's
+# output hardly depends on positions, so a position bug would go unseen.
 COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+              num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+              initializer_range=0.3)
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+# Gemma 2 and 3 with tied embeddings (or a larger init) just repeat their input token: nothing to compare.
+GEMMA = dict(head_dim=8, sliding_window=WINDOW, tie_word_embeddings=False, initializer_range=0.1)
 
 # name -> (model_type, config overrides, a line on what the entry covers)
 ARCHITECTURES: dict[str, tuple[str, dict, str]] = {
@@ -37,10 +42,9 @@ ARCHITECTURES: dict[str, tuple[str, dict, str]] = {
     "phi": ("phi", {}, "partial rotary, parallel block"),
     "phi3": ("phi3", {}, "fused QKV"),
     "gemma": ("gemma", {"head_dim": 8}, "scaled embeddings"),
-    "gemma2": ("gemma2", {"head_dim": 8, "sliding_window": WINDOW, "attn_logit_softcapping": 50.0,
-                          "final_logit_softcapping": 30.0}, "alternating sliding/full layers, soft-capping"),
-    "gemma3_text": ("gemma3_text", {"head_dim": 8, "sliding_window": WINDOW,
-                                    "layer_types": ["sliding_attention", "full_attention"]},
+    "gemma2": ("gemma2", {**GEMMA, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+               "alternating sliding/full layers, soft-capping"),
+    "gemma3_text": ("gemma3_text", {**GEMMA, "layer_types": ["sliding_attention", "full_attention"]},
                     "sliding/full layers with their own RoPE bases"),
     "cohere": ("cohere", {}, "parallel block, logit scale"),
     "cohere2": ("cohere2", {"sliding_window": WINDOW, "layer_types": ["sliding_attention", "full_attention"]},

@@ -160,6 +160,26 @@ def test_the_window_is_what_makes_sliding_architectures_exact(monkeypatch):
         assert one_batch(ReferenceEngine(target, CPU), prompts()) != [list(t) for t in expected(name)], name
 
 
+def test_positions_off_by_one_after_a_hole_are_caught(monkeypatch):
+    """The matrix can fail on positions too: a row with a hole (padding, a rejected draft) one position ahead."""
+    right = RaggedBatch.positions
+
+    def off_by_one(self, new_valid):
+        return right(self, new_valid) + (~self.valid).any(1, keepdim=True)
+
+    monkeypatch.setattr(RaggedBatch, "positions", off_by_one)
+    for name in ("llama", "gemma2", "gemma3_text", "cohere2", "gpt2"):
+        target, _ = pair(name)
+        assert one_batch(ReferenceEngine(target, CPU), prompts()) != [list(t) for t in expected(name)], name
+
+
+def test_the_matrix_models_do_not_just_repeat_themselves():
+    """A degenerate random model (one token forever) would make every comparison pass trivially."""
+    for name in set(ARCHITECTURES) - EXPECTED_REFUSED:
+        outputs = expected(name)
+        assert sum(len(set(o)) for o in outputs) >= 4 * len(outputs), f"{name}: {outputs}"
+
+
 def test_refusals_come_from_one_list():
     assert set(REFUSED) >= EXPECTED_REFUSED
     for model_type in REFUSED:
