@@ -133,3 +133,37 @@ def test_an_alibi_pair_is_refused_at_load_with_exit_2(tmp_path, capsys):
     assert "models.target.path" in err and "'bloom'" in err and "ALiBi" in err
     assert "type: http" in err and "http.reference" in err  # what works instead
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_differences_within_the_tolerance_are_near_ties_and_beyond_it_stop_the_run(mistral, tmp_path, monkeypatch):
+    """The near-tie rule decides: the same wrong reference is a near-tie under a huge fixed tolerance, and a
+    confident difference (exit 2's AnchorError) under the measured one."""
+    from gate.anchor import Anchor, AnchorError
+    from gate.config import parse_config
+    from gate.engines.base import GenerationSettings
+    from gate.engines.reference import ReferenceEngine
+    from gate.models import load_pair
+    from gate.plan import PromptInfo
+
+    target, draft, _ = mistral
+    loaded = parse_config(CONFIG % {"target": target, "draft": draft}, tmp_path / "specguard.yaml")
+    pair = load_pair(loaded)
+    g = torch.Generator().manual_seed(0)
+    prompts = [PromptInfo(i, f"p{i}", "s", "0-127", tuple(torch.randint(3, VOCAB, (n,), generator=g).tolist()), 12)
+               for i, n in enumerate((5, 30, 12, 20))]
+    right = RaggedBatch.positions
+    monkeypatch.setattr(RaggedBatch, "positions", lambda self, new_valid: right(self, new_valid) + (self.length > 0))
+    settings = GenerationSettings(0.0, 4, ())
+    reference = ReferenceEngine(pair.target.model, pair.device)
+
+    lenient = Anchor(pair, reference, tmp_path / "cache", fixed_tolerance=1e9).run(prompts, settings, {"c": 1})
+    assert lenient.prompts == 3 and lenient.identical < 3
+    assert lenient.near_ties == 3 - lenient.identical
+    assert all(d.near_tie and abs(d.logit_gap) > 0 for d in lenient.differences)
+    assert (tmp_path / "cache" / "anchor" / f"{lenient.key}.json").exists()
+
+    with pytest.raises(AnchorError) as info:
+        Anchor(pair, reference, tmp_path / "cache2", fixed_tolerance=None).run(prompts, settings, {"c": 1})
+    [problem] = info.value.problems
+    assert problem.field == "models.target.path" and "near-tie tolerance" in problem.message
+    assert not (tmp_path / "cache2" / "anchor").exists(), "a failed anchor must not be cached"
