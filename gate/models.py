@@ -213,12 +213,50 @@ def check_pair(source: str, target, draft, target_tok, draft_tok) -> None:
         raise ModelError(problems)
 
 
+def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target", "draft")) -> None:
+    """Refuse, before any weights load, a model the gate's in-process engines cannot run exactly (exit 2).
+
+    The target runs in the ragged layout as the reference (unless a serving stack is the reference) and
+    in calibration; the draft runs there in the speculative engine and in calibration.  Only the configs
+    are read here, so a refused model never costs a weight load (nor fails in it first)."""
+    from transformers import AutoConfig
+
+    from gate.engines.architectures import REFUSED, WORKS_INSTEAD, refusal
+
+    cfg = loaded.config
+    in_process = any(e.type in ("speculative", "hf_assisted") for e in cfg.engines)
+    http_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
+    runs = {"target": in_process or not http_reference, "draft": in_process}
+    problems = []
+    for role in roles:
+        if not runs[role]:
+            continue
+        spec: ModelSpec = getattr(cfg.models, role)
+        location = _location(loaded, spec)
+        try:
+            config = AutoConfig.from_pretrained(location, revision=spec.revision,
+                                                trust_remote_code=cfg.models.trust_remote_code)
+        except Exception:  # loading the model reports this, with its field and hint
+            continue
+        why = refusal(config)
+        if why:
+            model_type = getattr(config, "model_type", "?")
+            problems.append(Problem(str(loaded.source), f"{role} model {location!r} is a {model_type!r} model, which "
+                                    f"the gate's reference and speculative engines cannot run exactly: {why}",
+                                    field=f"models.{role}.path",
+                                    hint=f"{WORKS_INSTEAD}; refused architectures: {', '.join(sorted(REFUSED))}, "
+                                         "see docs/engines.md"))
+    if problems:
+        raise ModelError(problems)
+
+
 def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
     device = device or resolve_device(loaded.config.models.device)
     if not loaded.config.models.local_weights:  # the models run behind servers: tokenizer and configs only
         target = _config_only(loaded, "target", device)
         draft = _config_only(loaded, "draft", device)
         return ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
+    check_architectures(loaded)
     target = _load_one(loaded, "target", device)
     draft = _load_one(loaded, "draft", device)
     tok = _load_tokenizer(loaded, target.location, "target")
@@ -232,6 +270,7 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
 
 def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
     """Another config's draft, checked against an already loaded pair's target (paired mode)."""
+    check_architectures(loaded, ("draft",))
     draft = _load_one(loaded, "draft", pair.device)
     bare = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))

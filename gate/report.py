@@ -28,7 +28,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from gate.baseline import Baseline
 from gate.compare import VerdictDoc
 from gate.inert import Inert, finalize, terminal
-from gate.results import Results
+from gate.results import Results, anchor_line
 from gate.summary import inline, ms, num, pct, untrusted
 from gate.verdict import retokenized_note
 
@@ -79,7 +79,7 @@ def _env() -> Environment:
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, signed=_signed, x=_x)
-    env.globals.update(icon=STATUS_ICON, ms=ms)
+    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line)
     return env
 
 

@@ -13,8 +13,9 @@ query helpers (:meth:`Results.greedy_outputs`, :meth:`Results.timing_pairs`,
 :meth:`Results.sampled`, :meth:`Results.reruns`), never raw dicts, and never the
 runner's protocol.
 
-Schema history: ``specguard.results/1`` (flat dicts, no ``composition``) loads
-through :func:`migrate`.
+Schema history, every older version loading through :func:`migrate`:
+``specguard.results/1`` (flat dicts, no ``composition``); ``specguard.results/2``
+(no ``anchor``: the reference was not checked against ``transformers.generate``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 
-SCHEMA = "specguard.results/2"
-OLDER_SCHEMAS = ("specguard.results/1",)
+SCHEMA = "specguard.results/3"
+OLDER_SCHEMAS = ("specguard.results/1", "specguard.results/2")
 RECORDS = "records.jsonl"
 RESULTS = "results.json"
 
@@ -273,6 +274,44 @@ class Skip(_Record):
     reason: str
 
 
+class AnchorDifference(_Record):
+    """The first difference between the gate's reference and ``generate()`` on one anchor prompt."""
+
+    prompt_id: str
+    position: int  # output position of the first difference
+    reference_token: int | None  # None: that output had already ended (EOS)
+    generate_token: int | None
+    logit_gap: float | None = None  # teacher-forced logit of the reference's token minus generate()'s
+    tolerance: float | None = None  # the near-tie tolerance at that position
+    near_tie: bool = False
+
+
+class AnchorRecord(_Record):
+    """The reference checked against ``transformers.generate`` on a few suite prompts (:mod:`gate.anchor`)."""
+
+    key: str  # the cache key: target, dtype, device, hardware, libraries, engine version, prompts, settings
+    model_type: str
+    prompts: int
+    identical: int
+    near_ties: int
+    differences: list[AnchorDifference] = Field(default_factory=list)
+    seconds: float = 0.0  # what the anchor cost this run (0 when reused from the cache)
+    cached: bool = False
+
+    @property
+    def line(self) -> str:
+        return anchor_line(self.model_dump())
+
+
+def anchor_line(anchor: dict | AnchorRecord) -> str:
+    """The one line the summary and the PR comment give the anchor (from the record or its JSON)."""
+    a = anchor if isinstance(anchor, dict) else anchor.model_dump()
+    n = a["near_ties"]
+    cost = "reused from the cache" if a["cached"] else f"{a['seconds']:.1f} s"
+    return (f"reference anchored to transformers.generate: {a['identical']}/{a['prompts']} prompts identical, "
+            f"{n} near-tie{'s' if n != 1 else ''} ({a['model_type']}; {cost})")
+
+
 class StoppedAt(_Record):
     model_config = ConfigDict(extra="allow")
     reason: str
@@ -312,6 +351,8 @@ class Results(RunHeader):
     paired: dict[str, Any] | None = None
     # Where the time went: {"wall_s": seconds since the command started, "seconds": {phase: seconds}}.
     phases: dict[str, Any] = Field(default_factory=dict)
+    # The reference checked against transformers.generate; None when the reference is a serving stack.
+    anchor: AnchorRecord | None = None
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     # --- queries ----------------------------------------------------------------------
@@ -586,7 +627,9 @@ def migrate(doc: dict) -> dict:
         calib = doc.get("calibration") or {}
         doc["calibrated_engines"] = [e for e in doc.get("settings", {}).get("engines", [])] if calib else []
         doc.setdefault("settings", {}).setdefault("compositions", 1)
-        doc["schema"] = SCHEMA
+        doc["schema"] = "specguard.results/2"
+    if doc.get("schema") == "specguard.results/2":
+        doc = {**doc, "anchor": None, "schema": SCHEMA}  # made before the anchor existed: not anchored
     return doc
 
 

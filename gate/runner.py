@@ -10,6 +10,9 @@ The run is three parts with one job each:
 
 Phases, in order:
 
+0. **anchor**: the in-process reference checked against ``transformers``' ``generate()`` on a
+   few suite prompts (:mod:`gate.anchor`); a confident difference stops the run with exit 2,
+   before any verdict.  Cached, keyed without the draft;
 1. **calibration** of the loaded pair (:mod:`gate.calibrate`), for engines that run its steps;
 2. **outputs** (greedy): every engine on the whole suite at every batch size, the
    equivalence data, in batches that mix slices and prompt lengths as traffic does,
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gate import fingerprint as fp
+from gate.anchor import Anchor
 from gate.cache import ReferenceCache
 from gate.calibrate import calibrate
 from gate.config import REFERENCE, LoadedConfig
@@ -48,6 +52,7 @@ from gate.results import (
     RECORDS,
     RESULTS,
     SCHEMA,
+    AnchorRecord,
     Execution,
     Fingerprint,
     ModelFingerprint,
@@ -163,6 +168,7 @@ class Runner:
         self.sampled = GenerationSettings(gen.sampling.temperature, k, self.greedy.eos_token_ids) \
             if gen.sampling else None
         self.executor: Executor | None = None
+        self.anchored: AnchorRecord | None = None
 
     # --- identity -------------------------------------------------------------------------
 
@@ -204,6 +210,19 @@ class Runner:
                 "attn": self.cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
 
     # --- phases ---------------------------------------------------------------------------
+
+    def anchor_phase(self) -> None:
+        """Check the in-process reference against transformers' generate() before anything depends on it."""
+        if not self.reference.capabilities.anchored_to_generate or self.pair.target.model is None \
+                or not self.prompts:
+            return  # a serving stack (or a test's scripted engine) is the reference: nothing to anchor
+        eq = self.cfg.checks.equivalence
+        fixed = None if eq.logit_tolerance == "auto" else float(eq.logit_tolerance)
+        anchor = Anchor(self.pair, self.reference, self.cache.dir.parent if self.cache else None, fixed,
+                        noise_batch_size=max(self.cfg.batching.batch_sizes))
+        self.progress.start("anchor: the reference against transformers.generate", None)
+        self.anchored = anchor.run(self.prompts, self.greedy, self.cache_context())
+        self.progress.note(self.anchored.line)
 
     def _run(self, job: Job) -> Execution:
         settings = self.greedy if job.mode == "greedy" else self.sampled
@@ -313,6 +332,8 @@ class Runner:
                       "config": self.paired.config, "source": self.paired.source}
         try:
             with sigterm_interrupts():
+                with self.phases("anchor"):
+                    self.anchor_phase()
                 if self.plan.calibrate:
                     self.progress.start("calibration: step costs of the pair", None)
                     with self.phases("calibration"):
@@ -346,7 +367,7 @@ class Runner:
                                   calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                                   cache={"reused": self.executor.reused}, paired=paired,
-                                  phases=self.phases.to_dict())
+                                  phases=self.phases.to_dict(), anchor=self.anchored)
                 atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)

@@ -13,7 +13,7 @@ import math
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from gate.inert import Inert, code, finalize, markdown
-from gate.results import Results
+from gate.results import Results, anchor_line
 
 
 def untrusted(value, limit: int = 80) -> Inert:
@@ -49,7 +49,7 @@ def _env() -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib)
-    env.globals.update(ms=ms)
+    env.globals.update(ms=ms, anchor_line=anchor_line)
     return env
 
 

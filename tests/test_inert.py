@@ -101,8 +101,6 @@ def test_hostile_strings_in_every_rendered_field_stay_inert(h):
 def test_a_baseline_cannot_forge_the_marker_or_reach_the_comment_live():
     """Bug (item 3): a baseline's name and created_utc were rendered raw, and publish picked the forged
     marker, so the upsert edited another config's comment."""
-    from gate.publish import _marker
-
     r = syn.run()
     forged = "<!-- specguard:OTHER --> @everyone <img src=x>"
     base = _baseline(r, name=forged, created=forged)
@@ -110,7 +108,7 @@ def test_a_baseline_cannot_forge_the_marker_or_reach_the_comment_live():
     comment = render_comment(build_page(r, syn.checks_for(r), v, base, "demo"))
     assert "specguard:OTHER -->" not in comment.replace("&lt;!-- specguard:OTHER --&gt;", "")
     assert re.findall(r"<!-- specguard:[^>]* -->", comment) == ["<!-- specguard:demo -->"]
-    assert _marker(comment, "demo") == "<!-- specguard:demo -->"
+    assert comment.rstrip().endswith("<!-- specguard:demo -->"), "the publisher finds a comment by its last line"
     assert "@everyone" not in comment and "<img" not in comment
 
 

@@ -56,6 +56,9 @@ class Capabilities:
     steppable: bool = False  # its draft/target steps are the loaded pair's, so calibration applies to it
     counters: CounterSource = "engine"  # where its speculation counters come from
     per_sequence_seeds: bool = True  # sampled output depends on each request's own seed only
+    # Greedy at batch size 1 it must equal transformers' generate() on the loaded target: the runner's
+    # anchor (gate/anchor.py) checks that before any verdict.  The in-process reference says so.
+    anchored_to_generate: bool = False
 
     def refuses(self, batch_size: int) -> str | None:
         """The reason this engine cannot run ``batch_size``, or None."""

@@ -135,7 +135,8 @@ class HFAssistedEngine:
         gen_cfg = copy.deepcopy(self.target.generation_config)
         gen_cfg.update(
             max_new_tokens=req.max_new_tokens, min_new_tokens=None, do_sample=not settings.greedy,
-            eos_token_id=list(settings.eos_token_ids) or None, pad_token_id=self.pad_token_id,
+            # [] when the run never stops early: None means "the model's own EOS" to generate().
+            eos_token_id=list(settings.eos_token_ids), pad_token_id=self.pad_token_id,
             num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
             assistant_confidence_threshold=0.0, repetition_penalty=None,
         )

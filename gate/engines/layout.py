@@ -11,7 +11,11 @@ The layout used here never moves data on the hot path:
   row.  Columns that do not are *holes*: left padding, a row with nothing to
   feed in a step, or draft tokens rejected by this row but accepted by another.
 * Attention masks are built from ``valid`` (plus causality by column), so a
-  hole is invisible to every later query.
+  hole is invisible to every later query.  A sliding-window layer keeps every
+  column too; its window is in its mask, counted in positions (valid columns),
+  so holes never change what a token sees.  A model with several layer types
+  (Gemma 2 and 3, Cohere2, Qwen2 with ``max_window_layers``) gets one mask per
+  type (see :mod:`gate.engines.architectures`).
 * Position ids are the number of valid columns before a token.  Every row keeps
   its own positions, whatever holes it has.
 * Rolling back rejected draft tokens is a crop of the columns no row kept, plus
@@ -29,6 +33,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from gate.engines.architectures import attention
 from gate.timing import Stopwatch
 
 
@@ -55,7 +60,10 @@ class RaggedBatch:
 
     def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, realign: Stopwatch):
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        # Plain layers for every layer type: a sliding layer that dropped old columns would no longer
+        # line up with `valid`; the window is applied by the mask instead.
+        self.cache = DynamicCache()
+        self.attention = attention(model.config)
         self.valid = torch.zeros((rows, 0), dtype=torch.bool, device=device)
         self.realign = realign
         self.dtype = next(model.parameters()).dtype
@@ -70,8 +78,8 @@ class RaggedBatch:
         before = self.valid.sum(1, keepdim=True)
         return (before + new_valid.cumsum(1) - 1).clamp(min=0)
 
-    def attention_mask(self, new_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The additive 4D mask [B, 1, T, L+T] and the new validity [B, L+T]."""
+    def attention_mask(self, new_valid: torch.Tensor) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:
+        """The additive 4D mask [B, 1, T, L+T] (one per layer type for a hybrid model) and the new validity."""
         _rows, width = new_valid.shape
         past = self.length
         valid = torch.cat([self.valid, new_valid], dim=1)
@@ -81,10 +89,18 @@ class RaggedBatch:
         allowed = valid[:, None, :] & causal[None]
         # Every query also sees itself, so no row of the mask is fully masked (which
         # would give NaN, and NaN in a hole's cache entry poisons later queries).
-        allowed |= (cols[None, :] == query_cols[:, None])[None]
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=valid.device)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[:, None], valid
+        itself = (cols[None, :] == query_cols[:, None])[None]
+        masks: dict[int | None, torch.Tensor] = {}
+        for window in set(self.attention.windows.values()):
+            seen = allowed
+            if window is not None:  # transformers' rule, in positions: q - k < window
+                pos = valid.cumsum(1) - 1  # a valid column's position; holes are masked anyway
+                seen = seen & (pos[:, past:, None] - pos[:, None, :] < window)
+            mask = torch.zeros(seen.shape, dtype=self.dtype, device=valid.device)
+            masks[window] = mask.masked_fill_(~(seen | itself), torch.finfo(self.dtype).min)[:, None]
+        if not self.attention.hybrid:
+            return next(iter(masks.values())), valid
+        return {kind: masks[w] for kind, w in self.attention.windows.items()}, valid
 
     def forward(self, ids: torch.Tensor, new_valid: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
         """Feed ``ids`` [B, T] (holes where ``new_valid`` is False); return logits [B, keep, V]."""

@@ -3,8 +3,9 @@
 Batch size 1 is the canonical reference every other output is compared with.
 It shares the batch layout (:mod:`gate.engines.layout`) with the speculative
 engine, so a speedup measured between the two compares algorithms, not
-implementations of padding.  Its own correctness is tested against
-``transformers``' ``generate``.
+implementations of padding.  Its own correctness is checked against
+``transformers``' ``generate`` on the user's own target at the start of every
+run (:mod:`gate.anchor`), and on the architecture matrix in the tests.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 class ReferenceEngine:
     name = "reference"
     speculative = False
-    capabilities = Capabilities(steppable=True, counters="none")
+    capabilities = Capabilities(steppable=True, counters="none", anchored_to_generate=True)
 
     def __init__(self, target: torch.nn.Module, device: torch.device):
         self.target = target
