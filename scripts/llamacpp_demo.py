@@ -190,7 +190,8 @@ def greedy(args) -> None:
 
 def config(args) -> None:
     """A gate config: llama-server -md (the engine under test) against llama-server (the reference)."""
-    e, r = args.port, args.port + 1
+    e = args.port
+    r = args.reference_port or e + 1
     engine_model = f"target-{args.control}" if args.control else f"target-{args.dtype}"
     text = f"""\
 # Written by `python scripts/llamacpp_demo.py config` (docs/serving.md): the demo pair in GGUF behind
@@ -383,7 +384,8 @@ def main() -> None:
     c.add_argument("--tokens", type=int, default=32)
     c.add_argument("--per-slice", type=int, default=2)
     c.add_argument("--batch-sizes", default="1, 4, 8", help="concurrency levels (llama-server runs -np 8)")
-    c.add_argument("--port", type=int, default=8090, help="the engine's port; the reference's is the next one")
+    c.add_argument("--port", type=int, default=8090, help="the engine's port")
+    c.add_argument("--reference-port", type=int, help="the reference's port (default: the engine's port + 1)")
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--out", help="the run directory, relative to the config (default: out, out-<control>)")
     c.set_defaults(fn=config)

@@ -26,6 +26,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports, each held open until all are picked (port + 1 may be any client's source port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def server(port: int, mode: str, fault: str | None = None, *extra: str) -> str:
     cmd = [PY, "-m", "gate.testing.server", "--port", str(port), "--mode", mode] + (["--fault", fault] if fault else [])
     return json.dumps(cmd + list(extra))
@@ -186,10 +198,24 @@ def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tm
         assert head.endswith(f"specguard: {outcome} · {method}"), (name, head)
 
 
-def test_a_launch_command_that_fails_is_a_clear_error(tmp_path):
-    proc = gate(tmp_path, config((free_port(), json.dumps([PY, "-c", "import sys; sys.exit(3)"]))), "run")
+def test_a_launch_command_that_fails_is_a_clear_error_quoting_its_output(tmp_path):
+    die = "import sys; print('error: cannot bind HTTP server socket', flush=True); sys.exit(3)"
+    proc = gate(tmp_path, config((free_port(), json.dumps([PY, "-c", die]))), "run")
     assert proc.returncode == 2
     assert "engines[0].http.server: launch: the server exited with code 3 before it was ready" in proc.stderr
+    assert "cannot bind HTTP server socket" in proc.stderr, "the server's last words reach the error"
+
+
+def test_a_port_that_already_answers_is_refused_before_launch(tmp_path):
+    """A stale server on the port would pass the health check and be gated in place of the launched one."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = gate(tmp_path, config((port, json.dumps([PY, "-c", "import time; time.sleep(60)"]))), "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"engines[0].http.server: url: something already listens on 127.0.0.1:{port}" in proc.stderr
+    assert not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout, "nothing launched"
 
 
 def test_a_server_that_never_gets_healthy_times_out(tmp_path):
@@ -489,12 +515,18 @@ def test_llama_server_with_a_draft_model_passes_and_a_quantized_target_fails(tmp
     """llama-server -md against llama-server, both launched by the gate, judged from the reference server's
     logprobs; then the same with a Q4_0 target behind the engine under test: confident divergences."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    for name, extra in (("ok", []), ("control", ["--control", "q4_0"])):
+
+    def gate_on(name: str, *extra: str) -> subprocess.CompletedProcess:
+        # ports picked just before the run that binds them: a port picked minutes earlier may meanwhile be the
+        # source port of one of the gate's own client connections (even ports are connect()'s first choice)
         subprocess.run([PY, str(ROOT / "scripts" / "llamacpp_demo.py"), "config", str(tmp_path / f"{name}.yaml"),
                         "--no-local-weights", "--tokens", "16", "--per-slice", "1", "--batch-sizes", "1, 4",
-                        "--port", str(free_port()), "--out", f"out-{name}", *extra], check=True, env=env)
-    ok = subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / "ok.yaml"), "--threads", "1"], cwd=tmp_path,
-                        env=env, capture_output=True, text=True, timeout=900)
+                        *(f"--{k}={v}" for k, v in zip(("port", "reference-port"), free_ports(2))),
+                        "--out", f"out-{name}", *extra], check=True, env=env)
+        return subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / f"{name}.yaml"), "--threads", "1"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+
+    ok = gate_on("ok")
     assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-3000:]
     checks = json.loads((tmp_path / "out-ok" / "checks.json").read_text())
     assert checks["equivalence_method"] == "server logprobs"
@@ -502,8 +534,7 @@ def test_llama_server_with_a_draft_model_passes_and_a_quantized_target_fails(tmp
         assert checks["equivalence"]["llamacpp"][bs]["divergences"]["confident"] == 0
     row = checks["speedup"]["engines"]["llamacpp"]["load_curve"]["1"]
     assert row["acceptance_rate"] and row["mean_accepted_length"] > 1, "llama-server's counters reach the report"
-    bad = subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / "control.yaml"), "--threads", "1"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=900)
+    bad = gate_on("control", "--control", "q4_0")
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-3000:]
     checks = json.loads((tmp_path / "out-control" / "checks.json").read_text())
     assert sum(checks["equivalence"]["llamacpp-q4_0"][bs]["divergences"]["confident"] for bs in ("1", "4")) > 0

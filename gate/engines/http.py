@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -186,6 +187,35 @@ def _die_with_parent() -> None:  # runs in the child before exec: if the gate di
         pass
 
 
+def _already_listening(url: str) -> str | None:
+    """host:port when a local url's port already accepts connections (a stale server from an earlier run)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        return None  # a remote or container address: nothing the gate can check from here
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname, port), timeout=1):
+            return f"{u.hostname}:{port}"
+    except OSError:
+        return None
+
+
+def _tail(path, lines: int = 8, limit: int = 2000) -> str:
+    """The end of a launched server's log, for the error that says why it died."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])[-limit:]
+
+
 class Server:
     """A server the gate starts in its own process group, waits on, and always tears down."""
 
@@ -196,6 +226,12 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
+        busy = _already_listening(self.url)
+        if busy:  # the health check below would take that process for the one the gate launched
+            raise EngineError(Problem(self.label, f"something already listens on {busy}, where the gate was to "
+                                                  "launch its own server", field="url",
+                                      hint="stop that process, or pick a free port in url and launch, or drop "
+                                           "launch to gate the server that is running"))
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self._log = log
         try:
@@ -210,7 +246,9 @@ class Server:
             code = self.proc.poll()
             if code is not None:
                 self.stop()
-                raise EngineError(Problem(self.label, f"the server exited with code {code} before it was ready",
+                tail = _tail(self.log_path)
+                raise EngineError(Problem(self.label, f"the server exited with code {code} before it was ready"
+                                          + (f"; the last lines of its output:\n{tail}" if tail else ""),
                                           field="launch", hint=f"run the command by hand: {' '.join(self.command)}"
                                           + (f"; its output is in {self.log_path}" if self.log_path else "")))
             try:
