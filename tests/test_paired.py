@@ -75,7 +75,6 @@ def test_a_worse_draft_gives_a_significant_drop_attributed_to_acceptance(configs
     assert any(ch["what"] == "models.draft.path" for ch in v["changed"])
 
 
-@pytest.mark.skip(reason="fails after the merges; not yet diagnosed (see the closing note of issue 18)")
 def test_a_k_change_under_paired_mode_is_judged_by_the_base_in_this_job(configs):
     """A PR that tunes k is what the gate is for: the stored baseline (another k) is used only where it compares,
     the base timed beside the head judges speedup; never exit 3."""
@@ -94,4 +93,8 @@ def test_a_k_change_under_paired_mode_is_judged_by_the_base_in_this_job(configs)
     assert not any(c["status"] == "fail" and c["check"] == "acceptance" for c in v["checks"])
     assert any(c["check"] == "baseline" and "k changed 4 → 3" in c["why"] for c in v["checks"])
     assert v["speedup"] and any(ch["what"] == "speculation.num_draft_tokens" for ch in v["changed"])
-    assert code == 0, [c["why"] for c in v["checks"] if c["status"] == "fail"]
+    # k 4 -> 3 may really be slower on a slice (T falls with k at equal acceptance): that is a verdict, and it is
+    # the base timed beside the head in this job that gives it, never the stored baseline from k 4
+    failed = [c for c in v["checks"] if c["status"] == "fail"]
+    assert (code == 1) == bool(failed)
+    assert all(c["check"] == "speedup" and "paired with the base in this job" in c["why"] for c in failed), failed
