@@ -257,7 +257,6 @@ def generate(prompt_ids, batch_size, settings):
 """
 
 
-@pytest.mark.skip(reason="the fix for process-isolated plug-ins is not yet verified under act")
 def test_an_interrupted_gate_posts_no_comment(tmp_path, api):
     cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "stopped_engine:generate"}'}
     repo = make_repo(tmp_path, speculative_config(4))
