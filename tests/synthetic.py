@@ -10,6 +10,7 @@ from gate.checks.equivalence import _verdicts as equivalence_verdicts
 from gate.checks.speedup import analyze_speedup, verdicts_for
 from gate.config import Config
 from gate.results import Results
+from gate.verdict import ChecksDoc
 
 SLICES = ("code", "prose")
 SIZES = (1, 4)
@@ -121,10 +122,12 @@ def checks_for(results: Results, exact: dict | None = None, confident: dict | No
     repro = reproducibility.measure(results, None)
     speed = analyze_speedup(results, 200)
     verdicts += [v.to_dict() for v in verdicts_for(speed, None)]
-    return {"schema": "specguard.checks/1", "results_status": results.status, "equivalence": equivalence,
-            "noise_floor": {"4": _summary(n, 1.0)}, "reproducibility": repro, "speedup": speed,
-            "tolerance": {"rule": "max(4 x measured noise, 2 x ULP of |max logit| in float32)"},
-            "verdicts": verdicts, "analysis_s": 1.0, "rescoring_forwards": 1}
+    doc = {"schema": "specguard.checks/1", "results_status": results.status, "equivalence": equivalence,
+           "noise_floor": {"4": _summary(n, 1.0)}, "reproducibility": repro, "speedup": speed,
+           "tolerance": {"rule": "max(4 x measured noise, 2 x ULP of |max logit| in float32)"},
+           "verdicts": verdicts, "analysis_s": 1.0, "rescoring_forwards": 1}
+    ChecksDoc.model_validate(doc)  # a synthetic document the real schema would refuse would test nothing real
+    return doc
 
 
 HOSTILE = "</details><img src=x onerror=alert(1)> @org/team #1 | `rm -rf /` [x](http://evil)"
