@@ -26,6 +26,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(condition, timeout: float, every: float = 0.05) -> bool:
+    """Poll until condition() holds (True) or timeout seconds pass (False): no fixed sleeps."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every)
+    return True
+
+
 def free_ports(n: int) -> list[int]:
     """n distinct free ports, each held open until all are picked (port + 1 may be any client's source port)."""
     socks = [socket.socket() for _ in range(n)]
@@ -225,8 +235,8 @@ def test_a_server_that_never_gets_healthy_times_out(tmp_path):
     proc = gate(tmp_path, config((port, cmd), timeout=3), "run")
     assert proc.returncode == 2 and "did not answer" in proc.stderr and "within 3 s" in proc.stderr
     assert time.monotonic() - t0 < 60
-    time.sleep(0.5)
-    assert not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout, "no orphan left"
+    assert wait_for(lambda: not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout,
+                    timeout=10), "no orphan left"
 
 
 @pytest.mark.parametrize("fault,message", [("error500", "HTTP 500"), ("truncate", "the stream stopped early")])

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -196,17 +197,29 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     # A shell starts background jobs with SIGINT ignored, and Python then installs no KeyboardInterrupt
     # handler: give the child the default disposition, as an interactive terminal or a CI runner does.
     proc = subprocess.Popen([sys.executable, "-m", "gate", "selftest", "--seeds", "3", "--threads", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    err = ""
-    time.sleep(12)  # the models are loaded and the first mutant's run is under way
-    assert proc.poll() is None
-    proc.send_signal(sig)
-    t0 = time.monotonic()
+    lines: list[str] = []
+    first_mutant_done = threading.Event()
+
+    def read_stderr() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("mutant "):  # the models are loaded and one mutant is judged: the next is running
+                first_mutant_done.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        _, err = proc.communicate(timeout=60)
+        assert first_mutant_done.wait(timeout=600), "".join(lines)[-2000:]
+        assert proc.poll() is None
+        proc.send_signal(sig)
+        t0 = time.monotonic()
+        proc.wait(timeout=60)
     finally:
         proc.kill()
+    reader.join(timeout=10)
+    err = "".join(lines)
     assert proc.returncode == 130, err[-2000:]
     assert time.monotonic() - t0 < 30, "stopped within seconds"
 
