@@ -387,7 +387,9 @@ def test_every_optional_section_renders(case):
     text = render_text(run, checks)  # StrictUndefined: a missing key would raise here
     assert text.startswith("# specguard:")
     v = compare(run, checks, syn.config())
-    assert "specguard:" in render_comment(build_page(run, checks, v, None, "demo"))
+    comment = render_comment(build_page(run, checks, v, None, "demo"))
+    assert comment.splitlines()[0].endswith(f"specguard: {v.outcome.upper()}"), comment[:200]
+    assert comment.rstrip().endswith("<!-- specguard:demo -->") and "Undefined" not in comment
     if case == "plugin without counters":
         assert "not measured" in text and "→ – ms" in text
 
