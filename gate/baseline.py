@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -123,6 +123,19 @@ class Forced(_Doc):
     failing: list[str]
 
 
+class BaselineSettings(_Doc):
+    """The run settings a baseline was measured under: typed, so a hand-edited baseline with ``"k": ""`` is a
+    refused baseline (exit 3), never a crash in the comparison."""
+
+    num_draft_tokens: int = Field(strict=True, ge=0, le=4096)
+    batch_sizes: list[Annotated[int, Field(strict=True, ge=1, le=65536)]]
+    max_new_tokens: int = Field(strict=True, ge=1, le=1 << 20)
+    greedy: bool = Field(strict=True)
+    sampling: dict[str, Any] | None = None
+    engines: list[str]
+    compositions: int = Field(1, strict=True, ge=1, le=1024)
+
+
 class Baseline(_Doc):
     schema_id: Literal["specguard.baseline/1"] = Field(SCHEMA, alias="schema")
     name: str
@@ -133,7 +146,7 @@ class Baseline(_Doc):
     reason: str | None = None  # why this refresh was made (`--reason`), also when nothing failed
     source: dict[str, str | None] = Field(default_factory=dict)  # specguard version, commit, run id
     fingerprint: BaselineFingerprint
-    settings: dict[str, Any]
+    settings: BaselineSettings
     equivalence: dict[str, dict[str, EquivalenceFigures]] = Field(default_factory=dict)
     noise_floor: dict[str, EquivalenceFigures] = Field(default_factory=dict)
     acceptance: dict[str, dict[str, dict[str, AcceptanceFigures]]] = Field(default_factory=dict)
@@ -293,9 +306,9 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
                                         suite=SuiteId(**{**fpr.suite.model_dump(),
                                                          "name": model_name(config.suite.path, fpr.suite.name),
                                                          "slice_fingerprints": slice_fingerprints(results)})),
-        settings={"num_draft_tokens": s.num_draft_tokens, "batch_sizes": s.batch_sizes,
-                  "max_new_tokens": s.max_new_tokens, "greedy": s.greedy, "sampling": s.sampling,
-                  "engines": s.engines, "compositions": s.compositions},
+        settings=BaselineSettings(num_draft_tokens=s.num_draft_tokens, batch_sizes=s.batch_sizes,
+                                  max_new_tokens=s.max_new_tokens, greedy=s.greedy, sampling=s.sampling,
+                                  engines=s.engines, compositions=s.compositions),
         equivalence={e: {bs: _equivalence(x) for bs, x in rows.items()}
                      for e, rows in (checks.get("equivalence") or {}).items()},
         noise_floor={bs: _equivalence(x) for bs, x in (checks.get("noise_floor") or {}).items()},
@@ -453,7 +466,7 @@ class Comparability:
 def comparability(baseline: Baseline, results: Results) -> Comparability:
     """How a run relates to a stored baseline of another k or suite (never an error: see :class:`Comparability`)."""
     suite = results.fingerprint.suite
-    k = baseline.settings.get("num_draft_tokens")
+    k = baseline.settings.num_draft_tokens
     same_suite = baseline.fingerprint.suite.fingerprint == suite.fingerprint
     head = slice_fingerprints(results)
     base_fp = baseline.fingerprint.suite.slice_fingerprints
@@ -467,6 +480,6 @@ def comparability(baseline: Baseline, results: Results) -> Comparability:
         changed = sorted(both - set(shared))
     else:
         shared, changed = sorted(both), []
-    return Comparability(base_k=int(k) if isinstance(k, int) else None, head_k=results.settings.num_draft_tokens,
+    return Comparability(base_k=k, head_k=results.settings.num_draft_tokens,
                          same_suite=same_suite, shared=shared, new=sorted(head_slices - base_slices), changed=changed,
                          removed=sorted(base_slices - head_slices), by_name_only=not same_suite and not base_fp)

@@ -120,18 +120,49 @@ def cmd_validate(args) -> int:
     return EXIT_OK
 
 
-def plugin_problems(loaded) -> list:
-    """Import every plug-in callable and check its signature (or that its entry point exists)."""
-    from gate.engines.plugin import load_callable
+def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
+    """Import every plug-in callable and check its signature (or that its entry point exists).
+
+    A plug-in isolated in a process (the default) is imported in its own worker, never in the gate: a module
+    that calls ``os._exit`` or prints workflow commands at import cannot end or speak for the gate.  Workers
+    that loaded are kept in ``started`` (by engine label) for the run to use; without it they are stopped.
+    """
+    from gate.engines.plugin import EngineFailure, ProcessCallable, load_callable
 
     problems = []
     for i, e in enumerate(loaded.config.engines):
-        if e.type == "plugin":
-            try:
+        if e.type != "plugin":
+            continue
+        where = f"engines[{i}].callable"
+        try:
+            if (e.isolation or "process") == "process":
+                fn = ProcessCallable(e.callable, str(loaded.source), e.label,
+                                     log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None)
+                try:
+                    fn.start()
+                except EngineFailure as exc:
+                    log = Path(fn.log_path)
+                    said = log.is_file() and log.stat().st_size > 0
+                    if not said:
+                        log.unlink(missing_ok=True)  # a refused run adds nothing to the output directory
+                    problems.append(Problem(str(loaded.source), f"the plug-in {e.callable!r} does not load: "
+                                            f"{exc.message}", field=where,
+                                            hint=f"its output is in {log}" if said else
+                                            "import it by hand to see why"))
+                    continue
+                except SpecguardError:
+                    log = Path(fn.log_path)
+                    if log.is_file() and log.stat().st_size == 0:
+                        log.unlink()
+                    raise
+                if started is None:
+                    fn.stop()
+                else:
+                    started[e.label] = fn
+            else:
                 load_callable(e.callable, str(loaded.source))
-            except SpecguardError as exc:
-                problems += [Problem(p.source, p.message, field=f"engines[{i}].callable", hint=p.hint)
-                             for p in exc.problems]
+        except SpecguardError as exc:
+            problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
     return problems
 
 
@@ -189,16 +220,16 @@ def _run(args, paired=None):
         loaded = load_config(args.config)
         out = _out_dir(args, loaded)
         suite = suite_for(loaded)
-        bad_plugins = plugin_problems(loaded)  # before minutes of model loading
+        workers: dict = {}
+        bad_plugins = plugin_problems(loaded, log_dir=out, started=workers)  # before minutes of model loading
         if bad_plugins:
             raise SpecguardError(bad_plugins)
-        # Inputs are valid: from here no output of an earlier run may be judged as this one's.
-        _clear_outputs(out, RUN_OUTPUTS + RUN_RESULTS)
     _say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
     with phases("model load"):
         _quiet_libraries()
         pair = load_pair(loaded)
-        engines = [build_engine(e, pair, loaded, log_dir=out) for e in loaded.config.engines]
+        engines = [build_engine(e, pair, loaded, log_dir=out, callable_=workers.get(e.label))
+                   for e in loaded.config.engines]
         base = paired_engine(args.against, loaded, pair, engines) if getattr(args, "against", None) else None
     cache_dir = getattr(args, "demo_cache_dir", None) or (
         loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
@@ -208,6 +239,9 @@ def _run(args, paired=None):
         with contextlib.ExitStack() as servers:
             with phases("server start"):
                 start_servers(loaded, out, servers)
+            # Every input loaded and every server answers: from here no output of an earlier run may be judged
+            # as this one's.  (A model that fails to load, or a server that never starts, leaves them as they were.)
+            _clear_outputs(out, RUN_OUTPUTS + RUN_RESULTS)
             runner = Runner(loaded, pair, suite, build_reference(pair, loaded), engines, out, log=_say, cache=cache,
                             paired=base, phases=phases, progress=progress, shard=getattr(args, "shard", None),
                             hardware_key=getattr(args, "hardware_key", None), run_id=_run_id(args))

@@ -465,7 +465,7 @@ def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: flo
             base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
             hc = _costs(results, engine, now.batch_size, now.tokens_per_target_forward, head_cal, k)
             bc = _costs(results, engine, base.batch_size, base.tokens_per_target_forward, base_cal,
-                        int(baseline.settings.get("num_draft_tokens", k)))
+                        baseline.settings.num_draft_tokens)
             out.append(SpeedupChange(engine=engine, slice=now.slice, batch_size=now.batch_size, bucket=now.bucket,
                                      base=_interval(base), head=_interval(now), ratio=ratio, status=status,
                                      significant=significant,
@@ -577,7 +577,7 @@ def what_changed(results: Results, baseline: Baseline | None, paired: Paired | N
         if b.dtype != h.dtype:
             out.append(Changed(what=f"{role} dtype", base=b.dtype, head=h.dtype))
     for name in ("num_draft_tokens", "batch_sizes", "max_new_tokens"):
-        b, h = baseline.settings.get(name), getattr(results.settings, name)
+        b, h = getattr(baseline.settings, name), getattr(results.settings, name)
         if b != h:
             out.append(Changed(what=name, base=str(b), head=str(h)))
     for lib in ("torch", "transformers"):

@@ -228,6 +228,35 @@ def test_a_port_that_already_answers_is_refused_before_launch(tmp_path):
     assert not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout, "nothing launched"
 
 
+def test_a_server_log_is_never_written_through_a_planted_symlink(tmp_path):
+    """Bug (issue 19, files): a launched server's log was opened with a plain open(): a symlink planted in the
+    output directory under its name redirected the server's output onto any file the runner may write."""
+    from gate.engines.http import Server
+    from gate.errors import EngineError
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    log = tmp_path / "out" / "inhouse-server.log"
+    log.parent.mkdir()
+    log.symlink_to(victim)
+    server = Server([PY, "-c", "print('overwrite')"], f"http://127.0.0.1:{free_port()}", "/health", 5, {},
+                    "engines[0].http.server", log_path=log)
+    with pytest.raises(EngineError, match="cannot open this log for writing"):
+        server.__enter__()
+    assert victim.read_text() == "precious"
+
+
+def test_a_dead_servers_quoted_output_can_issue_no_workflow_command(tmp_path):
+    """The quoted log tail reaches the gate's stderr: no quoted line may start with `::` or carry escapes."""
+    from gate.engines.http import _tail
+
+    log = tmp_path / "s.log"
+    log.write_text("::error title=pwned::from the server\n\x1b[2Jcleared\n")
+    lines = _tail(log).splitlines()
+    assert lines == ["    | ::error title=pwned::from the server", "    | \\x1b[2Jcleared"]
+    assert not any(line.strip().startswith("::") for line in lines)
+
+
 def test_a_server_that_never_gets_healthy_times_out(tmp_path):
     port = free_port()
     cmd = json.dumps([PY, "-c", "import time; time.sleep(60)"])

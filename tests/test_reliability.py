@@ -97,7 +97,8 @@ def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subproc
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": engines})
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "gate", *args, str(cfg), "--threads", "2", "--no-cache"],
+    run_args = ["--threads", "2", "--no-cache"] if args[0] != "validate" else []
+    return subprocess.run([sys.executable, "-m", "gate", *args, str(cfg), *run_args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -168,6 +169,55 @@ def test_a_plugin_calling_os_exit_0_is_a_recorded_crash_and_its_output_stays_in_
     assert "::error" not in proc.stdout and "::error" not in proc.stderr
     assert "::error title=pwned::from the plug-in" in (tmp_path / "out" / "inhouse.log").read_text()
     assert verdictfile.check(tmp_path / "out").outcome == "fail"
+
+
+IMPORT_TIME = {
+    "dies_on_import": "import os\nos._exit(0)\n",
+    "loud_on_import": "print('::error title=pwned::at import', flush=True)\nfrom plugins import good as generate\n",
+}
+
+
+@pytest.mark.parametrize("command", ["validate", "gate"])
+def test_a_plugin_module_that_exits_at_import_cannot_end_the_gate(tmp_path, command):
+    """Bug (issue 19, item 1 again): the gate imported a plug-in's module in its own process to check it, so
+    `os._exit(0)` at import ended `specguard gate` with 0 and nothing written.  It is imported in its worker."""
+    (tmp_path / "dies_on_import.py").write_text(IMPORT_TIME["dies_on_import"])
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in EARLIER.items():
+        (out / name).write_text(text)
+    proc = cli(tmp_path, '  - {type: plugin, name: inhouse, callable: "dies_on_import:generate"}', command)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "engines[0].callable" in proc.stderr and "exited with code 0" in proc.stderr, proc.stderr[-3000:]
+    assert {n: (out / n).read_text() for n in EARLIER} == EARLIER, "a run refused at its inputs keeps them"
+
+
+def test_a_plugin_module_that_prints_at_import_speaks_only_to_its_log(tmp_path):
+    """Bug (issue 19, item 13 again): output printed while the module is imported reached the gate's own."""
+    (tmp_path / "loud_on_import.py").write_text(IMPORT_TIME["loud_on_import"])
+    proc = cli(tmp_path, '  - {type: plugin, name: inhouse, callable: "loud_on_import:generate"}', "validate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "::error" not in proc.stdout + proc.stderr
+
+
+def test_a_model_that_fails_to_load_leaves_the_earlier_outputs(tmp_path, capsys):
+    """Bug (issue 19, item 5 again): the earlier outputs were removed once the config and suite validated, so a
+    target whose weights do not load removed them and then exited 2.  They go only once every input loaded."""
+    target = tmp_path / "broken-target"
+    shutil.copytree(PACKAGE_DIR / "demo" / "target", target)
+    model_cfg = json.loads((target / "config.json").read_text())
+    model_cfg["intermediate_size"] += 8  # weights that do not fit the architecture: found only by loading them
+    (target / "config.json").write_text(json.dumps(model_cfg))
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in EARLIER.items():
+        (out / name).write_text(text)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text((TINY % {"engines": "  - type: speculative"}).replace(
+        'target: {path: "specguard:demo/target"}', f'target: {{path: "{target}"}}'))
+    assert main(["gate", str(cfg), "--out", str(out), "--no-cache"]) == 2
+    assert "models.target.path: cannot load target model" in capsys.readouterr().err
+    assert {n: (out / n).read_text() for n in EARLIER} == EARLIER
 
 
 @pytest.mark.slow
@@ -741,3 +791,13 @@ def test_outputs_never_write_through_a_planted_symlink(tmp_path):
     log.close()
     assert victim.read_text() == "precious"
     assert not any((out / n).is_symlink() for n in ("comment.md", "summary.md", "verdict.json", "records.jsonl"))
+
+
+def test_an_engine_message_cannot_drive_the_terminal():
+    """Bug (issue 19, inert): a failure message kept terminal escapes and bidi overrides, and went to the
+    terminal raw through the progress and failure lines."""
+    from gate.engines.base import safe_message
+
+    text = safe_message(RuntimeError("\x1b[2J\x1b]0;owned\x07 cleared \u202eevil\nnext"))
+    assert text == "\\x1b[2J\\x1b]0;owned\\x07 cleared \\u202eevil next"
+    assert text.isprintable()

@@ -39,13 +39,13 @@ def test_ci_calls_the_readme_test_command():
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")
 
 
-def _run_step(tmp_path, code: int) -> str:
+def _run_step(tmp_path, code: int, mode: str = "check", baseline: str = "") -> str:
     """The action's outcome step given the gate's exit code; returns the verdict output."""
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "result")
     out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
     env = {"PATH": "/usr/bin:/bin", "CODE": str(code), "REFUSED": "false", "OUT": str(tmp_path / "o"),
-           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), "MODE": "check",
+           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), "MODE": mode, "BASELINE": baseline,
            "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "RUN_ID": "42-1"}
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -87,6 +87,28 @@ def test_exit_0_without_a_passing_verdict_file_is_an_error_not_a_pass(tmp_path):
     proc = subprocess.run(["bash", "-c", last["run"]], env={"PATH": "/usr/bin:/bin", "CODE": "0",
                                                             "REFUSED": "false", "VERDICT": "error"})
     assert proc.returncode == 1
+
+
+def test_exit_1_is_a_fail_only_with_a_failing_verdict_of_this_run(tmp_path):
+    """Bug: any exit 1 was reported as `fail`, a traceback included (a crash of the gate, not a finding);
+    nor does a passing verdict beside exit 1 make it a fail or a pass."""
+    assert _run_step(tmp_path, 1) == "error"
+    write_run(tmp_path / "o", "pass")
+    assert _run_step(tmp_path, 1) == "error"
+    write_run(tmp_path / "o", "fail", verdict_run_id="7-1")
+    assert _run_step(tmp_path, 1) == "error"
+    write_run(tmp_path / "o", "fail")
+    assert _run_step(tmp_path, 1) == "fail"
+
+
+def test_a_refresh_passes_only_with_the_baseline_it_wrote(tmp_path):
+    """Bug: in refresh mode exit 0 was a pass with no proof; the proof is the baseline file the gate wrote and
+    read back (its path is the gate step's `baseline-path` output)."""
+    assert _run_step(tmp_path, 0, mode="refresh") == "error"
+    assert _run_step(tmp_path, 0, mode="refresh", baseline=str(tmp_path / "gone.json")) == "error"
+    (tmp_path / "b.json").write_text("{}")
+    assert _run_step(tmp_path, 0, mode="refresh", baseline=str(tmp_path / "b.json")) == "pass"
+    assert _run_step(tmp_path, 2, mode="refresh", baseline=str(tmp_path / "b.json")) == "error"
 
 
 def test_a_neutral_gate_is_reported_as_neutral(tmp_path):
@@ -140,3 +162,21 @@ def test_the_refresh_workflow_takes_a_runner_label_a_reason_and_force():
     inputs = wf["on"]["workflow_dispatch"]["inputs"]
     assert {"runner", "reason", "force", "hardware-key"} <= set(inputs)
     assert "inputs.runner" in str(wf["jobs"]["refresh"]["runs-on"])
+
+
+@pytest.mark.parametrize("check,compare,word,code", [
+    (0, 0, "pass", 0), (1, 1, "fail", 1), (0, 0, "error", 2),  # exit 0 with no verdict of this run: no pass
+    (2, 0, "pass", 2), (130, 1, "fail", 130),  # check's own error is not hidden by compare's code
+])
+def test_the_sharded_merge_job_needs_this_runs_verdict_and_keeps_checks_errors(tmp_path, check, compare, word, code):
+    """Bug: the sharded workflow ignored `check`'s exit code and never read the verdict file back."""
+    wf = _workflow("specguard-sharded.yml")
+    step = next(s for s in wf["jobs"]["merge"]["steps"] if s.get("name", "").startswith("Merge"))
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/bash\ncase "$2 $3" in "gate check") exit "$CHECK" ;; "gate compare") exit "$COMPARE" ;;\n'
+                    '  gate.verdictfile*) echo "$WORD"; exit 0 ;; *) exit 0 ;; esac\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "PR": "", "GITHUB_STEP_SUMMARY": str(tmp_path / "s"),
+           "CHECK": str(check), "COMPARE": str(compare), "WORD": word}
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == code, proc.stderr

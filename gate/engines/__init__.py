@@ -57,7 +57,8 @@ def _http(spec: EngineConfig, url: str, pair: ModelPair, loaded: LoadedConfig, s
                       where=(str(loaded.source), f"engines[{loaded.config.engines.index(spec)}].http"))
 
 
-def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_dir=None) -> Engine:
+def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_dir=None, callable_=None) -> Engine:
+    """``callable_``: a plug-in's callable already loaded (its worker started by the gate's import check)."""
     if spec.type == "speculative":
         from gate.engines.speculative import SpeculativeEngine
 
@@ -73,7 +74,9 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_
     else:
         from gate.engines.plugin import PluginEngine, PluginSettings, ProcessCallable, load_callable
 
-        if (spec.isolation or "process") == "process":
+        if callable_ is not None:
+            fn = callable_
+        elif (spec.isolation or "process") == "process":
             fn = ProcessCallable(spec.callable, str(loaded.source), spec.label,
                                  log_path=Path(log_dir) / f"{spec.label}.log" if log_dir else None)
         else:

@@ -197,9 +197,36 @@ class EngineFailure(Exception):
         self.message = message
 
 
+def open_log(path):
+    """An engine's or server's log, opened for appending; never through a symlink planted in the output
+    directory (``O_NOFOLLOW``: a planted link is an error, not a write elsewhere)."""
+    import os
+    from pathlib import Path
+
+    from gate.errors import EngineError, Problem
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as exc:
+        raise EngineError(Problem(str(path), f"cannot open this log for writing: {exc.strerror or exc}",
+                                  hint="a symlink or a directory sits where the gate writes a log: remove it, "
+                                       "or pass another --out")) from None
+    return os.fdopen(fd, "ab")
+
+
+def visible(text: str) -> str:
+    """Control and format characters (terminal escapes, bidi overrides) written as escapes, not sent raw."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def safe_message(exc: BaseException, limit: int = 500) -> str:
     """An exception's message on one line, however broken its ``__str__`` (it may raise, or not return a str);
-    one line, so that engine text can never start a line of the gate's output (``::error::`` in CI)."""
+    one line, so that engine text can never start a line of the gate's output (``::error::`` in CI), and with
+    terminal escapes and other control characters made visible (``\\x1b``), so it cannot drive the terminal."""
     try:
         text = str(exc)
     except BaseException:
@@ -212,7 +239,7 @@ def safe_message(exc: BaseException, limit: int = 500) -> str:
             text = " ".join(repr(exc).split())
         except BaseException:
             text = f"{type(exc).__name__} (its message cannot be printed)"
-    return text[:limit]
+    return visible(text)[:limit]
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -41,6 +41,8 @@ from gate.engines.base import (
     Request,
     SequenceResult,
     SpecCounters,
+    open_log,
+    visible,
 )
 from gate.errors import ConfigError, EngineError, Problem
 
@@ -203,7 +205,10 @@ def _already_listening(url: str) -> str | None:
 
 
 def _tail(path, lines: int = 8, limit: int = 2000) -> str:
-    """The end of a launched server's log, for the error that says why it died."""
+    """The end of a launched server's log, for the error that says why it died.
+
+    Each line behind a ``| `` and with control characters made visible: even trimmed, no quoted line can
+    start with ``::`` (a workflow command) or drive the terminal."""
     if not path:
         return ""
     try:
@@ -213,7 +218,7 @@ def _tail(path, lines: int = 8, limit: int = 2000) -> str:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])[-limit:]
+    return "\n".join("    | " + visible(line) for line in text.strip().splitlines()[-lines:])[-limit:]
 
 
 class Server:
@@ -232,7 +237,7 @@ class Server:
                                                   "launch its own server", field="url",
                                       hint="stop that process, or pick a free port in url and launch, or drop "
                                            "launch to gate the server that is running"))
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        log = open_log(self.log_path) if self.log_path else subprocess.DEVNULL
         self._log = log
         try:
             self.proc = subprocess.Popen(self.command, env={**os.environ, **self.env}, stdout=log, stderr=log,

@@ -37,6 +37,7 @@ from gate.engines.base import (
     Request,
     SequenceResult,
     SpecCounters,
+    open_log,
 )
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
@@ -233,9 +234,9 @@ class ProcessCallable:
             fd, name = tempfile.mkstemp(prefix=f"specguard-{self.label}-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
+        log = open_log(Path(self.log_path))
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        log = _open_log(Path(self.log_path))
         try:
             root = str(Path(__file__).resolve().parents[2])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get(
@@ -250,6 +251,10 @@ class ProcessCallable:
             os.close(from_child_w)
         self._pipes = (os.fdopen(to_child_w, "wb"), os.fdopen(from_child_r, "rb"))
         reply = self._ask(("load", self.spec, self.source, list(sys.path)), timeout_s=600.0)
+        if reply[0] == "problems":
+            self.stop()
+            raise EngineError([Problem(self.source, message, field="engines[].callable", hint=hint)
+                               for message, hint in reply[1]])
         if reply[0] != "ok":
             self.stop()
             raise EngineError(Problem(self.source, f"the plug-in {self.spec!r} does not load in its worker process: "
@@ -308,15 +313,6 @@ class ProcessCallable:
         if oom:
             raise EngineFailure("out_of_memory", type_, message)
         raise EngineFailure("contract" if type_ == "ContractError" else "crash", type_, message)
-
-
-def _open_log(path):
-    """The plug-in's log, opened for appending; never through a symlink planted in the output directory."""
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o666)
-    return os.fdopen(fd, "ab")
 
 
 def _exit_words(code: int | None) -> str:

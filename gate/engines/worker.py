@@ -7,7 +7,8 @@ never releases the GIL, printing workflow commands) stays in this process; the g
 failed execution and starts a fresh worker for the next batch.
 
 Requests: ``("load", spec, source, sys_path)`` then ``("call", args)`` per batch; ``None`` ends it.
-Answers: ``("ok", value)``, or ``("exc", type_name, message, out_of_memory)``.
+Answers: ``("ok", value)``, or ``("exc", type_name, message, out_of_memory)``; a ``load`` the gate refuses
+(no such module, the wrong signature) answers ``("problems", [(message, hint), ...])``.
 """
 
 from __future__ import annotations
@@ -74,9 +75,13 @@ def main(argv: list[str]) -> int:
                 _, spec, source, path = req
                 sys.path[:0] = [p for p in path if p not in sys.path]
                 from gate.engines.plugin import load_callable
+                from gate.errors import SpecguardError
 
-                fn = load_callable(spec, source)
-                answer = ("ok", None)
+                try:
+                    fn = load_callable(spec, source)
+                    answer = ("ok", None)
+                except SpecguardError as exc:  # the plug-in's own words: not wrapped in the worker's
+                    answer = ("problems", [(p.message, p.hint) for p in exc.problems])
             else:
                 answer = ("ok", fn(*req[1]))
         except BaseException as exc:
