@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test lint selftest clean llamacpp
+.PHONY: demo demo-full demo-baseline test test-fast lint selftest clean llamacpp
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ demo-baseline: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
+
+# The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
+# act); about a minute on 2 cores. tests/conftest.py fails a fast test that does any of those.
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -44,3 +44,69 @@ def light_python(tmp_path_factory):
     import light_python as lp
 
     return lp.make(tmp_path_factory.mktemp("hosted") / "venv")
+
+
+# --- test tiers --------------------------------------------------------------------------------------------
+# `make test-fast` runs `pytest -m "not slow"`. A test must be marked slow (`@pytest.mark.slow`, or a module's
+# `pytestmark`) when it loads model weights through the gate (the demo pair, the self-test), starts a gate, run,
+# check, demo or selftest in a subprocess, starts a plug-in worker process, or runs `act`. The guard below
+# enforces that rule in both tiers (a session fixture built for a fast test counts as that test's), so the fast
+# tier cannot grow slow unnoticed. A subprocess that itself starts a worker is not seen: mark those by hand.
+
+HEAVY_COMMANDS = {"gate", "run", "check", "demo", "selftest"}
+
+
+def _heavy(argv) -> str | None:
+    """What a subprocess command line runs that belongs in the slow tier, or None."""
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        argv = [argv]
+    argv = [os.fsdecode(a) for a in argv]
+    if argv and os.path.basename(argv[0]) == "act":
+        return "runs act"
+    for i, a in enumerate(argv[:-1]):
+        if a == "-m" and argv[i + 1] == "gate.engines.worker":
+            return "starts a plug-in worker process (an interpreter importing torch: seconds)"
+        if a == "-m" and argv[i + 1] == "gate" and i + 2 < len(argv) and argv[i + 2] in HEAVY_COMMANDS:
+            return f"starts `specguard {argv[i + 2]}` in a subprocess"
+    if argv and os.path.basename(argv[0]) == "specguard" and len(argv) > 1 and argv[1] in HEAVY_COMMANDS:
+        return f"starts `specguard {argv[1]}` in a subprocess"
+    return None
+
+
+_CURRENT: dict = {"item": None}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _CURRENT["item"] = item  # set before setup: session fixtures built for a fast test count as that test's
+    yield
+    _CURRENT["item"] = None
+
+
+def _refuse_in_a_fast_test(what: str) -> None:
+    item = _CURRENT["item"]
+    if item is not None and not item.get_closest_marker("slow"):
+        pytest.fail(f"{item.nodeid} {what}: mark it @pytest.mark.slow (tests/conftest.py, test tiers)",
+                    pytrace=False)
+
+
+def pytest_configure(config):
+    import subprocess
+
+    import gate.models
+
+    real_load_one, real_popen_init = gate.models._load_one, subprocess.Popen.__init__
+
+    def load_one(*args, **kwargs):
+        model = real_load_one(*args, **kwargs)  # a load that fails on bad input is quick: only success counts
+        _refuse_in_a_fast_test("loads model weights")
+        return model
+
+    def popen_init(self, args, *rest, **kwargs):
+        what = _heavy(args)
+        if what:
+            _refuse_in_a_fast_test(what)
+        return real_popen_init(self, args, *rest, **kwargs)
+
+    gate.models._load_one = load_one
+    subprocess.Popen.__init__ = popen_init

@@ -135,6 +135,7 @@ def test_an_alibi_pair_is_refused_at_load_with_exit_2(tmp_path, capsys):
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_differences_within_the_tolerance_are_near_ties_and_beyond_it_stop_the_run(mistral, tmp_path, monkeypatch):
     """The near-tie rule decides: the same wrong reference is a near-tie under a huge fixed tolerance, and a
     confident difference (exit 2's AnchorError) under the measured one."""

@@ -180,6 +180,7 @@ def test_committed_schemas_are_current():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_refresh_killed_at_any_point_leaves_the_old_baseline_intact(repo):
     """SIGKILL the refresh subprocess at delays spread over its life: the baseline is always old or new, whole."""
     root, cfg, run = repo

@@ -116,6 +116,7 @@ def prompts(demo_pair):
     return [tuple(demo_pair.encode(p.text)) for p in suite.prompts if p.slice != "long-context"]
 
 
+@pytest.mark.slow
 def test_planted_logit_errors_are_labelled_confident(demo_pair, prompts):
     ref = ReferenceEngine(demo_pair.target.model, CPU)
     canonical = generate(ref, prompts, 1)
@@ -137,6 +138,7 @@ def test_planted_logit_errors_are_labelled_confident(demo_pair, prompts):
     assert "equivalence" in fails
 
 
+@pytest.mark.slow
 def test_correct_engine_is_clean_in_fp32(demo_pair, prompts):
     ref = ReferenceEngine(demo_pair.target.model, CPU)
     spec = SpeculativeEngine(demo_pair.target.model, demo_pair.draft.model, CPU)
@@ -154,6 +156,7 @@ def bf16_pair():
     return load_pair(demo_config("bfloat16"))
 
 
+@pytest.mark.slow
 def test_bf16_batch_size_changes_are_labelled_near_ties(bf16_pair):
     """Genuine near-ties: bf16 plain decoding changes with batch size on CPU, and only at near-ties."""
     suite = load_suite("gate/suites/default.jsonl")
@@ -215,6 +218,7 @@ def test_power_is_computed_against_the_planted_distortion():
     assert curve[0] < 0.2 < 0.9 < curve[-1]
 
 
+@pytest.mark.slow
 def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
     """Bug: the check held [n, V] float64 arrays (2 GB each at V=128k, n=2000). Now positions stream in chunks."""
     from transformers import LlamaConfig, LlamaForCausalLM

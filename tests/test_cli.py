@@ -41,6 +41,7 @@ def small(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_gate_end_to_end(small, tmp_path, capsys):
     code = main(["gate", str(small), "--threads", "2"])
     out = capsys.readouterr().out
@@ -73,6 +74,7 @@ def test_gate_end_to_end(small, tmp_path, capsys):
     assert code == 0 and again["cache"]["reused"]
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_finished_work_and_resume_completes(small, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "gate", "run", str(small), "--no-cache", "--threads", "1"]
@@ -102,6 +104,7 @@ def test_check_without_results_is_a_clear_error(small, capsys):
     assert "results file not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
     from gate.selftest.mutants import MUTANTS
 
@@ -116,6 +119,7 @@ def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
     assert code == 0
 
 
+@pytest.mark.slow
 def test_the_gate_prints_no_library_warnings_or_weight_loading_bars(tmp_path):
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(SMALL)  # hf_assisted included: transformers' assisted path is where the deprecation came from

@@ -43,6 +43,7 @@ def speculative(demo_pair):
     return SpeculativeEngine(demo_pair.target.model, demo_pair.draft.model, CPU)
 
 
+@pytest.mark.slow
 def test_reference_matches_transformers_generate(demo_pair, demo_prompts, canonical):
     model = demo_pair.target.model
     for prompt, ours in list(zip(demo_prompts, canonical))[:4]:
@@ -52,10 +53,12 @@ def test_reference_matches_transformers_generate(demo_pair, demo_prompts, canoni
         assert hf[0, len(prompt):].tolist() == ours
 
 
+@pytest.mark.slow
 def test_reference_batched_equals_batch_1_in_fp32(reference, demo_prompts, canonical):
     assert [s.token_ids for s in run(reference, demo_prompts, greedy(), 8)] == canonical
 
 
+@pytest.mark.slow
 def test_speculative_bs1_equals_reference(speculative, demo_prompts, canonical):
     seqs = run(speculative, demo_prompts, greedy(), 1)
     assert [s.token_ids for s in seqs] == canonical
@@ -63,6 +66,7 @@ def test_speculative_bs1_equals_reference(speculative, demo_prompts, canonical):
     assert total > 0, "the demo draft should get some tokens accepted"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [4, 8])
 def test_speculative_ragged_batches_equal_reference(speculative, demo_prompts, canonical, batch_size):
     lengths = [len(p) for p in demo_prompts]
@@ -73,6 +77,7 @@ def test_speculative_ragged_batches_equal_reference(speculative, demo_prompts, c
     assert len(accepted) > 1, "rows must accept different numbers of tokens (ragged acceptance)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_draft_lengths(speculative, demo_prompts, canonical, k):
     seqs = run(speculative, demo_prompts[:6], greedy(k), 3)
@@ -84,6 +89,7 @@ def test_draft_lengths(speculative, demo_prompts, canonical, k):
         assert c.num_accepted_tokens + c.num_target_forwards == c.num_emitted_tokens
 
 
+@pytest.mark.slow
 def test_identical_draft_accepts_everything(demo_pair, demo_prompts, canonical):
     engine = SpeculativeEngine(demo_pair.target.model, demo_pair.target.model, CPU)
     seqs = run(engine, demo_prompts[:4], greedy(4), 4)
@@ -93,6 +99,7 @@ def test_identical_draft_accepts_everything(demo_pair, demo_prompts, canonical):
         assert s.counters.num_target_forwards == -(-NEW // 5)  # ceil(20 / (k+1))
 
 
+@pytest.mark.slow
 def test_random_draft_accepts_almost_nothing(demo_pair, demo_prompts, canonical):
     torch.manual_seed(0)
     rand = LlamaForCausalLM(demo_pair.draft.model.config).eval()
@@ -103,6 +110,7 @@ def test_random_draft_accepts_almost_nothing(demo_pair, demo_prompts, canonical)
     assert sum(rates) / len(rates) < 0.05
 
 
+@pytest.mark.slow
 def test_eos_inside_accepted_block_ends_sequence_there(demo_pair, speculative, reference, demo_prompts):
     # Make a frequent token the EOS, so it appears inside accepted blocks.
     eos = demo_pair.encode(",")[0]
@@ -120,6 +128,7 @@ def test_eos_inside_accepted_block_ends_sequence_there(demo_pair, speculative, r
     assert mid_block
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_new", [1, 2, 3])
 def test_max_new_tokens_smaller_than_k(speculative, reference, demo_prompts, max_new):
     ref = run(reference, demo_prompts, greedy(8), 1, max_new=max_new)
@@ -128,6 +137,7 @@ def test_max_new_tokens_smaller_than_k(speculative, reference, demo_prompts, max
         assert len(s.token_ids) == max_new and s.token_ids == r.token_ids and s.stop_reason == "max_tokens"
 
 
+@pytest.mark.slow
 def test_mixed_budgets_in_one_batch(speculative, reference, demo_prompts):
     reqs = [Request(p, n) for p, n in zip(demo_prompts[:8], [1, 30, 3, 17, 2, 25, 9, 5])]
     spec = speculative.generate(reqs, greedy(4)).sequences
@@ -135,12 +145,14 @@ def test_mixed_budgets_in_one_batch(speculative, reference, demo_prompts):
         assert s.token_ids == reference.generate([req], greedy()).sequences[0].token_ids
 
 
+@pytest.mark.slow
 def test_empty_prompt_is_rejected(speculative, reference):
     for engine in (speculative, reference):
         with pytest.raises(EngineError, match=r"requests\[1\]\.prompt_ids: empty prompt"):
             engine.generate([Request((5, 6), 4), Request((), 4)], greedy())
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_and_batch_independent(speculative, reference, demo_prompts):
     settings = GenerationSettings(temperature=1.0, num_draft_tokens=4)
     a = [s.token_ids for s in run(speculative, demo_prompts, settings, 4)]
@@ -154,6 +166,7 @@ def test_sampling_is_reproducible_and_batch_independent(speculative, reference, 
         "speculative and plain sampling consume randomness differently; identical output would be suspicious"
 
 
+@pytest.mark.slow
 def test_timings_and_realignment_are_reported(speculative, demo_prompts):
     res = speculative.generate([Request(p, NEW) for p in demo_prompts[:8]], greedy())
     assert res.wall_s > 0 and 0 < res.realign_s < res.wall_s
@@ -163,6 +176,7 @@ def test_timings_and_realignment_are_reported(speculative, demo_prompts):
         assert s.per_token_s > 0
 
 
+@pytest.mark.slow
 def test_hf_assisted_matches_reference_at_batch_1(demo_pair, demo_prompts, canonical):
     engine = HFAssistedEngine(demo_pair.target.model, demo_pair.draft.model, CPU, 0)
     seqs = run(engine, demo_prompts[:4], greedy(4), 1)
@@ -173,6 +187,7 @@ def test_hf_assisted_matches_reference_at_batch_1(demo_pair, demo_prompts, canon
         engine.generate([Request(demo_prompts[0], 4), Request(demo_prompts[1], 4)], greedy())
 
 
+@pytest.mark.slow
 def test_engines_do_not_change_what_other_engines_see(demo_pair, demo_prompts):
     """Bug: hf_assisted mutated the shared draft's generation_config and the global RNG."""
     sampled = GenerationSettings(temperature=1.0, num_draft_tokens=4)

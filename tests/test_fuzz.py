@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -163,6 +164,7 @@ def _syn_run():
     return _RUN
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, data):
@@ -189,6 +191,7 @@ def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, 
         assert all(s.wall_s >= 0 for s in ex.sequences)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path, data):
@@ -274,6 +277,7 @@ def slow(prompt_ids, batch_size, settings):
 '''
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.floats(0.0, 0.4))
 def test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean(tmp_path, monkeypatch, delay):

@@ -112,6 +112,7 @@ def totals(results: dict, engine: str, batch_size: int) -> tuple[int, int, int]:
     return drafts, draft_tokens, accepted
 
 
+@pytest.mark.slow
 def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_path):
     e, r = free_port(), free_port()
     (tmp_path / "http").mkdir()
@@ -134,6 +135,7 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
         [v["status"] for v in local_checks["verdicts"] if v["check"] == "equivalence"]
 
 
+@pytest.mark.slow
 def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_logprobs(tmp_path):
     e, r = free_port(), free_port()
     proc = gate(tmp_path, config((e, server(e, "mutant:positions-batch-max")), (r, server(r, "reference")),
@@ -151,6 +153,7 @@ def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_l
 # --- the three false-fail paths of issue 22, each against a real server's responses -------------------
 
 
+@pytest.mark.slow
 def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path):
     """vLLM's --enable-force-include-usage ends every stream with a chunk whose choices are [] (the stand-in
     sends it the same way); with http.logprobs 0 the reference still asks for ids (vLLM's logprobs=0)."""
@@ -169,6 +172,7 @@ def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path)
     assert seqs and not any(s["text_only"] for s in seqs), "ids, not re-tokenized text, on both sides"
 
 
+@pytest.mark.slow
 def test_a_reference_that_returns_no_ids_stops_the_run_at_the_first_wave_naming_the_field(tmp_path):
     """The issue's logprobs-0 case as it was: the request carries no logprobs, so vLLM's dialect returns no
     ids.  The gate must not re-tokenize the text (6 of 7 sequences then differ): it stops and names the field."""
@@ -186,6 +190,7 @@ def test_a_reference_that_returns_no_ids_stops_the_run_at_the_first_wave_naming_
     assert time.monotonic() - t0 < 120 and not leftover(e) and not leftover(r)
 
 
+@pytest.mark.slow
 def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tmp_path):
     """preset: openai asks for no ids, so both sides are re-tokenized text: with local_weights true the gate
     used to re-score those ids and fail a correct engine.  Now: texts compared, the first line says so."""
@@ -208,6 +213,7 @@ def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tm
         assert head.endswith(f"specguard: {outcome} · {method}"), (name, head)
 
 
+@pytest.mark.slow
 def test_a_launch_command_that_fails_is_a_clear_error_quoting_its_output(tmp_path):
     die = "import sys; print('error: cannot bind HTTP server socket', flush=True); sys.exit(3)"
     proc = gate(tmp_path, config((free_port(), json.dumps([PY, "-c", die]))), "run")
@@ -216,6 +222,7 @@ def test_a_launch_command_that_fails_is_a_clear_error_quoting_its_output(tmp_pat
     assert "cannot bind HTTP server socket" in proc.stderr, "the server's last words reach the error"
 
 
+@pytest.mark.slow
 def test_a_port_that_already_answers_is_refused_before_launch(tmp_path):
     """A stale server on the port would pass the health check and be gated in place of the launched one."""
     with socket.socket() as held:
@@ -257,6 +264,7 @@ def test_a_dead_servers_quoted_output_can_issue_no_workflow_command(tmp_path):
     assert not any(line.strip().startswith("::") for line in lines)
 
 
+@pytest.mark.slow
 def test_a_server_that_never_gets_healthy_times_out(tmp_path):
     port = free_port()
     cmd = json.dumps([PY, "-c", "import time; time.sleep(60)"])
@@ -268,6 +276,7 @@ def test_a_server_that_never_gets_healthy_times_out(tmp_path):
                     timeout=10), "no orphan left"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault,message", [("error500", "HTTP 500"), ("truncate", "the stream stopped early")])
 def test_server_faults_are_recorded_with_the_request_and_prompt(tmp_path, fault, message):
     e = free_port()
@@ -281,6 +290,7 @@ def test_server_faults_are_recorded_with_the_request_and_prompt(tmp_path, fault,
     assert not leftover(e)
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_run_fails_its_batches_and_leaves_no_orphan(tmp_path):
     e = free_port()
     cfg = tmp_path / "specguard.yaml"
@@ -336,6 +346,7 @@ def _run(demo_pair, out: Path, shard=None, cfg=None):
     return r.run()
 
 
+@pytest.mark.slow
 def test_sharded_and_merged_results_give_the_same_checks_as_one_run(demo_pair, tmp_path):
     from gate.checks import run_checks
     from gate.merge import merge
@@ -356,6 +367,7 @@ def test_sharded_and_merged_results_give_the_same_checks_as_one_run(demo_pair, t
         [(v["check"], v["engine"], v["batch_size"], v["status"]) for v in b["verdicts"]]
 
 
+@pytest.mark.slow
 def test_merging_shards_of_different_runs_is_refused_naming_the_field(demo_pair, tmp_path, capsys):
     _run(demo_pair, tmp_path / "s0", (0, 2))
     _run(demo_pair, tmp_path / "s1", (1, 2), cfg=demo_config(extra=SHARD_CFG.replace("max_new_tokens: 4",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
 import synthetic as syn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,6 +86,7 @@ def _assert_inert(text: str) -> None:
     assert not any(line.startswith("::") for line in text.split("\n")), "no workflow command"
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTILE)
 def test_hostile_strings_in_every_rendered_field_stay_inert(h):

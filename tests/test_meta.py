@@ -71,3 +71,15 @@ def test_the_scan_catches_a_test_without_an_assert(tmp_path):
                      "        int('x')\n")
     fns = _functions(tree)
     assert not _asserting(fns["test_nothing"]) and _asserting(fns["test_raises"])
+
+
+def test_the_tier_guard_knows_what_is_slow():
+    """tests/conftest.py fails a test outside the slow tier that starts one of these (see `make test-fast`)."""
+    from conftest import _heavy
+
+    py = "/usr/bin/python3"
+    assert _heavy([py, "-m", "gate", "gate", "c.yaml"]) and _heavy([py, "-m", "gate", "selftest"])
+    assert _heavy([py, "-m", "gate", "run", "c.yaml"]) and _heavy(["/venv/bin/specguard", "demo"])
+    assert _heavy([py, "-m", "gate.engines.worker", "3", "4"]) and _heavy(["/opt/act/act", "pull_request"])
+    assert not _heavy([py, "-m", "gate", "compare", "out"]) and not _heavy([py, "-m", "gate", "validate", "c.yaml"])
+    assert not _heavy(["git", "init"]) and not _heavy("bash")

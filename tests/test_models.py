@@ -21,6 +21,7 @@ def cfg(tmp_path, target: str, draft: str, extra: str = ""):
     return parse_config(text + extra, path)
 
 
+@pytest.mark.slow
 def test_missing_model_names_the_field(tmp_path):
     with pytest.raises(ModelError) as info:
         load_pair(cfg(tmp_path, str(DEMO / "target"), str(tmp_path / "nowhere")))
@@ -36,6 +37,7 @@ def test_hub_id_offline_says_why(tmp_path, monkeypatch):
     assert p.field == "models.target.path" and "HF_HUB_OFFLINE=1" in p.hint
 
 
+@pytest.mark.slow
 def test_mismatched_tokenizer_is_refused(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -52,6 +54,7 @@ def test_mismatched_tokenizer_is_refused(tmp_path):
     assert info.value.problems[0].field == "models.draft.path"
 
 
+@pytest.mark.slow
 def test_mismatched_vocab_size_is_refused(tmp_path):
     draft = tmp_path / "draft"
     LlamaForCausalLM(LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -60,6 +63,7 @@ def test_mismatched_vocab_size_is_refused(tmp_path):
         load_pair(cfg(tmp_path, str(DEMO / "target"), str(draft)))
 
 
+@pytest.mark.slow
 def test_trust_remote_code_off_by_default(tmp_path, monkeypatch):
     seen = {}
     import transformers

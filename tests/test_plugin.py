@@ -22,6 +22,7 @@ def plugin_config():
     return demo_config(extra='engines:\n  - {type: plugin, name: inhouse, callable: "inhouse_engine:generate"}\n')
 
 
+@pytest.mark.slow
 def test_worked_example_matches_reference(demo_pair, demo_prompts, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     loaded = plugin_config()
@@ -77,6 +78,7 @@ def test_behaviour_is_left_to_the_checks():
     assert res.sequences[0].token_ids == [5] * 9 and res.sequences[0].stop_reason == "eos"
 
 
+@pytest.mark.slow
 def test_settings_carry_both_dtypes_and_the_configured_extra(demo_pair):
     seen = {}
 

@@ -113,6 +113,7 @@ def verdict(tmp_path: Path) -> dict:
 # --- misbehaving engines (subprocesses) -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_plugin_calling_sys_exit_0_cannot_make_the_gate_pass(tmp_path):
     proc = cli(tmp_path, plugin("exits"), "gate")
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -122,6 +123,7 @@ def test_a_plugin_calling_sys_exit_0_cannot_make_the_gate_pass(tmp_path):
     assert any(c["check"] == "engine_failure" and "SystemExit" in c["why"] for c in v["checks"])
 
 
+@pytest.mark.slow
 def test_an_engine_that_raises_is_recorded_and_the_run_goes_on(tmp_path):
     proc = cli(tmp_path, plugin("raises"), "gate")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -137,6 +139,7 @@ def test_an_engine_that_raises_is_recorded_and_the_run_goes_on(tmp_path):
     assert "inhouse crashed" in comment and "RuntimeError: kv cache index 17 out of range" in comment
 
 
+@pytest.mark.slow
 def test_an_engine_that_hangs_times_out_and_the_run_finishes(tmp_path):
     t0 = time.monotonic()
     proc = cli(tmp_path, plugin("hangs", ", timeout_s: 2"), "gate", timeout=240)
@@ -147,6 +150,7 @@ def test_an_engine_that_hangs_times_out_and_the_run_finishes(tmp_path):
     assert time.monotonic() - t0 < 200, "two timeouts, then the engine's other batches are not run"
 
 
+@pytest.mark.slow
 def test_out_of_memory_at_a_batch_size_is_a_finding(tmp_path):
     proc = cli(tmp_path, plugin("oom"), "gate")
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -177,6 +181,7 @@ IMPORT_TIME = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["validate", "gate"])
 def test_a_plugin_module_that_exits_at_import_cannot_end_the_gate(tmp_path, command):
     """Bug (issue 19, item 1 again): the gate imported a plug-in's module in its own process to check it, so
@@ -192,6 +197,7 @@ def test_a_plugin_module_that_exits_at_import_cannot_end_the_gate(tmp_path, comm
     assert {n: (out / n).read_text() for n in EARLIER} == EARLIER, "a run refused at its inputs keeps them"
 
 
+@pytest.mark.slow
 def test_a_plugin_module_that_prints_at_import_speaks_only_to_its_log(tmp_path):
     """Bug (issue 19, item 13 again): output printed while the module is imported reached the gate's own."""
     (tmp_path / "loud_on_import.py").write_text(IMPORT_TIME["loud_on_import"])
@@ -240,6 +246,7 @@ def test_an_interrupt_while_a_plugin_runs_exits_130(tmp_path, isolation):
     assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "interrupted"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_stops_the_whole_selftest(sig):
     """Bug: the self-test caught each run's interrupt and went on with the next mutant."""
@@ -309,6 +316,7 @@ def test_hostile_yaml_is_refused_fast(tmp_path, capsys, text, message):
     assert message in capsys.readouterr().err and time.monotonic() - t0 < 1
 
 
+@pytest.mark.slow
 def test_a_prompt_too_long_for_the_target_is_refused_or_truncated_on_request(demo_pair, tmp_path):
     from gate.errors import SuiteError
     from gate.runner import prompt_infos
@@ -333,6 +341,7 @@ def test_a_lone_surrogate_is_refused_at_suite_load(tmp_path, capsys):
     assert "s.jsonl:1: prompt: not valid Unicode text (a lone surrogate" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_model_problems_name_the_model_the_field_and_the_file(tmp_path, capsys):
     from gate.errors import ModelError
     from gate.models import load_pair
@@ -375,6 +384,7 @@ def test_custom_model_code_is_part_of_the_fingerprint(tmp_path):
     assert fingerprint_model(str(model), spec, torch.float32) != before
 
 
+@pytest.mark.slow
 def test_validate_imports_plugin_callables(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(TINY % {"engines": '  - {type: plugin, name: x, callable: "no_such_module:generate"}'})
@@ -448,7 +458,7 @@ EARLIER = {"summary.md": "# specguard: PASS\n", "comment.md": "earlier", "checks
            "speedup.png": "png", "verdict.json": '{"outcome": "pass", "exit_code": 0}'}
 
 
-@pytest.mark.parametrize("bad", ["plugin", "suite"])
+@pytest.mark.parametrize("bad", [pytest.param("plugin", marks=pytest.mark.slow), "suite"])  # slow: a worker
 def test_a_run_refused_for_bad_input_keeps_the_earlier_outputs_and_cannot_pass(tmp_path, capsys, bad):
     """Bug (item 5): gate deleted summary.md, comment.md, checks.json, verdict.json and speedup.png, then
     exited 2 on a bad suite. Now the inputs are validated first; the earlier verdict, which names no run of
@@ -723,6 +733,7 @@ def _generate(engine):
                            GenerationSettings(0.0, 4, ()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kind,type_,message", [
     ("mem", "out_of_memory", "MemoryError", "MemoryError()"),
     ("unprintable", "crash", "Unprintable", "Unprintable()"),
@@ -742,6 +753,7 @@ def test_any_exception_or_crash_in_a_plugin_is_a_recorded_failure(tmp_path, monk
     assert (got.value.kind, got.value.type) == (kind, type_) and message in got.value.message
 
 
+@pytest.mark.slow
 def test_plugin_output_goes_to_its_log_not_the_gates(tmp_path, monkeypatch, capfd):
     """Bug (item 13): a plug-in's stdout, workflow commands included, mixed into the gate's own."""
     engine, fn = _isolated(tmp_path, monkeypatch, "noisy")

@@ -56,6 +56,7 @@ def test_plan_fills_batches_to_the_load_level():
     assert [(b.slice, b.members, b.n_real) for b in batches] == [("s", (0, 1, 2, 0), 3), ("t", (3, 4, 3, 4), 2)]
 
 
+@pytest.mark.slow
 def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
     doc = make(demo_pair, tmp_path).run()
     assert doc.status == "complete" and doc.stopped_at is None
@@ -70,6 +71,7 @@ def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
     assert not on_disk.calibration, "fake engines cannot be stepped: no calibration of the real pair"
 
 
+@pytest.mark.slow
 def test_interrupted_run_keeps_finished_work_and_says_where(demo_pair, tmp_path):
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=3)
     with pytest.raises(RunInterrupted) as stop:
@@ -99,6 +101,7 @@ def _interrupted(demo_pair, tmp_path, suite=SUITE):
         make(demo_pair, tmp_path, spec=spec, suite=suite).run()
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_suite(demo_pair, tmp_path):
     """Bug: resume compared only the config digest and models, then reused records by batch index."""
     _interrupted(demo_pair, tmp_path)
@@ -115,6 +118,7 @@ def test_resume_refuses_a_changed_suite(demo_pair, tmp_path):
     ("hardware", lambda mp: mp.setattr(fp, "hardware_key", lambda hw: "another-machine"),
      r"hardware: [\w-]+ -> another-machine"),
 ])
+@pytest.mark.slow
 def test_resume_refuses_other_libraries_or_hardware(demo_pair, tmp_path, monkeypatch, what, patch, message):
     _interrupted(demo_pair, tmp_path)
     patch(monkeypatch)
@@ -125,6 +129,7 @@ def test_resume_refuses_other_libraries_or_hardware(demo_pair, tmp_path, monkeyp
 ORIGINAL_LIBS = fp.libraries
 
 
+@pytest.mark.slow
 def test_an_engine_crash_is_a_failed_execution_and_the_run_goes_on(demo_pair, tmp_path):
     """A crash of the engine under test is a finding about it, not an internal error of the gate."""
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=1, exc=RuntimeError)
@@ -139,6 +144,7 @@ def test_an_engine_crash_is_a_failed_execution_and_the_run_goes_on(demo_pair, tm
     assert len(on_disk.failures()) == len(failed)
 
 
+@pytest.mark.slow
 def test_torn_last_record_is_dropped(demo_pair, tmp_path):
     make(demo_pair, tmp_path, cfg=tiny(), timed=False).run()
     path = tmp_path / "out" / "records.jsonl"
@@ -160,6 +166,7 @@ def test_corrupt_results_name_the_file(tmp_path):
         load_results(tmp_path)
 
 
+@pytest.mark.slow
 def test_artifacts_respect_the_umask(demo_pair, tmp_path):
     """Bug: the atomic writer created results.json -rw------- while summary.md was -rw-r--r--."""
     import os
@@ -173,6 +180,7 @@ def test_artifacts_respect_the_umask(demo_pair, tmp_path):
     assert stat.S_IMODE((tmp_path / "out" / "results.json").stat().st_mode) == 0o644
 
 
+@pytest.mark.slow
 def test_adaptive_repeats_stop_on_precision(demo_pair, tmp_path):
     doc = make(demo_pair, tmp_path, cfg=config(max_repeats=10, ci=0.03)).run()
     stops = {v["stopped_by"] for bs in doc.timing.values() for v in bs.values()}
@@ -180,6 +188,7 @@ def test_adaptive_repeats_stop_on_precision(demo_pair, tmp_path):
     assert stops == {"precision"} and repeats == {2}
 
 
+@pytest.mark.slow
 def test_adaptive_repeats_stop_on_budget(demo_pair, tmp_path):
     spec = FakeEngine("speculative", True, noisy(2.0, 0.9, seed=1))
     doc = make(demo_pair, tmp_path, spec=spec, cfg=config(max_repeats=1000, ci=0.0001, budget=0.01)).run()
@@ -187,6 +196,7 @@ def test_adaptive_repeats_stop_on_budget(demo_pair, tmp_path):
     assert stops == {"budget"}
 
 
+@pytest.mark.slow
 def test_timing_covers_a_spread_subset_of_each_cell(demo_pair, tmp_path):
     suite = parse_suite("".join(json.dumps({"id": f"a-{i}", "slice": "a", "prompt": f"Prompt {i} says"}) + "\n"
                                 for i in range(9)), "nine.jsonl")
@@ -198,6 +208,7 @@ def test_timing_covers_a_spread_subset_of_each_cell(demo_pair, tmp_path):
     assert len({e.batch for e in doc.executions if e.phase == "outputs"}) == 9
 
 
+@pytest.mark.slow
 def test_adaptive_repeats_stop_at_max_repeats(demo_pair, tmp_path):
     spec = FakeEngine("speculative", True, noisy(2.0, 0.9, seed=2))
     doc = make(demo_pair, tmp_path, spec=spec, cfg=config(max_repeats=5, ci=0.0001, budget=600)).run()
@@ -205,6 +216,7 @@ def test_adaptive_repeats_stop_at_max_repeats(demo_pair, tmp_path):
     assert {v["stopped_by"] for bs in doc.timing.values() for v in bs.values()} == {"max_repeats"}
 
 
+@pytest.mark.slow
 def test_interleaving_alternates_order(demo_pair, tmp_path):
     doc = make(demo_pair, tmp_path).run()
     timing = [e for e in doc.executions if e.phase == "timing" and e.batch_size == 1 and e.batch == 0]
@@ -218,6 +230,7 @@ def _reused(demo_pair, tmp_path, name, pair=None, suite=SUITE, cfg=None):
     return len(r.run().cache["reused"])
 
 
+@pytest.mark.slow
 def test_reference_cache_reused_when_only_the_draft_changes(demo_pair, tmp_path, monkeypatch):
     assert _reused(demo_pair, tmp_path, "first") == 0
     draft_changed = copy.copy(demo_pair)
@@ -241,6 +254,7 @@ def test_reference_cache_reused_when_only_the_draft_changes(demo_pair, tmp_path,
     assert _reused(demo_pair, tmp_path, "version") == 0
 
 
+@pytest.mark.slow
 def test_reference_cache_misses_after_a_library_upgrade(demo_pair, tmp_path, monkeypatch):
     """Bug: the cache key left out library versions, so an upgrade served stale references."""
     assert _reused(demo_pair, tmp_path, "first") == 0
@@ -258,6 +272,7 @@ def test_corrupt_cache_entry_is_a_miss(tmp_path):
     assert cache.get("abc") is None and cache.misses == 1
 
 
+@pytest.mark.slow
 def test_long_context_and_adversarial_slices_get_their_own_rows(demo_pair, tmp_path):
     suite = load_suite("gate/suites/default.jsonl").select(["long-context", "adversarial", "prose"], 2)
     cfg = demo_config(extra="batching: {batch_sizes: [1, 2]}\ngeneration: {max_new_tokens: 3}\n"
@@ -312,6 +327,7 @@ def test_results_of_schema_1_load_through_the_migration(tmp_path):
     assert doc.schema_id == "specguard.results/3" and doc.anchor is None
 
 
+@pytest.mark.slow
 def test_calibration_never_speaks_for_a_plugin(demo_pair, tmp_path):
     """Bug: a plug-in's Leviathan columns showed the in-process pair's calibration as if it were its own."""
     import torch

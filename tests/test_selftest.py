@@ -57,11 +57,13 @@ def alarms(pair, name: str, tmp_path, planner=None) -> list[str]:
     return sorted({v["check"] for v in checks["verdicts"] if v["status"] == "fail" and v["engine"] == name})
 
 
+@pytest.mark.slow
 def test_length_mix_bug_escapes_per_cell_batches_and_is_caught_by_mixed_ones(eos_pair, tmp_path):
     assert alarms(eos_pair, "length-mix-buffer", tmp_path, planner=per_cell_outputs) == [], \
         "per-cell batches never put a long prompt beside a short one: the bug must not show there"
     assert "equivalence" in alarms(eos_pair, "length-mix-buffer", tmp_path)
 
 
+@pytest.mark.slow
 def test_stale_row_map_is_caught_by_mixed_batches(eos_pair, tmp_path):
     assert "equivalence" in alarms(eos_pair, "stale-row-map", tmp_path)
