@@ -636,7 +636,7 @@ def headline(doc: VerdictDoc, results: Results) -> str:
     elif doc.speedup:
         parts.append("speedup holds")
     if doc.mode == "none":
-        parts.append("no baseline to compare with yet")
+        parts.append(f"no baseline for hardware {doc.hardware_key} yet")
     text = "; ".join(parts)
     return text[0].upper() + text[1:]
 

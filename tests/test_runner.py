@@ -72,6 +72,20 @@ def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_hardware_key_comes_from_the_flag_then_the_config_then_the_hardware(demo_pair, tmp_path):
+    """Issue 18: two identical GPU boxes behind an http engine read different CPUs; the key is the user's."""
+    from gate import fingerprint
+
+    named = demo_config(extra="batching: {batch_sizes: [1]}\ngeneration: {max_new_tokens: 2}\n"
+                              "baseline: {hardware_key: h200-pool}\n")
+    assert make(demo_pair, tmp_path / "cfg", cfg=named).run().fingerprint.hardware_key == "h200-pool"
+    flagged = make(demo_pair, tmp_path / "flag", cfg=named, hardware_key="runner-7").run()
+    assert flagged.fingerprint.hardware_key == "runner-7"
+    auto = make(demo_pair, tmp_path / "auto", cfg=tiny()).run()
+    assert auto.fingerprint.hardware_key == fingerprint.hardware_key(auto.fingerprint.hardware)
+
+
+@pytest.mark.slow
 def test_interrupted_run_keeps_finished_work_and_says_where(demo_pair, tmp_path):
     spec = FakeEngine("speculative", True, constant(0.5), fail_after=3)
     with pytest.raises(RunInterrupted) as stop:
