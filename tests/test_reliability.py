@@ -710,6 +710,14 @@ def segfault(prompt_ids, batch_size, settings):
     import ctypes
 
     ctypes.string_at(0)
+
+
+def hungry(prompt_ids, batch_size, settings):
+    if settings.extra.get("big"):
+        block = bytearray(400 << 20)  # 400 MiB, touched: resident in this process only
+        block[::4096] = b"x" * len(block[::4096])
+        del block
+    return [{"token_ids": [5] * n} for n in settings.max_new_tokens]
 '''
 
 
@@ -751,6 +759,25 @@ def test_any_exception_or_crash_in_a_plugin_is_a_recorded_failure(tmp_path, monk
     finally:
         fn.stop()
     assert (got.value.kind, got.value.type) == (kind, type_) and message in got.value.message
+
+
+@pytest.mark.slow
+def test_an_isolated_plugins_peak_memory_is_its_workers(tmp_path, monkeypatch):
+    """Issue 19 (isolation): the peak memory of a batch was read from the gate's process, which holds none of
+    an isolated plug-in's memory; it comes from the worker, reset per batch."""
+    import dataclasses
+
+    engine, fn = _isolated(tmp_path, monkeypatch, "hungry")
+    try:
+        small = _generate(engine).peak_memory_bytes
+        engine.base = dataclasses.replace(engine.base, extra={"big": True})
+        big = _generate(engine).peak_memory_bytes
+        engine.base = dataclasses.replace(engine.base, extra={})
+        again = _generate(engine).peak_memory_bytes
+    finally:
+        fn.stop()
+    assert big - small >= 350 << 20, (small, big)
+    assert big - again >= 350 << 20, "the peak is reset per batch"
 
 
 @pytest.mark.slow

@@ -213,6 +213,7 @@ class ProcessCallable:
         self._proc = None
         self._pipes = None
         self._registered = False
+        self.last_peak_memory_bytes = None
 
     def start(self) -> None:
         """Start the worker and import the plug-in in it (what a first batch would otherwise pay for)."""
@@ -300,14 +301,17 @@ class ProcessCallable:
             raise EngineFailure("crash", "ProcessExit", f"engine {self.label!r}'s process {_exit_words(code)} "
                                                         f"without answering (its output: {self.log_path})") from None
 
-    def __call__(self, args: tuple, timeout_s: float | None):
+    def __call__(self, args: tuple, timeout_s: float | None, device: str = "cpu"):
+        """The plug-in's return value; ``last_peak_memory_bytes`` is then the batch's peak in the worker."""
         self.start()
+        self.last_peak_memory_bytes = None
         try:
-            reply = self._ask(("call", args), timeout_s)
+            reply = self._ask(("call", args, device), timeout_s)
         except BaseException:  # an interrupt mid-call: the worker's answer would answer the next call
             self.stop()
             raise
         if reply[0] == "ok":
+            self.last_peak_memory_bytes = reply[2] if len(reply) > 2 else None
             return reply[1]
         _, type_, message, oom = reply
         if oom:
@@ -368,9 +372,11 @@ class PluginEngine:
         if isinstance(self.fn, ProcessCallable):
             self.fn.start()  # a fresh worker after a crash is not part of this batch's time
             start = clock.now()
-            out = self.fn(args, timeout)
+            out = self.fn(args, timeout, str(self.device))
+            peak = self.fn.last_peak_memory_bytes  # the worker's: the gate's own process holds no plug-in memory
         else:
             out = call_with_deadline(self.fn, args, timeout, self.name)
+            peak = None
         wall = clock.now() - start
         try:
             if not isinstance(out, (list, tuple)) or len(out) != len(requests):
@@ -383,4 +389,5 @@ class PluginEngine:
         for s in seqs:
             if not s.wall_s:
                 s.wall_s = wall
-        return BatchResult(seqs, wall_s=wall, peak_memory_bytes=peak_memory_bytes(self.device))
+        return BatchResult(seqs, wall_s=wall,
+                           peak_memory_bytes=peak if peak is not None else peak_memory_bytes(self.device))

@@ -6,13 +6,15 @@ answer at a time.  Whatever the plug-in does (``os._exit``, a segfault, a C-leve
 never releases the GIL, printing workflow commands) stays in this process; the gate records it as a
 failed execution and starts a fresh worker for the next batch.
 
-Requests: ``("load", spec, source, sys_path)`` then ``("call", args)`` per batch; ``None`` ends it.
-Answers: ``("ok", value)``, or ``("exc", type_name, message, out_of_memory)``; a ``load`` the gate refuses
+Requests: ``("load", spec, source, sys_path)`` then ``("call", args, device)`` per batch; ``None`` ends it.
+Answers: ``("ok", value)`` (a call's with the peak memory of the batch in this process: ``("ok", value,
+peak_bytes)``), or ``("exc", type_name, message, out_of_memory)``; a ``load`` the gate refuses
 (no such module, the wrong signature) answers ``("problems", [(message, hint), ...])``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -56,6 +58,13 @@ def _die_with_parent() -> None:
         pass
 
 
+def _free_cuda_cache() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+
+
 def main(argv: list[str]) -> int:
     # Ctrl-C reaches the whole process group: the gate decides what an interrupt means, and ends this worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -83,9 +92,18 @@ def main(argv: list[str]) -> int:
                 except SpecguardError as exc:  # the plug-in's own words: not wrapped in the worker's
                     answer = ("problems", [(p.message, p.hint) for p in exc.problems])
             else:
-                answer = ("ok", fn(*req[1]))
+                import torch
+
+                from gate.timing import peak_memory_bytes, reset_peak_memory
+
+                device = torch.device(req[2] if len(req) > 2 else "cpu")
+                reset_peak_memory(device)
+                value = fn(*req[1])
+                answer = ("ok", value, peak_memory_bytes(device))  # this process's peak, not the gate's
         except BaseException as exc:
             answer = ("exc", *describe(exc))
+            if answer[3]:  # out of memory: free this process's CUDA cache before the next, smaller batch
+                _free_cuda_cache()
         sys.stdout.flush()
         sys.stderr.flush()
         try:
