@@ -480,6 +480,43 @@ def test_llama_server_native_stream_gives_every_token_id_and_the_draft_counters(
     assert seq.stop_reason == "max_tokens" and not seq.text_only
 
 
+def test_ids_missing_from_a_recorded_stream_are_a_contract_failure_not_a_shorter_output(httpserver):
+    """llama-server holds back the ids of a token whose text is an incomplete UTF-8 sequence; if they never come,
+    the final event's tokens_predicted says how many were generated.  The recorded stream with one token event
+    taken out must be a contract failure naming both counts, never a shorter output judged as the engine's."""
+    from gate.engines.base import EngineFailure
+    from gate.engines.http import PRESETS, HttpEngine
+
+    doc = recorded("llamacpp-spec-native")
+    events = doc["body"].split("\n\n")
+    held_back = [e for e in events if '"tokens":[' in e and '"tokens":[]' not in e][2]
+    doc = {**doc, "body": "\n\n".join(e for e in events if e != held_back)}
+    httpserver.expect_request(doc["route"], method="POST").respond_with_data(
+        doc["body"], status=200, content_type="text/event-stream")
+    engine = HttpEngine("llamacpp", httpserver.url_for("/").rstrip("/"), PRESETS["llamacpp"], True,
+                        model=doc["request"]["model"], metrics_path=None)
+    with pytest.raises(EngineFailure) as got:
+        engine.generate(*one_request(doc))
+    assert got.value.kind == "contract"
+    assert "generated 6 tokens but streamed the ids of 5" in got.value.message
+
+
+def test_a_token_outside_the_servers_top_k_is_a_bound_never_a_near_tie():
+    """The server-logprob classifier: the engine's token outside the reference's top-k only has a lower bound on
+    its gap (the k-th logprob), which can prove a confident divergence but never a near-tie."""
+    from types import SimpleNamespace
+
+    from gate.checks.context import CheckContext
+
+    ref = SimpleNamespace(token_ids=[7, 8], top_logprobs=[{7: -0.1, 9: -0.2, 3: -9.0}, {8: -0.5, 4: -0.6}])
+    ctx = SimpleNamespace(canonical={"p": ref}, tolerance=SimpleNamespace(fixed=1.0))
+    gap = CheckContext._gap_from_reference
+    assert gap(ctx, "p", 0, 9) == (pytest.approx(0.1), 1.0), "inside the top-k: the exact gap (a near-tie)"
+    assert gap(ctx, "p", 0, 5) == (pytest.approx(8.9), 1.0), "outside: the k-th logprob bounds it, beyond tol"
+    assert gap(ctx, "p", 1, 5) is None, "outside, with a bound within tolerance: unclassified, not a near-tie"
+    assert gap(ctx, "p", 2, 5) is None, "no logprobs at that position"
+
+
 def test_llama_server_reference_stream_gives_top_k_logprobs_keyed_by_id(httpserver):
     from gate.engines.http import PRESETS, HttpEngine
 

@@ -180,7 +180,8 @@ class CheckContext:
         """(logprob of the reference's token - logprob of the engine's, tolerance) at position j, from the
         reference server's top-k there.  A token outside the top-k gets the k-th logprob: a lower bound, which
         proves a confident divergence when it exceeds the tolerance but never a near-tie (None: unclassified;
-        with logprobs 1, as llama-server's ids need at least, the top-k is the reference's own token alone)."""
+        with logprobs 1, the least an OpenAI-route reference is asked for, the top-k is the reference's own token
+        alone)."""
         ref = self.canonical[pid]
         if not ref.top_logprobs or j >= len(ref.top_logprobs):
             return None

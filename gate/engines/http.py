@@ -144,8 +144,8 @@ class Preset:
     per_pos: str | None = None  # the per-position accepted-tokens family (label "position")
     prompt_as_text: bool = False  # the route takes no token ids: send the decoded prompt
     route: str = "/v1/completions"
-    # Token ids ride on logprobs (vLLM's logprobs.tokens, llama-server's logprobs.content): the reference always
-    # asks for at least this many, whatever http.logprobs says.  None: ids do not depend on logprobs.
+    # Token ids ride on logprobs (vLLM's logprobs.tokens, llama-server's OpenAI route's logprobs.content): the
+    # reference always asks for at least this many, whatever http.logprobs says.  None: ids do not depend on them.
     min_logprobs: int | None = None
     gives_ids: bool = True  # False: the stack answers with text only; the gate compares text and says so
 
@@ -389,7 +389,8 @@ class HttpEngine:
 
     def _reference_logprobs(self) -> int | None:
         """Top-k asked of the reference: http.logprobs, raised to what the preset needs for token ids (vLLM
-        sends ids in logprobs.tokens, so 0 is sent as 0; llama-server only in logprobs.content, so at least 1)."""
+        sends ids in logprobs.tokens, so 0 is sent as 0; llama-server's OpenAI route only in logprobs.content, so at
+        least 1; its native route, the llamacpp preset's, streams ids whatever logprobs says)."""
         need = self.preset.min_logprobs
         if need is None:
             return self.logprobs or None
