@@ -544,12 +544,26 @@ def cmd_check(args) -> int:
     return _check(loaded, pair, out)
 
 
+def baselines_root(flag: str | None, config_path: str | None = None, loaded=None) -> Path:
+    """The one rule every command uses for where baselines live: the command's own flag, else ``baseline.dir``
+    of the config (given, or ``--config``), else ``./baselines``."""
+    if flag:
+        return Path(flag)
+    if loaded is None and config_path:
+        from gate.config import load_config
+
+        loaded = load_config(config_path)
+    if loaded is not None:
+        return loaded.resolve_path(loaded.config.baseline.dir)
+    return Path("baselines")
+
+
 def cmd_compare(args) -> int:
     from gate.results import load_results
 
     out = Path(args.run_dir)
     config = _config_of(load_results(out))
-    return _compare(out, config, args.baseline, Path(args.baselines_dir),
+    return _compare(out, config, args.baseline, baselines_root(args.baselines_dir, args.config),
                     Path(args.out) if args.out else None, quiet=args.quiet)
 
 
@@ -563,8 +577,7 @@ def cmd_gate(args) -> int:
     checked = _check(loaded, pair, out)
     if getattr(args, "refresh", False):
         return _refresh_from(args, loaded, out)
-    baselines = Path(args.baselines_dir) if getattr(args, "baselines_dir", None) else \
-        loaded.resolve_path(loaded.config.baseline.dir)
+    baselines = baselines_root(getattr(args, "baselines_dir", None), loaded=loaded)
     compared = _compare(out, loaded.config, loaded.baseline_name, baselines, quiet=getattr(args, "quiet", False),
                         record_phases=True)
     _say(_phases().render())
@@ -633,7 +646,7 @@ def cmd_baseline_history(args) -> int:
     from gate.baseline import BaselineStore
     from gate.history import render_history
 
-    store = BaselineStore(Path(args.dir), args.name)
+    store = BaselineStore(baselines_root(args.dir, args.config), args.name)
     docs = store.history(args.hardware)
     if not docs:
         raise SpecguardError(Problem(str(store.dir), f"no baselines named {args.name!r}",
@@ -728,7 +741,7 @@ def cmd_github_refresh_pr(args) -> int:
 
     loaded = load_config(args.config)
     results = load_results(Path(args.run_dir))
-    root = Path(args.dir) if args.dir else loaded.resolve_path(loaded.config.baseline.dir)
+    root = baselines_root(args.dir, loaded=loaded)
     store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
     repo = Path(args.repo).resolve()
     written, deleted = changed_files(repo, store.dir)
@@ -828,7 +841,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("run_dir", metavar="RUN_DIR", help="directory holding results.json and checks.json")
     m.add_argument("--baseline", help="a baseline file, or a baseline name looked up in --baselines-dir for this "
                                       "run's hardware (default: baseline.name from the run's config)")
-    m.add_argument("--baselines-dir", default="baselines", help="where named baselines live (default: baselines)")
+    m.add_argument("--baselines-dir", help="where named baselines live (default: baseline.dir of --config, else "
+                                            "./baselines)")
+    m.add_argument("--config", help="the run's specguard.yaml: its baseline.dir is where baselines live")
     m.add_argument("--out", help="directory for the verdict and report (default: RUN_DIR)")
     talk(m)
     m.set_defaults(fn=cmd_compare)
@@ -865,7 +880,8 @@ def build_parser() -> argparse.ArgumentParser:
     br.set_defaults(fn=cmd_baseline_refresh)
     bh = bsub.add_parser("history", help="the trend of speedup and acceptance per slice across refreshes")
     bh.add_argument("name", help="the baseline's name (baseline.name, or the config file's name)")
-    bh.add_argument("--dir", default="baselines", help="where baselines live (default: baselines)")
+    bh.add_argument("--dir", help="where baselines live (default: baseline.dir of --config, else ./baselines)")
+    bh.add_argument("--config", help="a specguard.yaml: its baseline.dir is where baselines live")
     bh.add_argument("--hardware", help="only this hardware key")
     bh.set_defaults(fn=cmd_baseline_history)
 

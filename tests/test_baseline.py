@@ -21,6 +21,14 @@ from gate.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
+CONFIG_WITH_BASELINE_DIR = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "specguard:demo/draft"}
+baseline: {dir: perf/baselines}
+"""
+
 
 def write_run(run_dir: Path, results=None, checks=None) -> Path:
     results = results or syn.run()
@@ -222,3 +230,17 @@ def test_the_committed_demo_baseline_is_valid_compact_and_portable():
             f"{path} is stale: refresh it with `make demo-baseline`"
         assert not any(s in text for s in ("/work/", "/home/", "/tmp/", "/root/", "/runner")), "runner-local path"
         assert b.fingerprint.suite.name == "specguard:suites/default.jsonl"
+
+
+def test_every_command_finds_baselines_by_one_rule(tmp_path, monkeypatch):
+    """Issue 21: `compare --baselines-dir` and `baseline history --dir` defaulted to ./baselines while `gate`
+    used the config's baseline.dir, so two commands on one config could read different baselines."""
+    from gate.cli import baselines_root
+
+    cfg = tmp_path / "repo" / "specguard.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(CONFIG_WITH_BASELINE_DIR)
+    monkeypatch.chdir(tmp_path)
+    assert baselines_root("elsewhere", str(cfg)) == Path("elsewhere")
+    assert baselines_root(None, str(cfg)).resolve() == (cfg.parent / "perf" / "baselines").resolve()
+    assert baselines_root(None) == Path("baselines")
