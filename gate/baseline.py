@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -222,8 +223,13 @@ def acceptance(results: Results) -> dict[str, dict[str, dict[str, AcceptanceFigu
     return out
 
 
-def speedup_cells(results: Results) -> dict[str, dict[str, SpeedupCell]]:
+def speedup_cells(results: Results, checks: dict | None = None) -> dict[str, dict[str, SpeedupCell]]:
+    """Per engine and cell, the paired speedup samples and their CI.  The CI is the speedup check's own (from
+    ``checks.json``) when there is one, so a report never shows two intervals for one cell; it is bootstrapped
+    here, with the check's default resamples, only for a run that has no checks document."""
     from gate.stats import bootstrap_median_ci
+
+    checked = (checks or {}).get("speedup", {}).get("engines", {})
 
     groups: dict[tuple[str, str], list] = {}
     for p in results.timing_pairs():
@@ -231,7 +237,11 @@ def speedup_cells(results: Results) -> dict[str, dict[str, SpeedupCell]]:
     out: dict = {}
     for (engine, key), pairs in sorted(groups.items()):
         ratios = [r for r in (p.ratio for p in pairs) if r is not None]
-        ci = bootstrap_median_ci(ratios, 1000)
+        known = checked.get(engine, {}).get("cells", {}).get(key, {}).get("speedup")
+        if known and known.get("n") == len(ratios):
+            ci = SimpleNamespace(estimate=known["estimate"], low=known["low"], high=known["high"])
+        else:
+            ci = bootstrap_median_ci(ratios)
         total = SpecCounters()
         for p in pairs:
             c = p.execution.counters()
@@ -312,7 +322,7 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
         equivalence={e: {bs: _equivalence(x) for bs, x in rows.items()}
                      for e, rows in (checks.get("equivalence") or {}).items()},
         noise_floor={bs: _equivalence(x) for bs, x in (checks.get("noise_floor") or {}).items()},
-        acceptance=acceptance(results), speedup=speedup_cells(results),
+        acceptance=acceptance(results), speedup=speedup_cells(results, checks),
         calibration={bs: {k: row[k] for k in ("cost_ratio", "verify_ratio") if k in row}
                      for bs, row in results.calibration.items()},
         calibrated_engines=list(results.calibrated_engines), distribution=distribution,

@@ -304,14 +304,14 @@ def compare(results: Results, checks: dict, config: Config, baseline: Baseline |
         verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop, comp)
         if paired is None:
             if same_hardware:
-                sp_changes = _stored_speedup_changes(results, baseline, rules.speedup_drop, comp)
+                sp_changes = _stored_speedup_changes(results, baseline, rules.speedup_drop, comp, checks)
             else:
                 verdicts.append(CheckVerdict(
                     check="speedup", status="warn",
                     why=f"not comparable: the baseline was measured on {baseline.hardware_key}, this run on {hw}; "
                         "timing was not compared (equivalence and acceptance were)"))
     if paired is not None:
-        sp_changes = _paired_speedup_changes(results, paired, rules.speedup_drop)
+        sp_changes = _paired_speedup_changes(results, paired, rules.speedup_drop, checks)
     verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
     verdicts += _slice_floor(checks, config)
 
@@ -446,8 +446,8 @@ def _costs(results: Results, engine: str, bs: int, tpf: float | None, calibratio
 
 
 def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float,
-                            comp: Comparability | None = None) -> list[SpeedupChange]:
-    head_cells = speedup_cells(results)
+                            comp: Comparability | None = None, checks: dict | None = None) -> list[SpeedupChange]:
+    head_cells = speedup_cells(results, checks)
     k = results.settings.num_draft_tokens
     out = []
     for engine, cells in head_cells.items():
@@ -473,7 +473,8 @@ def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: flo
     return out
 
 
-def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float) -> list[SpeedupChange]:
+def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float,
+                            checks: dict | None = None) -> list[SpeedupChange]:
     """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat)."""
     groups: dict[str, dict[tuple, dict[str, float]]] = {}
     cells: dict[str, tuple] = {}
@@ -483,7 +484,7 @@ def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float) 
         key = cell_key(p.slice, p.batch_size, p.bucket)
         cells[key] = (p.slice, p.batch_size, p.bucket)
         groups.setdefault(key, {}).setdefault((p.execution.batch, p.repeat), {})[p.engine] = p.execution.wall_s
-    head_cells = speedup_cells(results)
+    head_cells = speedup_cells(results, checks)
     out = []
     for key, rows in sorted(groups.items()):
         ratios = [r[paired.engine] / r[paired.head_engine] for r in rows.values()

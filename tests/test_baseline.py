@@ -244,3 +244,27 @@ def test_every_command_finds_baselines_by_one_rule(tmp_path, monkeypatch):
     assert baselines_root("elsewhere", str(cfg)) == Path("elsewhere")
     assert baselines_root(None, str(cfg)).resolve() == (cfg.parent / "perf" / "baselines").resolve()
     assert baselines_root(None) == Path("baselines")
+
+
+def test_a_cells_speedup_ci_is_the_checks_own_not_a_second_bootstrap():
+    """Issue 21: speedup CIs were bootstrapped twice (2000 resamples in the check, 1000 in the baseline), so one
+    report could show two intervals for one cell.  The baseline and the comparison read the check's."""
+    from gate.baseline import speedup_cells
+    from gate.checks.speedup import analyze_speedup
+
+    run = syn.run()
+    checks = {"speedup": analyze_speedup(run, resamples=300)}  # not the default: a recomputation would differ
+    cells = speedup_cells(run, checks)
+    compared = 0
+    for engine, rows in checks["speedup"]["engines"].items():
+        for key, cell in rows["cells"].items():
+            mine = cells[engine][key]
+            if cell["speedup"]["n"] > 1:
+                assert (mine.estimate, mine.low, mine.high) == \
+                    (cell["speedup"]["estimate"], cell["speedup"]["low"], cell["speedup"]["high"])
+                compared += 1
+    assert compared, "the synthetic run has timed cells"
+    alone = speedup_cells(run)  # no checks document: bootstrapped here, with the check's default resamples
+    default = analyze_speedup(run)["engines"]
+    assert all(alone[e][k].low == default[e]["cells"][k]["speedup"]["low"]
+               for e in alone for k in alone[e] if default[e]["cells"][k]["speedup"]["n"] > 1)
