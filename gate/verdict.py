@@ -29,10 +29,14 @@ class Verdict:
     status: str
     why: str
     batch_size: int | None = None
+    slice: str | None = None  # a verdict about one task slice (the per-slice speedup floor)
 
     def to_dict(self) -> dict:
-        return {"check": self.check, "engine": self.engine, "batch_size": self.batch_size, "status": self.status,
-                "why": self.why}
+        out = {"check": self.check, "engine": self.engine, "batch_size": self.batch_size, "status": self.status,
+               "why": self.why}
+        if self.slice is not None:
+            out["slice"] = self.slice
+        return out
 
 
 # --- checks.json ---------------------------------------------------------------------------------
@@ -50,6 +54,7 @@ class VerdictLine(_Doc):
     batch_size: int | None
     status: Literal["pass", "fail", "warn", "info"]
     why: str
+    slice: str | None = None
 
 
 class Divergences(_Doc):

@@ -244,3 +244,18 @@ def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
     grew = peak_memory_bytes(cpu) - before
     assert a.n == n_tokens and set(dist.observed_pvalues(a, np.random.default_rng(0))) == set(dist.TESTS)
     assert grew < limit < old_bytes, f"peak RSS grew by {grew / 2**20:.0f} MiB (limit {limit / 2**20:.0f} MiB)"
+
+
+def test_min_speedup_holds_per_slice_in_the_check_itself():
+    """Issue 21: the per-slice floor lived in compare, so `check` passed a slice that `compare` then failed.  It is
+    the speedup check's rule: a slice far below the floor fails there, named, while the load level's mean holds."""
+    import synthetic as syn
+
+    from gate.checks.speedup import analyze_speedup, verdicts_for
+
+    run = syn.run(speedup={("code", 1): 0.6, ("prose", 1): 2.4})
+    verdicts = verdicts_for(analyze_speedup(run), min_speedup=1.0)
+    failed = [v for v in verdicts if v.status == "fail"]
+    assert [(v.slice, v.batch_size) for v in failed] == [("code", 1)], [v.why for v in failed]
+    assert "speedup on code at batch size 1" in failed[0].why and failed[0].to_dict()["slice"] == "code"
+    assert not any(v.status == "fail" for v in verdicts_for(analyze_speedup(run), min_speedup=None))

@@ -216,6 +216,15 @@ def verdicts_for(analysis: dict, min_speedup: float | None) -> list[Verdict]:
                                                               "but within noise", int(bs)))
             else:
                 out.append(Verdict("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
+        if min_speedup is not None:  # the floor holds per slice too: a mean can hide one slice far below it
+            for slc, rows in e["by_slice"].items():
+                for bs, row in rows.items():
+                    sp = row["speedup"]
+                    if sp["n"] > 1 and sp["high"] < min_speedup:
+                        out.append(Verdict("speedup", engine, "fail",
+                                           f"speedup on {slc} at batch size {bs} is {sp['estimate']:.2f}x (CI up to "
+                                           f"{sp['high']:.2f}), clearly below min_speedup {min_speedup}", int(bs),
+                                           slice=slc))
         cross = e["crossover"]
         if cross["seen"]:
             out.append(Verdict("speedup", engine, "info",
