@@ -33,9 +33,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gate.config import REFERENCE, Config
+from gate.documents import Document
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError
 from gate.results import Phase, Results, atomic_write_json
@@ -57,8 +58,7 @@ class RefreshRefused(SpecguardError):
     exit_code = 1
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+_Doc = Document
 
 
 class ModelName(_Doc):

@@ -376,11 +376,11 @@ def _screen_baseline(path: Path) -> None:
 
 def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, report_dir: Path | None = None,
              quiet: bool = False, record_phases: bool = False) -> int:
+    from gate.checksdoc import retokenized_note
     from gate.compare import Paired, compare
     from gate.report import build_page, print_terminal, render_comment, render_summary, write_png
     from gate.results import atomic_write_json, atomic_write_text, load_results
     from gate.summary import render_text
-    from gate.verdict import retokenized_note
 
     started = time.perf_counter()
     results = load_results(out)
@@ -429,7 +429,7 @@ def read_checks(run_dir: Path) -> dict:
     """checks.json of a run directory, validated against its schema."""
     from pydantic import ValidationError
 
-    from gate.verdict import ChecksDoc
+    from gate.checksdoc import ChecksDoc
 
     path = run_dir / "checks.json"
     hint = "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it"

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gate.baseline import Baseline, Comparability, SpeedupCell, acceptance, cell_key, comparability, speedup_cells
 from gate.config import REFERENCE, Config
+from gate.documents import Document
 from gate.results import Results
 from gate.stats import alpha_from_mean_accepted
 
@@ -45,8 +46,7 @@ Status = Literal["pass", "fail", "warn", "neutral"]
 EXIT_PASS, EXIT_FAIL = 0, 1
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+_Doc = Document
 
 
 class CheckVerdict(_Doc):

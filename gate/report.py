@@ -26,11 +26,11 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from gate.baseline import Baseline
+from gate.checksdoc import retokenized_note
 from gate.compare import VerdictDoc
 from gate.inert import Inert, finalize, terminal
 from gate.results import Results, anchor_line
 from gate.summary import inline, ms, num, pct, untrusted
-from gate.verdict import retokenized_note
 
 COMMENT_LIMIT = 65_536
 SUMMARY_LIMIT = 1 << 20

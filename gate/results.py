@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gate.config import REFERENCE
+from gate.documents import Document
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 
@@ -59,7 +60,7 @@ class ResultsError(SpecguardError):
     """A results file is missing, corrupt or from another schema version."""
 
 
-class _Record(BaseModel):
+class _Record(Document):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 

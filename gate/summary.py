@@ -54,7 +54,7 @@ def _env() -> Environment:
 
 
 def render_text(results: Results, checks: dict) -> str:
-    from gate.verdict import ChecksDoc, retokenized_note
+    from gate.checksdoc import ChecksDoc, retokenized_note
 
     checks = ChecksDoc.model_validate(checks).model_dump(by_alias=True)  # every optional section present, or None
     failed = [v for v in checks["verdicts"] if v["status"] == "fail"]

@@ -8,9 +8,9 @@ import copy
 from gate.checks import reproducibility
 from gate.checks.equivalence import _verdicts as equivalence_verdicts
 from gate.checks.speedup import analyze_speedup, verdicts_for
+from gate.checksdoc import ChecksDoc
 from gate.config import Config
 from gate.results import Results
-from gate.verdict import ChecksDoc
 
 SLICES = ("code", "prose")
 SIZES = (1, 4)

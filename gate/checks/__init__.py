@@ -26,10 +26,10 @@ from collections.abc import Callable
 
 from gate.checks import distribution, equivalence, failures, noise_floor, reproducibility, speedup
 from gate.checks.context import CheckContext
+from gate.checksdoc import ChecksDoc, Verdict
 from gate.config import Config
 from gate.models import ModelPair
 from gate.results import Results
-from gate.verdict import ChecksDoc, Verdict
 
 SCHEMA = "specguard.checks/1"
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from gate.checks.equivalence import SequenceVerdict, analyze_sequence, first_divergence, score_outputs
 from gate.checks.scoring import Scorer
 from gate.checks.tolerance import Tolerance, measure_noise, tolerance_for
+from gate.checksdoc import RETOKENIZED_METHOD, Verdict
 from gate.config import REFERENCE, Config
 from gate.models import ModelPair
 from gate.results import Results, SequenceOutput
-from gate.verdict import RETOKENIZED_METHOD, Verdict
 
 NOISE_SAMPLE = 16  # sequences re-scored alone and batched to measure logit noise
 SERVER_NOISE_FACTOR = 4.0  # as NOISE_FACTOR for local re-scoring: two candidates, each moved by the noise, x2

@@ -46,8 +46,8 @@ import torch
 from scipy import stats as sps
 
 from gate.checks.scoring import Item, Scorer
+from gate.checksdoc import Verdict
 from gate.config import REFERENCE
-from gate.verdict import Verdict
 
 EPSILONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POWER_TARGET = 0.8

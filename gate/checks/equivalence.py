@@ -32,8 +32,8 @@ import torch
 
 from gate.checks.scoring import Scorer
 from gate.checks.tolerance import Tolerance
+from gate.checksdoc import Verdict
 from gate.config import REFERENCE
-from gate.verdict import Verdict
 
 GIBBERISH_PROB = 0.01
 GIBBERISH_RUN = 3

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gate.checksdoc import Verdict
 from gate.results import Results
-from gate.verdict import Verdict
 
 WHAT = {"crash": "crashed", "timeout": "timed out", "out_of_memory": "ran out of memory",
         "contract": "broke the engine contract"}

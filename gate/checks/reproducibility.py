@@ -19,9 +19,9 @@ gate only under ``checks.reproducibility.require_bitwise``.
 from __future__ import annotations
 
 from gate.checks.context import CheckContext
+from gate.checksdoc import Verdict
 from gate.config import REFERENCE
 from gate.results import Results, SequenceOutput
-from gate.verdict import Verdict
 
 
 def _identical(a: dict[str, SequenceOutput], b: dict[str, SequenceOutput]) -> tuple[int, int]:

@@ -38,11 +38,11 @@ import itertools
 import statistics
 from collections import defaultdict
 
+from gate.checksdoc import Verdict
 from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
 from gate.results import Execution, Results, TimingPair
 from gate.stats import alpha_from_mean_accepted, bootstrap_median_ci, expected_speedup
-from gate.verdict import Verdict
 
 NOT_CALIBRATED = "not measured: the engine cannot be stepped, so the pair's step costs do not apply to it"
 

@@ -27,7 +27,7 @@ def _model(name: str):
     if name == "results":
         from gate.results import Results as model
     elif name == "checks":
-        from gate.verdict import ChecksDoc as model
+        from gate.checksdoc import ChecksDoc as model
     elif name == "baseline":
         from gate.baseline import Baseline as model
     elif name == "verdict":

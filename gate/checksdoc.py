@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gate.documents import Document
 
 STATUSES = ("pass", "fail", "warn", "info")
 # checks.json's equivalence_method starts with this when any side's output was text re-tokenized by the gate;
@@ -44,8 +46,7 @@ class Verdict:
 CHECKS_SCHEMA = "specguard.checks/1"
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+_Doc = Document
 
 
 class VerdictLine(_Doc):
