@@ -93,7 +93,13 @@ class SpeculativeEngine:
 
     def step(self, rows: Rows, tgt: RaggedBatch, drf: RaggedBatch, settings: GenerationSettings,
              rnd: RowRandom | None, clock: Clock) -> None:
-        """One step for every active row: draft, verify, accept, then the residual or bonus token."""
+        """One step for every active row: draft, verify, accept, then the residual or bonus token.
+
+        Draft lengths, by name: ``k`` is the configured ``num_draft_tokens`` (it sizes each row's random draws,
+        so a row's stream does not depend on its budget); ``k_row[r]`` (``k_list``) is row r's draft length this
+        step, ``k`` capped by what the row may still generate; ``K = max(k_row)`` is the width drafted and
+        verified for the batch (rows with ``k_row[r] < K`` carry invalid columns).
+        """
         k = settings.num_draft_tokens
         active = rows.active()
         k_list = rows.draft_budget(active, k)
@@ -169,10 +175,15 @@ class SpeculativeEngine:
     def accept_test(self, u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
         return u * q_d < p_d  # accept d with probability min(1, p(d) / q(d)); p >= q: always
 
+    # --- mutation seams: the self-test's broken engines (gate/selftest/mutants.py) override these three; the
+    # --- correct versions ignore some of their parameters on purpose, so a mutant can use them.
+
     def accepted_count(self, ok: torch.Tensor, k_row: torch.Tensor) -> torch.Tensor:
+        """Seam: drafts accepted per row. ``k_row`` is unused here (``ok`` is already False past it)."""
         return ok.int().cumprod(1).sum(1)  # the accepted prefix ends at the first rejection
 
     def next_position(self, n: torch.Tensor, k_row: torch.Tensor) -> torch.Tensor:
+        """Seam: where the target's own next token is read. ``k_row`` is unused here."""
         return n  # the token after n accepted drafts is drawn at position n + 1 (index n)
 
     def final_distribution(self, p: torch.Tensor, q: torch.Tensor | None, n: torch.Tensor,
@@ -193,6 +204,7 @@ class SpeculativeEngine:
         return torch.where(total > 0, r / total.clamp(min=1e-30), p_n)
 
     def target_keep(self, width: int, n: torch.Tensor, K: int) -> torch.Tensor:
+        """Seam: target-cache columns kept per row after verification. ``K`` is unused here."""
         return width + n  # pending tokens and accepted drafts stay in the target cache; rejected ones go
 
     def _real(self, K: int, k_row: torch.Tensor) -> torch.Tensor:
