@@ -403,8 +403,7 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
     by_path = bool(baseline_name) and (baseline_name.endswith(".json") or Path(baseline_name).is_file())
     page = build_page(results, checks, verdict, baseline, (config.baseline.name or "specguard") if by_path else name)
-    atomic_write_text(dest / "summary.md", render_summary(page) + "\n## Details\n\n"
-                      + render_text(results, checks).split("\n", 1)[1])
+    atomic_write_text(dest / "summary.md", render_summary(page, details=render_text(results, checks).split("\n", 1)[1]))
     note = write_png(checks, dest / "speedup.png")
     if note:
         _say(note)

@@ -33,7 +33,7 @@ from gate.results import Results, anchor_line
 from gate.summary import inline, ms, num, pct, untrusted
 
 COMMENT_LIMIT = 65_536
-SUMMARY_LIMIT = 1 << 20
+SUMMARY_LIMIT = 1_000_000  # bytes: GitHub's step summary takes at most 1 MiB per step
 STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
 
 
@@ -58,8 +58,10 @@ class Section:
 class Page:
     sections: list[Section] = field(default_factory=list)
 
-    def render(self, limit: int) -> str:
-        """Join the sections; drop the least important ones until the page fits, and say so."""
+    def render(self, limit: int, size=len) -> str:
+        """Join the sections; drop the least important ones until the page fits ``size(page) <= limit``, and
+        say so.  The one truncation routine of every page: the comment (characters) and the step summary
+        (UTF-8 bytes)."""
         kept = list(self.sections)
         dropped: list[str] = []
         while True:
@@ -67,11 +69,24 @@ class Page:
                     "the job's step summary and the `specguard-report` artifact.\n") if dropped else ""
             text = "".join(s.text for s in kept if s.name != "footer") + note \
                 + "".join(s.text for s in kept if s.name == "footer")
-            if len(text) <= limit or len(kept) <= 2:
-                return text[:limit]
+            if size(text) <= limit or len(kept) <= 2:
+                return _cut(text, limit, size)
             victim = min((s for s in kept if s.name not in ("headline", "footer")), key=lambda s: s.priority)
             kept.remove(victim)
             dropped.append(victim.name)
+
+
+def _cut(text: str, limit: int, size) -> str:
+    """The last resort, when the headline and footer alone are too long: cut, never mid-character."""
+    if size(text) <= limit:
+        return text
+    if size is len:
+        return text[:limit]
+    return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode("utf-8"))
 
 
 def _env() -> Environment:
@@ -112,8 +127,14 @@ def render_comment(page: Page) -> str:
     return page.render(COMMENT_LIMIT)
 
 
-def render_summary(page: Page) -> str:
-    return page.render(SUMMARY_LIMIT)
+def render_summary(page: Page, details: str | None = None, limit: int = SUMMARY_LIMIT) -> str:
+    """The step summary: the comment's sections, then ``details`` (the checks' full text) as the least important
+    section, the whole bounded by one rule (the details go first when the page must be cut)."""
+    sections = list(page.sections)
+    if details:
+        at = len(sections) - 1 if sections and sections[-1].name == "footer" else len(sections)
+        sections.insert(at, Section("details", "\n## Details\n\n" + details, priority=5))
+    return Page(sections).render(limit, size=utf8_size)
 
 
 def _examples(checks: dict, limit: int) -> list[dict]:

@@ -287,3 +287,21 @@ def test_no_baseline_for_this_hardware_names_the_others_and_can_fail(base_run):
                 baseline_path="b/x.json")
     assert v.outcome == "fail" and v.exit_code == 1
     assert any(c.check == "baseline" and c.status == "fail" and "on_missing" in c.why for c in v.checks)
+
+
+def test_the_step_summary_is_bounded_as_a_whole_page_in_bytes():
+    """Issue 21: the details were appended after the cut, so summary.md could pass GitHub's 1 MiB step-summary
+    limit (and the Action then cut it blindly mid-table).  One routine bounds the whole page; the details go
+    first; the limit is in UTF-8 bytes, never cut mid-character."""
+    from gate.report import Page, Section, render_summary, utf8_size
+
+    page = Page([Section("headline", "## ✅ specguard: PASS\n", 100), Section("speedup", "speedup ✓\n" * 50, 75),
+                 Section("footer", "\n<!-- specguard:demo -->\n", 100)])
+    whole = render_summary(page, details="détail ✓\n" * 10, limit=100_000)
+    assert "## Details" in whole and whole.rstrip().endswith("<!-- specguard:demo -->")
+    limit = utf8_size(whole) - 1  # one byte too many: the details go, the rest stays, and the page says so
+    cut = render_summary(page, details="détail ✓\n" * 10, limit=limit)
+    assert utf8_size(cut) <= limit and "## Details" not in cut and "speedup ✓" in cut
+    assert "details left out" in cut and cut.rstrip().endswith("<!-- specguard:demo -->")
+    tiny = render_summary(page, details="x", limit=25)  # nothing left to drop: cut, on a character boundary
+    assert utf8_size(tiny) <= 25 and tiny.encode("utf-8").decode("utf-8") == tiny
