@@ -44,6 +44,11 @@ ARCHITECTURES: dict[str, tuple[str, dict, str]] = {
     "gemma": ("gemma", {"head_dim": 8}, "scaled embeddings"),
     "gemma2": ("gemma2", {**GEMMA, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
                "alternating sliding/full layers, soft-capping"),
+    # Caps small enough to bite on a tiny random model (its attention scores are ~0.1): at 0.02, turning the
+    # attention cap off moves the logits by 0.18 and flips an argmax (Gemma 2's own 50.0 moves them by 1e-6).
+    # Not in the position test: a cap that strong makes attention nearly uniform, so positions stop mattering.
+    "gemma2_capped": ("gemma2", {**GEMMA, "attn_logit_softcapping": 0.02, "final_logit_softcapping": 2.0},
+                      "soft-capping strong enough to change outputs"),
     "gemma3_text": ("gemma3_text", {**GEMMA, "layer_types": ["sliding_attention", "full_attention"]},
                     "sliding/full layers with their own RoPE bases"),
     "cohere": ("cohere", {}, "parallel block, logit scale"),

@@ -173,6 +173,25 @@ def test_positions_off_by_one_after_a_hole_are_caught(monkeypatch):
         assert one_batch(ReferenceEngine(target, CPU), prompts()) != [list(t) for t in expected(name)], name
 
 
+def test_the_capped_gemma2_depends_on_its_soft_cap():
+    """Soft-capping is exercised only if it changes the model: turning gemma2_capped's attention cap off must
+    move its logits (so a layout that lost the cap, or capped the mask, would differ from generate())."""
+    target, _ = pair("gemma2_capped")
+    ids = torch.tensor([list(prompts()[-1])])
+    with torch.no_grad():
+        capped = target(ids).logits
+        layers = target.model.layers
+        saved = [layer.self_attn.attn_logit_softcapping for layer in layers]
+        try:
+            for layer in layers:
+                layer.self_attn.attn_logit_softcapping = None
+            free = target(ids).logits
+        finally:
+            for layer, cap in zip(layers, saved):
+                layer.self_attn.attn_logit_softcapping = cap
+    assert (capped - free).abs().max() > 0.05
+
+
 def test_the_matrix_models_do_not_just_repeat_themselves():
     """A degenerate random model (one token forever) would make every comparison pass trivially."""
     for name in set(ARCHITECTURES) - EXPECTED_REFUSED:
