@@ -30,7 +30,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
@@ -227,7 +226,7 @@ def speedup_cells(results: Results, checks: dict | None = None) -> dict[str, dic
     """Per engine and cell, the paired speedup samples and their CI.  The CI is the speedup check's own (from
     ``checks.json``) when there is one, so a report never shows two intervals for one cell; it is bootstrapped
     here, with the check's default resamples, only for a run that has no checks document."""
-    from gate.stats import bootstrap_median_ci
+    from gate.stats import Interval, bootstrap_median_ci
 
     checked = (checks or {}).get("speedup", {}).get("engines", {})
 
@@ -239,7 +238,7 @@ def speedup_cells(results: Results, checks: dict | None = None) -> dict[str, dic
         ratios = [r for r in (p.ratio for p in pairs) if r is not None]
         known = checked.get(engine, {}).get("cells", {}).get(key, {}).get("speedup")
         if known and known.get("n") == len(ratios):
-            ci = SimpleNamespace(estimate=known["estimate"], low=known["low"], high=known["high"])
+            ci = Interval(known["estimate"], known["low"], known["high"], known["n"])
         else:
             ci = bootstrap_median_ci(ratios)
         total = SpecCounters()

@@ -140,21 +140,15 @@ def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
                                      log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None)
                 try:
                     fn.start()
-                except EngineFailure as exc:
-                    log = Path(fn.log_path)
-                    said = log.is_file() and log.stat().st_size > 0
-                    if not said:
-                        log.unlink(missing_ok=True)  # a refused run adds nothing to the output directory
+                except (EngineFailure, SpecguardError) as exc:
+                    said = _keep_log_if_written(Path(fn.log_path))  # a refused run adds no empty log to OUT
+                    if isinstance(exc, SpecguardError):
+                        raise
                     problems.append(Problem(str(loaded.source), f"the plug-in {e.callable!r} does not load: "
                                             f"{exc.message}", field=where,
-                                            hint=f"its output is in {log}" if said else
+                                            hint=f"its output is in {fn.log_path}" if said else
                                             "import it by hand to see why"))
                     continue
-                except SpecguardError:
-                    log = Path(fn.log_path)
-                    if log.is_file() and log.stat().st_size == 0:
-                        log.unlink()
-                    raise
                 if started is None:
                     fn.stop()
                 else:
@@ -164,6 +158,14 @@ def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
         except SpecguardError as exc:
             problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
     return problems
+
+
+def _keep_log_if_written(log: Path) -> bool:
+    """True when the log holds output; an empty one is removed."""
+    if log.is_file() and log.stat().st_size > 0:
+        return True
+    log.unlink(missing_ok=True)
+    return False
 
 
 def _out_dir(args, loaded) -> Path:

@@ -311,7 +311,7 @@ class ProcessCallable:
             self.stop()
             raise
         if reply[0] == "ok":
-            self.last_peak_memory_bytes = reply[2] if len(reply) > 2 else None
+            self.last_peak_memory_bytes = reply[2]
             return reply[1]
         _, type_, message, oom = reply
         if oom:

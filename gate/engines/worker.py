@@ -14,7 +14,6 @@ peak_bytes)``), or ``("exc", type_name, message, out_of_memory)``; a ``load`` th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import signal
@@ -58,13 +57,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _free_cuda_cache() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        with contextlib.suppress(Exception):
-            torch.cuda.empty_cache()
-
-
 def main(argv: list[str]) -> int:
     # Ctrl-C reaches the whole process group: the gate decides what an interrupt means, and ends this worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -96,14 +88,16 @@ def main(argv: list[str]) -> int:
 
                 from gate.timing import peak_memory_bytes, reset_peak_memory
 
-                device = torch.device(req[2] if len(req) > 2 else "cpu")
+                device = torch.device(req[2])
                 reset_peak_memory(device)
                 value = fn(*req[1])
                 answer = ("ok", value, peak_memory_bytes(device))  # this process's peak, not the gate's
         except BaseException as exc:
             answer = ("exc", *describe(exc))
             if answer[3]:  # out of memory: free this process's CUDA cache before the next, smaller batch
-                _free_cuda_cache()
+                from gate.execute import _free_accelerator_memory
+
+                _free_accelerator_memory()
         sys.stdout.flush()
         sys.stderr.flush()
         try:
