@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import jsonschema
@@ -64,10 +65,20 @@ def test_refresh_writes_a_compact_baseline_without_local_paths(repo, capsys):
     jsonschema.validate(json.loads(text), schemas.load("baseline"))
 
 
-def test_a_second_refresh_keeps_history_and_history_prints_the_trend(repo, capsys):
+class _Later(datetime):
+    """The baseline's clock, an hour on: created_utc has one-second resolution, and no test waits for it."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.now(tz) + timedelta(hours=1)
+
+
+def test_a_second_refresh_keeps_history_and_history_prints_the_trend(repo, capsys, monkeypatch):
+    import gate.baseline
+
     root, cfg, run = repo
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
-    time.sleep(1.1)  # created_utc has one-second resolution
+    monkeypatch.setattr(gate.baseline, "datetime", _Later)
     write_run(run, syn.run(accepted={("code", 4): 1}, speedup={("code", 4): 1.2}))
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
     hist = list((root / "baselines" / "demo" / "history" / "cpu-test-cpu-2c-2t").glob("*.json"))
@@ -202,7 +213,6 @@ def test_a_refresh_killed_at_any_point_leaves_the_old_baseline_intact(repo):
     full = time.monotonic() - t0
     seen = set()
     for i in range(10):
-        time.sleep(1.05)  # a new created_utc each time
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(full * i / 9)
         proc.send_signal(signal.SIGKILL)

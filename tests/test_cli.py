@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,13 +43,29 @@ def small(tmp_path):
     return path
 
 
+def _gate(cfg: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """One whole gate on SMALL, in a subprocess as a user runs it, shared by the tests that only read what it
+    printed and wrote (hf_assisted included: transformers' assisted path is where a deprecation came from)."""
+    root = tmp_path_factory.mktemp("small")
+    cfg = root / "specguard.yaml"
+    cfg.write_text(SMALL)
+    return cfg, _gate(cfg)
+
+
 @pytest.mark.slow
-def test_gate_end_to_end(small, tmp_path, capsys):
-    code = main(["gate", str(small), "--threads", "2"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
-    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+def test_gate_end_to_end(small_run, tmp_path):
+    cfg, proc = small_run
+    out_dir = cfg.parent / "out"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out_dir / "results.json").read_text())
+    checks = json.loads((out_dir / "checks.json").read_text())
     assert results["status"] == "complete"
     assert {"speculative", "hf_assisted", "reference"} == {e["engine"] for e in results["executions"]}
     assert results["skipped"] and all(s["engine"] == "hf_assisted" and s["batch_size"] == 2
@@ -56,26 +74,32 @@ def test_gate_end_to_end(small, tmp_path, capsys):
     assert set(checks["equivalence"]) == {"speculative", "hf_assisted"}
     assert checks["reproducibility"]["speculative"]["speculative"] is True
     assert checks["reproducibility"]["reference"]["speculative"] is False
-    summary = (tmp_path / "out" / "summary.md").read_text()
+    summary = (out_dir / "summary.md").read_text()
     assert "### Reproducibility" in summary and "### Speedup" in summary and "### Distribution" in summary
     assert "## Details" in summary and "## Reproducibility" in summary  # the run's full detail follows the page
-    assert out.startswith("specguard: NEUTRAL — Merging keeps outputs equivalent at bs 1/2; no baseline")
-    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert proc.stdout.startswith("specguard: NEUTRAL — Merging keeps outputs equivalent at bs 1/2; no baseline")
+    verdict = json.loads((out_dir / "verdict.json").read_text())
     assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
     # Where the time went: every phase of the command, adding up to its wall time.
-    phases = json.loads((tmp_path / "out" / "results.json").read_text())["phases"]
+    phases = results["phases"]
     assert {"model load", "calibration", "equivalence outputs: reference", "equivalence outputs: speculative",
             "timing", "sampling", "re-scoring", "statistics and power simulations", "report"} <= set(phases["seconds"])
     assert sum(phases["seconds"].values()) == pytest.approx(phases["wall_s"], rel=0.05)
 
     # A second run with the cache warm reuses reference generations (only the draft "changed": nothing did).
-    code = main(["run", str(small), "--out", str(tmp_path / "again")])
+    code = main(["run", str(cfg), "--out", str(tmp_path / "again")])
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     assert code == 0 and again["cache"]["reused"]
 
 
+# SMALL without assisted generation and without sampling: the interrupted run only needs executions to finish.
+TINY = SMALL.replace("  - type: hf_assisted\n", "").replace("  sampling: {temperature: 1.0, seed: 1}\n", "")
+
+
 @pytest.mark.slow
-def test_sigterm_keeps_finished_work_and_resume_completes(small, tmp_path):
+def test_sigterm_keeps_finished_work_and_resume_completes(tmp_path):
+    small = tmp_path / "specguard.yaml"
+    small.write_text(TINY)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "gate", "run", str(small), "--no-cache", "--threads", "1"]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
@@ -120,18 +144,15 @@ def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
 
 
 @pytest.mark.slow
-def test_the_gate_prints_no_library_warnings_or_weight_loading_bars(tmp_path):
-    cfg = tmp_path / "specguard.yaml"
-    cfg.write_text(SMALL)  # hf_assisted included: transformers' assisted path is where the deprecation came from
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], env=env,
-                          capture_output=True, text=True, timeout=600)
+def test_the_gate_prints_no_library_warnings_or_weight_loading_bars(small_run, tmp_path):
+    cfg, proc = small_run
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout + proc.stderr
     assert "Loading weights" not in text and "deprecated" not in text and "Warning" not in text
     assert "where the time went" in proc.stderr
-    # -q on the finished run (resumed: models load and the checks run again, nothing is generated).
-    quiet = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "-q", "--resume"],
-                           env=env, capture_output=True, text=True, timeout=600)
+    # -q on the finished run (resumed: models load and the checks run again, nothing is generated), in a copy
+    # so that the shared run's outputs stay as they were.
+    shutil.copytree(cfg.parent, tmp_path / "copy")
+    quiet = _gate(tmp_path / "copy" / "specguard.yaml", "-q", "--resume")
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.strip().splitlines() == [quiet.stdout.strip()] and quiet.stdout.startswith("specguard: ")

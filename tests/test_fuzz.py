@@ -301,7 +301,11 @@ def test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean(tmp
         try:
             timer.start()  # at delay 0 the signal may land while the timer starts
             engine.generate([Request((1, 2), 3)], GenerationSettings(0.0, 4, ()))
-            time.sleep(1.0)  # the signal landed after the call: it interrupts this wait instead
+            timer.join()  # the signal landed after the call: it interrupts this wait instead, at once
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise AssertionError("SIGINT was sent but never interrupted the gate")
         except KeyboardInterrupt:
             pass
         assert [len(s.token_ids) for s in engine.generate([Request((1, 2), 2), Request((3,), 1)],
