@@ -64,7 +64,7 @@ def gate_once(config_text: str, where: Path, cache_dir: Path) -> dict:
     return {"generation_s": t1 - t0, "analysis_s": t2 - t1, "total_s": t2 - t0,
             "executions": len(doc.executions), "reused_from_cache": len(doc.cache["reused"]),
             "analysis_share": (t2 - t1) / (t1 - t0),
-            "failed_checks": [v["check"] for v in checks["verdicts"] if v["status"] == "fail"]}
+            "failed_checks": [v.check for v in checks.failing()]}
 
 
 def main() -> None:

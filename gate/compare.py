@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import Field
 
 from gate.baseline import Baseline, Comparability, SpeedupCell, acceptance, cell_key, comparability, speedup_cells
+from gate.checksdoc import ChecksDoc
 from gate.config import REFERENCE, Config
 from gate.documents import Document
 from gate.results import Results
@@ -265,7 +266,7 @@ def _fmt_pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def compare(results: Results, checks: dict, config: Config, baseline: Baseline | None = None,
+def compare(results: Results, checks: ChecksDoc, config: Config, baseline: Baseline | None = None,
             baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
             say: Callable[[str], None] = lambda m: None, others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
     """``others``: hardware keys that have a baseline of this name when this run's key has none (named in the
@@ -275,12 +276,11 @@ def compare(results: Results, checks: dict, config: Config, baseline: Baseline |
     hw = results.fingerprint.hardware_key
 
     # Verdicts of the run itself: equivalence, signatures, noise floor, distribution, reproducibility, speedup floor.
-    for v in checks.get("verdicts", []):
-        status = {"pass": "pass", "fail": "fail", "warn": "warn", "info": None}[v["status"]]
-        if status is None:
+    for v in checks.verdicts:
+        if v.status == "info":
             continue
-        verdicts.append(CheckVerdict(check=v["check"], status=status, why=v["why"], engine=v["engine"],
-                                     batch_size=v["batch_size"], slice=v.get("slice")))
+        verdicts.append(CheckVerdict(check=v.check, status=v.status, why=v.why, engine=v.engine,
+                                     batch_size=v.batch_size, slice=v.slice))
     if results.status != "complete":
         verdicts.append(CheckVerdict(check="run", status="fail",
                                      why=f"the run is {results.status}: only what finished was checked; rerun with "
@@ -354,22 +354,23 @@ def _missing_baseline(config: Config, results: Results, path: str | None, others
     return CheckVerdict(check="baseline", status="neutral", why=why)
 
 
-def _exact_match_changes(checks: dict, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
+def _exact_match_changes(checks: ChecksDoc, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
     out = []
-    floor = checks.get("noise_floor") or {}
-    for engine, rows in (checks.get("equivalence") or {}).items():
+    floor = checks.noise_floor or {}
+    for engine, rows in (checks.equivalence or {}).items():
         for bs, s in rows.items():
             base = baseline.equivalence.get(engine, {}).get(bs)
-            if base is None or base.exact_match is None or s["exact_match"] is None:
+            if base is None or base.exact_match is None or s.exact_match is None:
                 continue
             if fixed == "auto":
-                noise = 1 - (floor.get(bs, {}).get("exact_match") or 1.0)
-                allowed = max(noise, 1 / max(s["sequences"], 1))
+                plain = floor.get(bs)
+                noise = 1 - ((plain.exact_match if plain else None) or 1.0)
+                allowed = max(noise, 1 / max(s.sequences, 1))
             else:
                 allowed = float(fixed)
-            drop = base.exact_match - s["exact_match"]
+            drop = base.exact_match - s.exact_match
             out.append(EquivalenceChange(engine=engine, batch_size=int(bs), base=base.exact_match,
-                                         head=s["exact_match"], allowed_drop=allowed,
+                                         head=s.exact_match, allowed_drop=allowed,
                                          status="fail" if drop > allowed + 1e-12 else "pass"))
     return out
 
@@ -446,7 +447,7 @@ def _costs(results: Results, engine: str, bs: int, tpf: float | None, calibratio
 
 
 def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float,
-                            comp: Comparability | None = None, checks: dict | None = None) -> list[SpeedupChange]:
+                            comp: Comparability | None = None, checks: ChecksDoc | None = None) -> list[SpeedupChange]:
     head_cells = speedup_cells(results, checks)
     k = results.settings.num_draft_tokens
     out = []
@@ -474,7 +475,7 @@ def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: flo
 
 
 def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float,
-                            checks: dict | None = None) -> list[SpeedupChange]:
+                            checks: ChecksDoc | None = None) -> list[SpeedupChange]:
     """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat)."""
     groups: dict[str, dict[tuple, dict[str, float]]] = {}
     cells: dict[str, tuple] = {}

@@ -26,7 +26,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from gate.baseline import Baseline
-from gate.checksdoc import retokenized_note
+from gate.checksdoc import ChecksDoc, retokenized_note
 from gate.compare import VerdictDoc
 from gate.inert import Inert, finalize, terminal
 from gate.results import Results, anchor_line
@@ -106,7 +106,7 @@ def _x(value) -> str:
     return "–" if value is None else f"{value:.2f}x"
 
 
-def build_page(results: Results, checks: dict, verdict: VerdictDoc, baseline: Baseline | None, name: str,
+def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None, name: str,
                examples_limit: int = 20) -> Page:
     env = _env()
     ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
@@ -137,57 +137,57 @@ def render_summary(page: Page, details: str | None = None, limit: int = SUMMARY_
     return Page(sections).render(limit, size=utf8_size)
 
 
-def _examples(checks: dict, limit: int) -> list[dict]:
+def _examples(checks: ChecksDoc, limit: int) -> list[dict]:
     out = []
-    for engine, rows in (checks.get("equivalence") or {}).items():
+    for engine, rows in (checks.equivalence or {}).items():
         for bs, s in rows.items():
-            for e in s.get("examples", []):
+            for e in s.examples:
                 out.append({"engine": engine, "batch_size": bs, **e})
     return out[:limit]
 
 
-def _eq_rows(checks: dict, verdict: VerdictDoc, baseline: Baseline | None) -> list[dict]:
+def _eq_rows(checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None) -> list[dict]:
     rows = []
     failed = {(c.engine, c.batch_size) for c in verdict.checks if c.status == "fail"
               and (c.check == "equivalence" or c.check.startswith("signature:"))}
-    for engine, per_bs in (checks.get("equivalence") or {}).items():
+    for engine, per_bs in (checks.equivalence or {}).items():
         for bs, s in per_bs.items():
             base = baseline.equivalence.get(engine, {}).get(bs) if baseline else None
-            rows.append({"engine": engine, "batch_size": bs, "sequences": s["sequences"],
-                         "base": base.exact_match if base else None, "head": s["exact_match"],
-                         "near": s["divergences"]["near_tie"], "confident": s["divergences"]["confident"],
-                         "length": s["divergences"]["length"], "incons": s["confident_inconsistencies"],
-                         "signatures": ", ".join(f"{k}: {n}" for k, n in sorted(s["signatures"].items())) or "none",
-                         "compositions": s.get("compositions", 1),
+            rows.append({"engine": engine, "batch_size": bs, "sequences": s.sequences,
+                         "base": base.exact_match if base else None, "head": s.exact_match,
+                         "near": s.divergences.near_tie, "confident": s.divergences.confident,
+                         "length": s.divergences.length, "incons": s.confident_inconsistencies,
+                         "signatures": ", ".join(f"{k}: {n}" for k, n in sorted(s.signatures.items())) or "none",
+                         "compositions": s.compositions,
                          "status": "fail" if (engine, int(bs)) in failed else "pass"})
     return rows
 
 
-def _repro(checks: dict) -> list[str]:
+def _repro(checks: ChecksDoc) -> list[str]:
     from gate.checks.reproducibility import sentence
 
     out = []
-    for engine, r in (checks.get("reproducibility") or {}).items():
-        kind = "speculative" if r["speculative"] else "non-speculative"
-        if any(r.get(k) is not None for k in ("bitwise_across_batch_sizes", "bitwise_across_runs",
-                                              "bitwise_across_compositions")):
+    for engine, r in (checks.reproducibility or {}).items():
+        kind = "speculative" if r.speculative else "non-speculative"
+        if any(x is not None for x in (r.bitwise_across_batch_sizes, r.bitwise_across_runs,
+                                       r.bitwise_across_compositions)):
             out.append(Inert(f"**{inline(engine)}**: {inline(sentence(kind, r))}"))
     return out
 
 
-def _chart(checks: dict) -> dict | None:
+def _chart(checks: ChecksDoc) -> dict | None:
     """Speedup against batch size, one line per slice, for a Mermaid xychart-beta."""
-    engines = (checks.get("speedup") or {}).get("engines", {})
+    engines = checks.speedup.engines if checks.speedup else {}
     if not engines:
         return None
     engine = next(iter(engines))
     e = engines[engine]
-    sizes = sorted(e["load_curve"], key=int)
+    sizes = sorted(e.load_curve, key=int)
     if len(sizes) < 2:
         return None
     lines = []
-    for slc, rows in sorted(e["by_slice"].items()):
-        vals = [rows[bs]["speedup"]["estimate"] if bs in rows else None for bs in sizes]
+    for slc, rows in sorted(e.by_slice.items()):
+        vals = [rows[bs].speedup.estimate if bs in rows else None for bs in sizes]
         if all(v is not None for v in vals):
             lines.append({"slice": slc, "points": [round(v, 2) for v in vals]})
     if not lines:
@@ -239,7 +239,7 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
 # --- the chart ----------------------------------------------------------------------------------
 
 
-def write_png(checks: dict, path: Path) -> str | None:
+def write_png(checks: ChecksDoc, path: Path) -> str | None:
     """speedup.png: speedup vs batch size per slice with CI bars. Returns a note when it cannot be drawn."""
     try:
         import matplotlib
@@ -248,18 +248,17 @@ def write_png(checks: dict, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "speedup.png skipped: install the plot extra (pip install 'specguard[plot]') for the chart"
-    engines = (checks.get("speedup") or {}).get("engines", {})
+    engines = checks.speedup.engines if checks.speedup else {}
     if not engines:
         return "speedup.png skipped: the run has no timing"
     fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 4), squeeze=False)
     for ax, (engine, e) in zip(axes[0], engines.items()):
-        for slc, rows in sorted(e["by_slice"].items()):
+        for slc, rows in sorted(e.by_slice.items()):
             sizes = sorted(rows, key=int)
-            est = [rows[b]["speedup"]["estimate"] for b in sizes]
-            lo = [max(0.0, rows[b]["speedup"]["estimate"] - rows[b]["speedup"]["low"])
-                  if rows[b]["speedup"]["n"] > 1 else 0 for b in sizes]
-            hi = [max(0.0, rows[b]["speedup"]["high"] - rows[b]["speedup"]["estimate"])
-                  if rows[b]["speedup"]["n"] > 1 else 0 for b in sizes]
+            cis = [rows[b].speedup for b in sizes]
+            est = [ci.estimate for ci in cis]
+            lo = [max(0.0, ci.estimate - ci.low) if ci.n > 1 else 0 for ci in cis]
+            hi = [max(0.0, ci.high - ci.estimate) if ci.n > 1 else 0 for ci in cis]
             ax.errorbar([int(b) for b in sizes], est, yerr=[lo, hi], marker="o", capsize=3, label=slc)
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("batch size (load)")

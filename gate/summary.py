@@ -12,6 +12,7 @@ import math
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from gate.checksdoc import ChecksDoc
 from gate.inert import Inert, code, finalize, markdown
 from gate.results import Results, anchor_line
 
@@ -53,11 +54,10 @@ def _env() -> Environment:
     return env
 
 
-def render_text(results: Results, checks: dict) -> str:
-    from gate.checksdoc import ChecksDoc, retokenized_note
+def render_text(results: Results, checks: ChecksDoc) -> str:
+    from gate.checksdoc import retokenized_note
 
-    checks = ChecksDoc.model_validate(checks).model_dump(by_alias=True)  # every optional section present, or None
-    failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
+    failed = checks.failing()
     doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
     return _env().get_template("summary.md.j2").render(
         results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",

@@ -44,7 +44,7 @@ CHECKS = (
 
 
 def run_checks(results: Results, pair: ModelPair, config: Config,
-               say: Callable[[str], None] = lambda m: None) -> dict:
+               say: Callable[[str], None] = lambda m: None) -> ChecksDoc:
     started = time.perf_counter()
     ctx = CheckContext(results, pair, config, say)
     doc: dict = {"schema": SCHEMA, "results_status": results.status}
@@ -65,8 +65,7 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
     doc["analysis_s"] = time.perf_counter() - started
     doc["rescoring_s"] = ctx.rescoring_s
     doc["rescoring_forwards"] = sum(s.forwards for s in ctx.scorers)
-    ChecksDoc.model_validate(doc)  # the document matches its schema (gate/schemas/checks.schema.json)
-    return doc
+    return ChecksDoc.model_validate(doc)  # the document matches its schema (gate/schemas/checks.schema.json)
 
 
 __all__ = ["CHECKS", "SCHEMA", "CheckContext", "Verdict", "run_checks"]

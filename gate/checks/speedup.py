@@ -38,7 +38,7 @@ import itertools
 import statistics
 from collections import defaultdict
 
-from gate.checksdoc import Verdict
+from gate.checksdoc import Speedup, Verdict
 from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
 from gate.results import Execution, Results, TimingPair
@@ -112,7 +112,7 @@ def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int
     return row
 
 
-def analyze_speedup(results: Results, resamples: int = 2000) -> dict:
+def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
     k = results.settings.num_draft_tokens
     protocol = results.timing
     out: dict = {"engines": {}, "protocol": protocol, "calibration": results.calibration,
@@ -157,7 +157,7 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> dict:
             "memory": _memory(results, engine),
             "expected_note": None if calibrated else NOT_CALIBRATED,
         }
-    return out
+    return Speedup.model_validate(out)
 
 
 def _bucket_order(name: str | None) -> int:
@@ -201,42 +201,41 @@ def _memory(results: Results, engine: str) -> dict:
     return dict(out)
 
 
-def verdicts_for(analysis: dict, min_speedup: float | None) -> list[Verdict]:
+def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[Verdict]:
     out = []
-    for engine, e in analysis["engines"].items():
-        for bs, row in e["load_curve"].items():
-            sp = row["speedup"]
-            text = (f"{sp['estimate']:.2f}x (95% CI {sp['low']:.2f}-{sp['high']:.2f}, n={sp['n']})"
-                    if sp["n"] > 1 else f"{sp['estimate']:.2f}x (one sample)")
-            if min_speedup is not None and sp["high"] < min_speedup:
+    for engine, e in analysis.engines.items():
+        for bs, row in e.load_curve.items():
+            sp = row.speedup
+            text = (f"{sp.estimate:.2f}x (95% CI {sp.low:.2f}-{sp.high:.2f}, n={sp.n})"
+                    if sp.n > 1 else f"{sp.estimate:.2f}x (one sample)")
+            if min_speedup is not None and sp.high < min_speedup:
                 out.append(Verdict("speedup", engine, "fail", f"{text} is clearly below min_speedup {min_speedup}",
                                    int(bs)))
-            elif min_speedup is not None and sp["estimate"] < min_speedup:
+            elif min_speedup is not None and sp.estimate < min_speedup:
                 out.append(Verdict("speedup", engine, "warn", f"{text}: median below min_speedup {min_speedup}, "
                                                               "but within noise", int(bs)))
             else:
                 out.append(Verdict("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
         if min_speedup is not None:  # the floor holds per slice too: a mean can hide one slice far below it
-            for slc, rows in e["by_slice"].items():
+            for slc, rows in e.by_slice.items():
                 for bs, row in rows.items():
-                    sp = row["speedup"]
-                    if sp["n"] > 1 and sp["high"] < min_speedup:
+                    sp = row.speedup
+                    if sp.n > 1 and sp.high < min_speedup:
                         out.append(Verdict("speedup", engine, "fail",
-                                           f"speedup on {slc} at batch size {bs} is {sp['estimate']:.2f}x (CI up to "
-                                           f"{sp['high']:.2f}), clearly below min_speedup {min_speedup}", int(bs),
+                                           f"speedup on {slc} at batch size {bs} is {sp.estimate:.2f}x (CI up to "
+                                           f"{sp.high:.2f}), clearly below min_speedup {min_speedup}", int(bs),
                                            slice=slc))
-        cross = e["crossover"]
-        if cross["seen"]:
+        if e.crossover.seen:
             out.append(Verdict("speedup", engine, "info",
-                               f"speculation stops paying off at batch size {cross['batch_size']}"))
-        for bs, w in e["worst_slice"].items():
-            if w["relative_gap"] is not None and w["relative_gap"] < -0.1:
-                out.append(Verdict("speedup", engine, "info", f"worst slice '{w['slice']}': {w['speedup']:.2f}x, "
-                                   f"{-w['relative_gap']:.0%} below the mean of slices", int(bs)))
+                               f"speculation stops paying off at batch size {e.crossover.batch_size}"))
+        for bs, w in e.worst_slice.items():
+            if w.relative_gap is not None and w.relative_gap < -0.1:
+                out.append(Verdict("speedup", engine, "info", f"worst slice '{w.slice}': {w.speedup:.2f}x, "
+                                   f"{-w.relative_gap:.0%} below the mean of slices", int(bs)))
     return out
 
 
-def run(results: Results, ctx) -> tuple[dict | None, list[Verdict]]:
+def run(results: Results, ctx) -> tuple[Speedup | None, list[Verdict]]:
     if not results.has_timing():
         return None, []
     sp = ctx.config.checks.speedup
