@@ -32,9 +32,9 @@ from gate.checks import run_checks
 from gate.config import PACKAGE_DIR, parse_config
 from gate.engines import build_engine, build_reference
 from gate.models import load_pair
+from gate.report import render_text
 from gate.runner import Runner
 from gate.suite import suite_for
-from gate.summary import render_text
 
 DEMO = PACKAGE_DIR / "demo"
 

@@ -312,8 +312,8 @@ def paired_engine(against: str, loaded, pair, engines):
 
 def _check(loaded, pair, out: Path) -> int:
     from gate.checks import run_checks
+    from gate.report import render_text
     from gate.results import atomic_write_json, atomic_write_text, load_results
-    from gate.summary import render_text
 
     results = load_results(out)
     _clear_outputs(out)  # after the results loaded: a refused input leaves the earlier outputs alone
@@ -383,9 +383,8 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
              quiet: bool = False, record_phases: bool = False) -> int:
     from gate.checksdoc import retokenized_note
     from gate.compare import Paired, compare
-    from gate.report import build_page, print_terminal, render_comment, render_summary, write_png
+    from gate.report import build_page, print_terminal, render_comment, render_summary, render_text, write_png
     from gate.results import atomic_write_json, atomic_write_text, load_results
-    from gate.summary import render_text
 
     started = time.perf_counter()
     results = load_results(out)

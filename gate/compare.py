@@ -39,6 +39,7 @@ from gate.baseline import Baseline, Comparability, SpeedupCell, acceptance, cell
 from gate.checksdoc import ChecksDoc
 from gate.config import REFERENCE, Config
 from gate.documents import Document
+from gate.report.numbers import signed_pct, times
 from gate.results import Results
 from gate.stats import alpha_from_mean_accepted
 
@@ -262,10 +263,6 @@ class Paired:
     config: dict[str, Any]
 
 
-def _fmt_pct(x: float) -> str:
-    return f"{x:+.0%}"
-
-
 def compare(results: Results, checks: ChecksDoc, config: Config, baseline: Baseline | None = None,
             baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
             say: Callable[[str], None] = lambda m: None, others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
@@ -424,7 +421,7 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
             out.append(CheckVerdict(check="acceptance", status="fail", engine=c.engine, batch_size=c.batch_size,
                                     slice=c.slice,
                                     why=f"mean acceptance length on {where} at batch size {c.batch_size} fell "
-                                        f"{c.base:.2f} → {c.head:.2f} ({_fmt_pct(c.relative)}), beyond the "
+                                        f"{c.base:.2f} → {c.head:.2f} ({signed_pct(c.relative)}), beyond the "
                                         f"{tolerance:.0%} tolerance: the draft agrees with the target less often"))
     for engine in sorted({c.engine for c in changes}):
         mine = [c for c in changes if c.engine == engine]
@@ -434,7 +431,7 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
             out.append(CheckVerdict(check="acceptance", status="pass", engine=engine,
                                     why=f"mean acceptance length within {tolerance:.0%} of the baseline on every "
                                         f"slice and batch size (worst {where} at batch size "
-                                        f"{worst.batch_size}: {_fmt_pct(worst.relative)})"))
+                                        f"{worst.batch_size}: {signed_pct(worst.relative)})"))
     return out
 
 
@@ -513,8 +510,8 @@ def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bo
         if c.status != "fail":
             continue
         why = (f"speedup on {c.slice} (context {c.bucket}) at batch size {c.batch_size}: "
-               f"{_x(c.base.estimate)} → {_x(c.head.estimate)} ({_fmt_pct(c.ratio.estimate - 1)}, 95% CI "
-               f"{_fmt_pct(c.ratio.low - 1)} to {_fmt_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
+               f"{times(c.base.estimate)} → {times(c.head.estimate)} ({signed_pct(c.ratio.estimate - 1)}, 95% CI "
+               f"{signed_pct(c.ratio.low - 1)} to {signed_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
                "tolerance")
         if c.explanation:
             why += f": {c.explanation.sentence}"
@@ -527,12 +524,8 @@ def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bo
             out.append(CheckVerdict(check="speedup", status="pass", engine=worst.engine,
                                     why=f"no significant drop beyond {tolerance:.0%} in any cell ({how}; worst "
                                         f"{worst.slice} at batch size {worst.batch_size}: "
-                                        f"{_fmt_pct(worst.ratio.estimate - 1)})"))
+                                        f"{signed_pct(worst.ratio.estimate - 1)})"))
     return out
-
-
-def _x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}x"
 
 
 def what_changed(results: Results, baseline: Baseline | None, paired: Paired | None) -> list[Changed]:

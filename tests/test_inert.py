@@ -16,9 +16,8 @@ from gate.baseline import derive
 from gate.checksdoc import VerdictLine
 from gate.compare import compare
 from gate.inert import code, markdown
-from gate.report import build_page, marker, print_terminal, render_comment, render_summary
+from gate.report import build_page, marker, print_terminal, render_comment, render_summary, render_text
 from gate.results import Results
-from gate.summary import render_text
 
 FRAGMENTS = ["<!-- specguard:OTHER -->", "![x](https://evil.example/p.png)", "[click](http://evil.example)",
              "@everyone", "@org/team", "#1", "<img src=x onerror=alert(1)>", "</details>", "</summary>", "</code>",

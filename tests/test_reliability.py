@@ -442,8 +442,7 @@ def _variants():
 def test_every_optional_section_renders(case):
     """Bug: summary.md raised UndefinedError for every greedy-only config (and the gate then exited 1)."""
     from gate.compare import compare
-    from gate.report import build_page, render_comment
-    from gate.summary import render_text
+    from gate.report import build_page, render_comment, render_text
 
     run, variants = _variants()
     checks = variants[case]
@@ -811,7 +810,7 @@ def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
 
     repro = reproducibility.measure(Results.model_validate(doc), None)
     assert all(getattr(repro["speculative"], k) is None for _, k in reproducibility.PROPERTIES)
-    from gate.report import _repro
+    from gate.report.render import _repro
 
     lines = _repro(syn.checks_for(r).model_copy(update={"reproducibility": repro}))
     assert lines and not any(line.startswith("**speculative**") for line in lines)

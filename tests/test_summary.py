@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gate.summary import untrusted
+from gate.report import untrusted
 
 
 def test_untrusted_text_cannot_escape():

@@ -1,40 +1,46 @@
-"""The page a reviewer reads: one data model, three renderings (PR comment, step summary, terminal) and a chart.
-
-* ``comment.md`` — the PR comment: a headline, what changed, equivalence,
-  reproducibility and speedup as separate sections with base / head / delta
-  tables, a Mermaid chart, collapsed divergence examples, and a footer with the
-  fingerprint and the hidden marker that identifies the config.  At most 65,536
-  characters (GitHub's limit): the least important sections are dropped first,
-  with a note.
-* the step summary — the same page with a 1 MiB limit.
-* the terminal — rich tables; plain text when stdout is not a terminal.
-* ``speedup.png`` — speedup against load per slice with CI bars, when the
-  ``specguard[plot]`` extra (matplotlib) is installed; otherwise skipped with a note.
-
-Every ``{{ }}`` in the templates is escaped for Markdown by default (:func:`gate.inert.finalize`), so
-nothing from a file, an engine, a server, a baseline or a prompt can break a table, close a
-``<details>``, @-mention someone, link an issue, show an image or forge a marker.  Model output,
-prompts and prompt ids are quoted in inert code spans (``untrusted``).  The only marker in the page is
-the footer's, made from the config's name (:func:`marker`), never from a baseline.
-"""
+"""Rendering: the one Jinja environment, the comment's sections, the checks' full text, the terminal and the chart
+(see :mod:`gate.report`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from gate.baseline import Baseline
 from gate.checksdoc import ChecksDoc, retokenized_note
-from gate.compare import VerdictDoc
-from gate.inert import Inert, finalize, terminal
+from gate.inert import Inert, code, finalize, markdown, terminal
+from gate.report.numbers import mib, ms, num, pct, signed_pct, times
+from gate.report.page import COMMENT_LIMIT, KEEP, SUMMARY_LIMIT, Page, Section, utf8_size
 from gate.results import Results, anchor_line
-from gate.summary import inline, ms, num, pct, untrusted
 
-COMMENT_LIMIT = 65_536
-SUMMARY_LIMIT = 1_000_000  # bytes: GitHub's step summary takes at most 1 MiB per step
+if TYPE_CHECKING:
+    from gate.baseline import Baseline
+    from gate.compare import VerdictDoc
+
 STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
+
+
+def untrusted(value, limit: int = 80) -> Inert:
+    """Model output or user text, made inert for Markdown/HTML and shown in a code span."""
+    return code(value, limit)
+
+
+def inline(value) -> Inert:
+    """A sentence of ours that may quote user-controlled names: inert in Markdown tables and HTML."""
+    return markdown(value)
+
+
+@cache
+def environment() -> Environment:
+    """The one Jinja environment of every page: the comment's sections and the checks' full text."""
+    env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+                      finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
+    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
+    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line)
+    return env
 
 
 def marker(name: str) -> Inert:
@@ -47,76 +53,17 @@ def marker(name: str) -> Inert:
     return Inert(comment_marker(re.sub(r"[^A-Za-z0-9_.-]", "-", str(name))[:64] or "specguard"))
 
 
-@dataclass
-class Section:
-    name: str
-    text: str
-    priority: int  # higher survives longer when the page must be cut
-
-
-@dataclass
-class Page:
-    sections: list[Section] = field(default_factory=list)
-
-    def render(self, limit: int, size=len) -> str:
-        """Join the sections; drop the least important ones until the page fits ``size(page) <= limit``, and
-        say so.  The one truncation routine of every page: the comment (characters) and the step summary
-        (UTF-8 bytes)."""
-        kept = list(self.sections)
-        dropped: list[str] = []
-        while True:
-            note = (f"\n> Cut to fit {limit:,} characters: {', '.join(dropped)} left out. The full report is in "
-                    "the job's step summary and the `specguard-report` artifact.\n") if dropped else ""
-            text = "".join(s.text for s in kept if s.name != "footer") + note \
-                + "".join(s.text for s in kept if s.name == "footer")
-            if size(text) <= limit or len(kept) <= 2:
-                return _cut(text, limit, size)
-            victim = min((s for s in kept if s.name not in ("headline", "footer")), key=lambda s: s.priority)
-            kept.remove(victim)
-            dropped.append(victim.name)
-
-
-def _cut(text: str, limit: int, size) -> str:
-    """The last resort, when the headline and footer alone are too long: cut, never mid-character."""
-    if size(text) <= limit:
-        return text
-    if size is len:
-        return text[:limit]
-    return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
-
-
-def utf8_size(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def _env() -> Environment:
-    env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
-                      finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
-    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, signed=_signed, x=_x)
-    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line)
-    return env
-
-
-def _signed(value, fmt: str = "+.0%") -> str:
-    return "–" if value is None else format(value, fmt)
-
-
-def _x(value) -> str:
-    return "–" if value is None else f"{value:.2f}x"
-
-
 def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None, name: str,
                examples_limit: int = 20) -> Page:
-    env = _env()
+    env = environment()
     ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
            "examples": _examples(checks, examples_limit), "chart": _chart(checks),
            "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
            "retokenized": retokenized_note(checks)}
     page = Page()
-    for section, priority in (("headline", 100), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
+    for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
                               ("distribution", 60), ("speedup", 75), ("acceptance", 50), ("chart", 30),
-                              ("examples", 20), ("verdicts", 10), ("footer", 100)):
+                              ("examples", 20), ("verdicts", 10), ("footer", KEEP)):
         text = env.get_template(f"report/{section}.md.j2").render(**ctx)
         if text.strip():
             page.sections.append(Section(section, text, priority))
@@ -226,11 +173,11 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
         for col in ("engine", "slice", "batch size", "context", "base", "head", "change (95% CI)", "cause"):
             sp.add_column(col, overflow="fold")
         for c in verdict.speedup:
-            ci = (f"{_signed(c.ratio.estimate - 1 if c.ratio.estimate is not None else None)} "
-                  f"({_signed(c.ratio.low - 1 if c.ratio.low is not None else None)} to "
-                  f"{_signed(c.ratio.high - 1 if c.ratio.high is not None else None)})")
+            ci = (f"{signed_pct(c.ratio.estimate - 1 if c.ratio.estimate is not None else None)} "
+                  f"({signed_pct(c.ratio.low - 1 if c.ratio.low is not None else None)} to "
+                  f"{signed_pct(c.ratio.high - 1 if c.ratio.high is not None else None)})")
             sp.add_row(*(terminal(x) for x in (c.engine, c.slice or "–", c.batch_size, c.bucket or "–",
-                                               _x(c.base.estimate), _x(c.head.estimate))),
+                                               times(c.base.estimate), times(c.head.estimate))),
                        terminal(ci, style.get(c.status, "")),
                        terminal(c.explanation.sentence if c.explanation else "–"))
         console.print(sp)
@@ -270,3 +217,27 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
+
+
+# --- the checks' full text (summary.md of `specguard check`, the details of the step summary) ------
+
+
+def render_text(results: Results, checks: ChecksDoc) -> str:
+    failed = checks.failing()
+    doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
+    return environment().get_template("summary.md.j2").render(
+        results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",
+        batch_plan=batch_plan(results), retokenized=retokenized_note(checks),
+    )
+
+
+def batch_plan(results: Results) -> list[dict]:
+    """Per batch size: compositions, batches, the widest prompt-length spread in one batch, duplicates."""
+    rows = []
+    for bs in sorted({b.batch_size for b in results.batches}):
+        mine = [b for b in results.batches if b.batch_size == bs]
+        widest = max(mine, key=lambda b: b.max_prompt_tokens - b.min_prompt_tokens)
+        rows.append({"batch_size": bs, "compositions": len({b.composition for b in mine}), "batches": len(mine),
+                     "min": widest.min_prompt_tokens, "max": widest.max_prompt_tokens,
+                     "duplicates": sum(b.duplicates for b in mine)})
+    return rows
