@@ -256,11 +256,7 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
             ci = cell.speedup.interval()
         else:
             ci = bootstrap_median_ci(ratios)
-        total = SpecCounters()
-        for p in pairs:
-            c = p.execution.counters()
-            if c is not None and p.repeat == 0:
-                total.add(c)
+        total = SpecCounters.total(p.execution.counters() for p in pairs if p.repeat == 0) or SpecCounters()
         first = pairs[0]
         out.setdefault(engine, {})[key] = SpeedupCell(
             slice=first.slice, batch_size=first.batch_size, bucket=first.bucket,

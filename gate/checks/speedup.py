@@ -52,16 +52,6 @@ def _latency(ex: Execution) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def _counters(execs: list[Execution]) -> SpecCounters | None:
-    total, seen = SpecCounters(), False
-    for ex in execs:
-        c = ex.counters()
-        if c is not None:
-            total.add(c)
-            seen = True
-    return total if seen else None
-
-
 def _tps(ex: Execution) -> float:
     return ex.tokens() / ex.wall_s
 
@@ -74,7 +64,7 @@ def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int
     """Statistics over paired (reference, engine) executions."""
     ratios = [r for r in (s.ratio for s in samples) if r is not None]
     ci = bootstrap_median_ci(ratios, resamples)
-    counters = _counters([s.execution for s in samples if s.repeat == 0])  # identical across greedy repeats
+    counters = SpecCounters.total(s.execution.counters() for s in samples if s.repeat == 0)  # same every repeat
     engine_wall = sum(s.execution.wall_s for s in samples)
     row = {
         "samples": len(ratios),
