@@ -398,7 +398,7 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
                         calibration=p.get("calibration", {}), config=p.get("config", {}))
     baseline, path, same, others = _find_baseline(results, config, name, baselines_dir)
     _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))  # the inputs loaded: now replace them
-    from gate.compare import RunRef
+    from gate.verdictdoc import RunRef
 
     verdict = compare(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
                       paired=paired, others=others)
@@ -451,9 +451,11 @@ def read_checks(run_dir: Path) -> ChecksDoc:
 
 
 def _verdict_says(out: Path) -> str | None:
+    from gate.verdictdoc import VerdictDoc
+
     try:
-        return json.loads((out / "verdict.json").read_text(encoding="utf-8")).get("outcome")
-    except (OSError, ValueError, AttributeError):
+        return VerdictDoc.model_validate_json((out / "verdict.json").read_bytes()).outcome
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
 
 

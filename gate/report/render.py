@@ -17,7 +17,7 @@ from gate.results import Results, anchor_line
 
 if TYPE_CHECKING:
     from gate.baseline import Baseline
-    from gate.compare import VerdictDoc
+    from gate.verdictdoc import VerdictDoc
 
 STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
 
