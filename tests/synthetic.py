@@ -9,7 +9,7 @@ import json
 from gate.checks import reproducibility
 from gate.checks.equivalence import _verdicts as equivalence_verdicts
 from gate.checks.speedup import analyze_speedup, verdicts_for
-from gate.checksdoc import ChecksDoc
+from gate.checksdoc import ChecksDoc, EquivalenceSummary
 from gate.config import Config
 from gate.results import Results
 
@@ -98,12 +98,12 @@ def run(accepted: dict | None = None, speedup: dict | None = None, hardware: dic
         "calibrated_engines": ["speculative"], "timing": timing, "executions": execs})
 
 
-def _summary(n: int, exact: float, near: int = 0, confident: int = 0, examples=None) -> dict:
-    return {"sequences": n, "exact_match": exact, "prefix_match": exact, "consistent_share": 1.0,
-            "confident_inconsistencies": confident, "divergences": {"near_tie": near, "confident": confident,
-                                                                    "length": 0},
-            "signatures": {}, "compositions": 1, "by_slice": {}, "examples": examples or [],
-            "sequences_with_signatures": [], "first_inconsistencies": []}
+def _summary(n: int, exact: float, near: int = 0, confident: int = 0, examples=None) -> EquivalenceSummary:
+    return EquivalenceSummary.model_validate({
+        "sequences": n, "exact_match": exact, "prefix_match": exact, "consistent_share": 1.0,
+        "confident_inconsistencies": confident, "divergences": {"near_tie": near, "confident": confident, "length": 0},
+        "signatures": {}, "compositions": 1, "by_slice": {}, "examples": examples or [],
+        "sequences_with_signatures": [], "first_inconsistencies": []})
 
 
 def checks_for(results: Results, exact: dict | None = None, confident: dict | None = None,
