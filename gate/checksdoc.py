@@ -173,6 +173,11 @@ class SpeedupCI(_Doc):
     n: int
     rel_half_width: float
 
+    @classmethod
+    def of(cls, ci) -> SpeedupCI:
+        """From a :class:`gate.stats.Interval`."""
+        return cls(estimate=ci.estimate, low=ci.low, high=ci.high, n=ci.n, rel_half_width=ci.rel_half_width)
+
     def interval(self):
         from gate.stats import Interval
 
