@@ -2,7 +2,7 @@
 
 Each check is a module with ``run(results, ctx) -> (findings, verdicts)`` and its
 verdict rule beside it; this module only lists them.  ``run_checks`` returns a
-``specguard.checks/1`` document:
+:class:`gate.checksdoc.ChecksDoc` (written as ``checks.json``, ``specguard.checks/1``):
 
 * ``engine_failures`` — batches on which an engine crashed, hung, ran out of memory
   or broke the contract (findings about the engine, recorded as failed executions);

@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from gate.checksdoc import ChecksDoc, retokenized_note
 from gate.inert import Inert, code, finalize, markdown, terminal
 from gate.report.numbers import mib, ms, num, pct, signed_pct, times
-from gate.report.page import COMMENT_LIMIT, KEEP, SUMMARY_LIMIT, Page, Section, utf8_size
+from gate.report.page import COMMENT_LIMIT, FOOTER, KEEP, SUMMARY_LIMIT, Page, Section, utf8_size
 from gate.results import Results, anchor_line
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baselin
     page = Page()
     for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
                               ("distribution", 60), ("speedup", 75), ("acceptance", 50), ("chart", 30),
-                              ("examples", 20), ("verdicts", 10), ("footer", KEEP)):
+                              ("examples", 20), ("verdicts", 10), (FOOTER, KEEP)):
         text = env.get_template(f"report/{section}.md.j2").render(**ctx)
         if text.strip():
             page.sections.append(Section(section, text, priority))
@@ -79,7 +79,7 @@ def render_summary(page: Page, details: str | None = None, limit: int = SUMMARY_
     section, the whole bounded by one rule (the details go first when the page must be cut)."""
     sections = list(page.sections)
     if details:
-        at = len(sections) - 1 if sections and sections[-1].name == "footer" else len(sections)
+        at = len(sections) - 1 if sections and sections[-1].name == FOOTER else len(sections)
         sections.insert(at, Section("details", "\n## Details\n\n" + details, priority=5))
     return Page(sections).render(limit, size=utf8_size)
 
