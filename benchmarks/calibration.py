@@ -84,10 +84,10 @@ def bf16_noise() -> dict:
     doc = results_doc([i for i in ids], {key: [(o, "max_tokens") for o in out] for key, out in outs.items()}, 48)
     checks = run_checks(doc, pair, loaded.config)
     pick = ("sequences", "exact_match", "divergences", "confident_inconsistencies")
-    return {"tolerance": checks["tolerance"],
-            "reference_bs8": {k: checks["noise_floor"]["8"][k] for k in pick},
-            "speculative_bs8": {k: checks["equivalence"]["speculative"]["8"][k] for k in pick},
-            "examples": checks["noise_floor"]["8"]["examples"][:2]}
+    return {"tolerance": checks.tolerance.model_dump(),
+            "reference_bs8": checks.noise_floor["8"].model_dump(include=set(pick)),
+            "speculative_bs8": checks.equivalence["speculative"]["8"].model_dump(include=set(pick)),
+            "examples": checks.noise_floor["8"].examples[:2]}
 
 
 def main() -> None:

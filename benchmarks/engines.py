@@ -80,24 +80,24 @@ def main() -> None:
     own_vs_hf = bootstrap_median_ci([w["hf_assisted"] / w["speculative"] for w in walls.values()
                                      if "hf_assisted" in w and "speculative" in w])
 
-    own = analysis["engines"]["speculative"]
-    hf = analysis["engines"]["hf_assisted"]
+    own = analysis.engines["speculative"]
+    hf = analysis.engines["hf_assisted"]
     print(f"\nk={args.k}, max_new_tokens={args.max_new_tokens}, {args.repeats} repeats, "
           f"{len(doc.prompts)} prompts, torch threads {args.threads}\n")
     print("| engine | batch size | speedup vs reference (95% CI) | tokens/target forward | acceptance | c | expected | "
           "efficiency | verify cost (decode steps) | expected with verify cost | realign share |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, e in (("speculative", own), ("hf_assisted", hf)):
-        for bs, r in e["load_curve"].items():
-            sp, ex = r["speedup"], r.get("expected") or {}
-            print(f"| {name} | {bs} | {sp['estimate']:.2f}x ({sp['low']:.2f}-{sp['high']:.2f}) | "
-                  f"{r['tokens_per_target_forward'] or 0:.2f} | {r['acceptance_rate'] or 0:.2f} | "
-                  f"{ex.get('cost_ratio', 0):.3f} | {ex.get('speedup', 0):.2f}x | {ex.get('efficiency', 0):.0%} | "
-                  f"{ex.get('verify_ratio', 0):.2f} | {ex.get('speedup_with_verify_cost', 0):.2f}x | "
-                  f"{r['realign_share'] or 0:.1%} |")
+        for bs, r in e.load_curve.items():
+            sp, ex = r.speedup, r.expected
+            print(f"| {name} | {bs} | {sp.estimate:.2f}x ({sp.low:.2f}-{sp.high:.2f}) | "
+                  f"{r.tokens_per_target_forward or 0:.2f} | {r.acceptance_rate or 0:.2f} | "
+                  f"{ex.cost_ratio if ex else 0:.3f} | {ex.speedup if ex else 0:.2f}x | "
+                  f"{(ex.efficiency if ex else 0) or 0:.0%} | {(ex.verify_ratio if ex else 0) or 0:.2f} | "
+                  f"{(ex.speedup_with_verify_cost if ex else 0) or 0:.2f}x | {r.realign_share or 0:.1%} |")
     print(f"\nown speculative vs HF assisted at batch size 1: {own_vs_hf.estimate:.2f}x "
           f"(95% CI {own_vs_hf.low:.2f}-{own_vs_hf.high:.2f}, n={own_vs_hf.n}) — above 1 means ours is faster")
-    print(f"realignment share of speculative step time at batch size 8: {own['load_curve']['8']['realign_share']:.1%}")
+    print(f"realignment share of speculative step time at batch size 8: {own.load_curve['8'].realign_share:.1%}")
     if args.json:
         args.json.write_text(json.dumps({"analysis": analysis, "own_vs_hf_bs1": own_vs_hf.to_dict(),
                                          "calibration": doc.calibration}, indent=1))

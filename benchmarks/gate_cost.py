@@ -32,9 +32,9 @@ from gate.checks import run_checks
 from gate.config import PACKAGE_DIR, parse_config
 from gate.engines import build_engine, build_reference
 from gate.models import load_pair
+from gate.report import render_text
 from gate.runner import Runner
 from gate.suite import suite_for
-from gate.summary import render_text
 
 DEMO = PACKAGE_DIR / "demo"
 
@@ -64,7 +64,7 @@ def gate_once(config_text: str, where: Path, cache_dir: Path) -> dict:
     return {"generation_s": t1 - t0, "analysis_s": t2 - t1, "total_s": t2 - t0,
             "executions": len(doc.executions), "reused_from_cache": len(doc.cache["reused"]),
             "analysis_share": (t2 - t1) / (t1 - t0),
-            "failed_checks": [v["check"] for v in checks["verdicts"] if v["status"] == "fail"]}
+            "failed_checks": [v.check for v in checks.failing()]}
 
 
 def main() -> None:

@@ -34,8 +34,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
+from gate.checksdoc import ChecksDoc, EquivalenceSummary, Reproducibility
 from gate.config import REFERENCE, Config
-from gate.documents import Document
+from gate.documents import Document, omitted_when_none
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError
 from gate.results import Phase, Results, atomic_write_json
@@ -118,6 +119,20 @@ class SpeedupCell(_Doc):
     acceptance_rate: float | None = None
 
 
+class DistributionResult(_Doc):
+    n: int
+    pvalues: dict[str, float]
+    rejected: bool
+
+
+class BaselineDistribution(_Doc):
+    """The sampling tests of the accepted run, and the smallest distortion each family's power could detect."""
+
+    alpha: float
+    engines: dict[str, dict[str, DistributionResult]]
+    min_detectable_epsilon: dict[str, float | None] | None = omitted_when_none()
+
+
 class Forced(_Doc):
     reason: str
     failing: list[str]
@@ -153,8 +168,8 @@ class Baseline(_Doc):
     speedup: dict[str, dict[str, SpeedupCell]] = Field(default_factory=dict)  # engine -> cell key -> cell
     calibration: dict[str, dict[str, float]] = Field(default_factory=dict)
     calibrated_engines: list[str] = Field(default_factory=list)
-    distribution: dict[str, Any] | None = None
-    reproducibility: dict[str, Any] = Field(default_factory=dict)
+    distribution: BaselineDistribution | None = None
+    reproducibility: dict[str, Reproducibility] = Field(default_factory=dict)
     memory: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
 
     def cell_key(self, slice_: str | None, batch_size: int, bucket: str | None) -> str:
@@ -180,12 +195,12 @@ def _round(x: float) -> float:
     return float(f"{x:.{SAMPLE_DIGITS}g}")
 
 
-def _equivalence(summary: dict) -> EquivalenceFigures:
-    d = summary["divergences"]
-    return EquivalenceFigures(sequences=summary["sequences"], exact_match=summary["exact_match"],
-                              prefix_match=summary["prefix_match"], near_ties=d["near_tie"], confident=d["confident"],
-                              length=d["length"], confident_inconsistencies=summary["confident_inconsistencies"],
-                              signatures=dict(summary["signatures"]), by_slice=summary.get("by_slice", {}))
+def _equivalence(summary: EquivalenceSummary) -> EquivalenceFigures:
+    d = summary.divergences
+    return EquivalenceFigures(sequences=summary.sequences, exact_match=summary.exact_match,
+                              prefix_match=summary.prefix_match, near_ties=d.near_tie, confident=d.confident,
+                              length=d.length, confident_inconsistencies=summary.confident_inconsistencies,
+                              signatures=dict(summary.signatures), by_slice=summary.by_slice)
 
 
 def _figures(c: SpecCounters) -> AcceptanceFigures:
@@ -222,13 +237,13 @@ def acceptance(results: Results) -> dict[str, dict[str, dict[str, AcceptanceFigu
     return out
 
 
-def speedup_cells(results: Results, checks: dict | None = None) -> dict[str, dict[str, SpeedupCell]]:
+def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str, dict[str, SpeedupCell]]:
     """Per engine and cell, the paired speedup samples and their CI.  The CI is the speedup check's own (from
     ``checks.json``) when there is one, so a report never shows two intervals for one cell; it is bootstrapped
     here, with the check's default resamples, only for a run that has no checks document."""
-    from gate.stats import Interval, bootstrap_median_ci
+    from gate.stats import bootstrap_median_ci
 
-    checked = (checks or {}).get("speedup", {}).get("engines", {})
+    checked = checks.speedup.engines if checks and checks.speedup else {}
 
     groups: dict[tuple[str, str], list] = {}
     for p in results.timing_pairs():
@@ -236,16 +251,12 @@ def speedup_cells(results: Results, checks: dict | None = None) -> dict[str, dic
     out: dict = {}
     for (engine, key), pairs in sorted(groups.items()):
         ratios = [r for r in (p.ratio for p in pairs) if r is not None]
-        known = checked.get(engine, {}).get("cells", {}).get(key, {}).get("speedup")
-        if known and known.get("n") == len(ratios):
-            ci = Interval(known["estimate"], known["low"], known["high"], known["n"])
+        cell = checked[engine].cells.get(key) if engine in checked else None
+        if cell and cell.speedup.n == len(ratios):
+            ci = cell.speedup.interval()
         else:
             ci = bootstrap_median_ci(ratios)
-        total = SpecCounters()
-        for p in pairs:
-            c = p.execution.counters()
-            if c is not None and p.repeat == 0:
-                total.add(c)
+        total = SpecCounters.total(p.execution.counters() for p in pairs if p.repeat == 0) or SpecCounters()
         first = pairs[0]
         out.setdefault(engine, {})[key] = SpeedupCell(
             slice=first.slice, batch_size=first.batch_size, bucket=first.bucket,
@@ -266,14 +277,13 @@ def slice_fingerprints(results: Results) -> dict[str, str]:
     return {slc: h.hexdigest()[:16] for slc, h in sorted(digests.items())}
 
 
-def failing_checks(checks: dict) -> list[str]:
+def failing_checks(checks: ChecksDoc) -> list[str]:
     """The failing verdicts that make a run unfit to be a baseline: equivalence, signatures, distribution."""
-    return sorted({f"{v['check']} ({v['engine']}, batch size {v['batch_size']})" for v in checks.get("verdicts", [])
-                   if v["status"] == "fail" and (v["check"] in ("equivalence", "distribution", "noise_floor")
-                                                 or v["check"].startswith("signature:"))})
+    return sorted({f"{v.check} ({v.engine}, batch size {v.batch_size})" for v in checks.failing()
+                   if v.check in ("equivalence", "distribution", "noise_floor") or v.check.startswith("signature:")})
 
 
-def derive(results: Results, checks: dict, config: Config, name: str, force_reason: str | None = None,
+def derive(results: Results, checks: ChecksDoc, config: Config, name: str, force_reason: str | None = None,
            reason: str | None = None) -> Baseline:
     failing = failing_checks(checks)
     if results.status != "complete":
@@ -293,17 +303,16 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
     s = results.settings
     hw = {k: fpr.hardware.get(k) for k in ("device_type", "cpu", "cpu_count", "torch_threads", "gpu", "machine")
           if fpr.hardware.get(k) is not None}
-    speed = checks.get("speedup") or {}
-    memory = {e: v.get("memory", {}) for e, v in speed.get("engines", {}).items()}
-    dist = checks.get("distribution")
+    memory = {e: v.memory for e, v in checks.speedup.engines.items()} if checks.speedup else {}
+    dist = checks.distribution
     distribution = None
     if dist:
-        distribution = {"alpha": dist["alpha"], "engines": {e: {bs: {k: row[k] for k in ("n", "pvalues", "rejected")}
-                                                                for bs, row in rows.items()}
-                                                            for e, rows in dist["engines"].items()}}
-        if dist.get("power"):
-            distribution["min_detectable_epsilon"] = {f: v["min_detectable_epsilon"]
-                                                      for f, v in dist["power"]["families"].items()}
+        distribution = BaselineDistribution(
+            alpha=dist.alpha,
+            engines={e: {bs: DistributionResult(n=row.n, pvalues=row.pvalues, rejected=row.rejected)
+                         for bs, row in rows.items()} for e, rows in dist.engines.items()},
+            min_detectable_epsilon={f: v.min_detectable_epsilon for f, v in dist.power.families.items()}
+            if dist.power else None)
     return Baseline(
         name=name, hardware_key=fpr.hardware_key, hardware=hw,
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -319,13 +328,13 @@ def derive(results: Results, checks: dict, config: Config, name: str, force_reas
                                   max_new_tokens=s.max_new_tokens, greedy=s.greedy, sampling=s.sampling,
                                   engines=s.engines, compositions=s.compositions),
         equivalence={e: {bs: _equivalence(x) for bs, x in rows.items()}
-                     for e, rows in (checks.get("equivalence") or {}).items()},
-        noise_floor={bs: _equivalence(x) for bs, x in (checks.get("noise_floor") or {}).items()},
+                     for e, rows in (checks.equivalence or {}).items()},
+        noise_floor={bs: _equivalence(x) for bs, x in (checks.noise_floor or {}).items()},
         acceptance=acceptance(results), speedup=speedup_cells(results, checks),
         calibration={bs: {k: row[k] for k in ("cost_ratio", "verify_ratio") if k in row}
                      for bs, row in results.calibration.items()},
         calibrated_engines=list(results.calibrated_engines), distribution=distribution,
-        reproducibility=checks.get("reproducibility") or {}, memory=memory,
+        reproducibility=checks.reproducibility or {}, memory=memory,
     )
 
 

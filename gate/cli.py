@@ -19,9 +19,13 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gate import __version__
 from gate.errors import Problem, SpecguardError
+
+if TYPE_CHECKING:
+    from gate.checksdoc import ChecksDoc
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
 
@@ -308,22 +312,21 @@ def paired_engine(against: str, loaded, pair, engines):
 
 def _check(loaded, pair, out: Path) -> int:
     from gate.checks import run_checks
+    from gate.report import render_text
     from gate.results import atomic_write_json, atomic_write_text, load_results
-    from gate.summary import render_text
 
     results = load_results(out)
     _clear_outputs(out)  # after the results loaded: a refused input leaves the earlier outputs alone
     _say("analysing: re-scoring with the target, statistics, power simulations")
     checks = run_checks(results, pair, loaded.config, say=_say)
     phases = _phases()
-    phases.add("re-scoring", checks["rescoring_s"])
-    phases.add("statistics and power simulations", checks["analysis_s"] - checks["rescoring_s"])
+    phases.add("re-scoring", checks.rescoring_s)
+    phases.add("statistics and power simulations", checks.analysis_s - checks.rescoring_s)
     with phases("report"):
         atomic_write_json(out / "checks.json", checks)
         atomic_write_text(out / "summary.md", render_text(results, checks))
     _say(f"wrote {out / 'checks.json'} and {out / 'summary.md'}")
-    failed = [v for v in checks["verdicts"] if v["status"] == "fail"]
-    return EXIT_FAIL if failed or results.status != "complete" else EXIT_OK
+    return EXIT_FAIL if checks.failing() or results.status != "complete" else EXIT_OK
 
 
 def _find_baseline(results, config, name: str | None, baselines_dir: Path):
@@ -380,9 +383,8 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
              quiet: bool = False, record_phases: bool = False) -> int:
     from gate.checksdoc import retokenized_note
     from gate.compare import Paired, compare
-    from gate.report import build_page, print_terminal, render_comment, render_summary, write_png
+    from gate.report import build_page, print_terminal, render_comment, render_summary, render_text, write_png
     from gate.results import atomic_write_json, atomic_write_text, load_results
-    from gate.summary import render_text
 
     started = time.perf_counter()
     results = load_results(out)
@@ -396,7 +398,7 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
                         calibration=p.get("calibration", {}), config=p.get("config", {}))
     baseline, path, same, others = _find_baseline(results, config, name, baselines_dir)
     _clear_outputs(dest, ("speedup.png", "comment.md", "verdict.json"))  # the inputs loaded: now replace them
-    from gate.compare import RunRef
+    from gate.verdictdoc import RunRef
 
     verdict = compare(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
                       paired=paired, others=others)
@@ -426,7 +428,7 @@ def _compare(out: Path, config, baseline_name: str | None, baselines_dir: Path, 
     return verdict.exit_code
 
 
-def read_checks(run_dir: Path) -> dict:
+def read_checks(run_dir: Path) -> ChecksDoc:
     """checks.json of a run directory, validated against its schema."""
     from pydantic import ValidationError
 
@@ -439,20 +441,21 @@ def read_checks(run_dir: Path) -> dict:
     doc = parse_json(read_input(path, SpecguardError, "checks file", hint), SpecguardError, str(path),
                      "the checks file", hint, allow_nan=True)
     try:
-        ChecksDoc.model_validate(doc)
+        return ChecksDoc.model_validate(doc)
     except RecursionError:
         raise SpecguardError(Problem(str(path), "the checks file is nested too deeply to read", hint=hint)) from None
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
         raise SpecguardError(Problem(str(path), f"corrupt checks: {e['msg']}",
                                      field=".".join(str(x) for x in e["loc"]) or None, hint=hint)) from None
-    return doc
 
 
 def _verdict_says(out: Path) -> str | None:
+    from gate.verdictdoc import VerdictDoc
+
     try:
-        return json.loads((out / "verdict.json").read_text(encoding="utf-8")).get("outcome")
-    except (OSError, ValueError, AttributeError):
+        return VerdictDoc.model_validate_json((out / "verdict.json").read_bytes()).outcome
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
 
 

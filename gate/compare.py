@@ -30,134 +30,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from gate.baseline import Baseline, Comparability, SpeedupCell, acceptance, cell_key, comparability, speedup_cells
+from gate.checksdoc import ChecksDoc
 from gate.config import REFERENCE, Config
-from gate.documents import Document
+from gate.report.numbers import signed_pct, times
 from gate.results import Results
 from gate.stats import alpha_from_mean_accepted
-
-SCHEMA = "specguard.verdict/1"
-Status = Literal["pass", "fail", "warn", "neutral"]
-EXIT_PASS, EXIT_FAIL = 0, 1
-
-
-_Doc = Document
-
-
-class CheckVerdict(_Doc):
-    check: str
-    status: Status
-    why: str
-    engine: str | None = None
-    batch_size: int | None = None
-    slice: str | None = None
-
-
-class Interval(_Doc):
-    estimate: float | None
-    low: float | None = None
-    high: float | None = None
-
-
-class Explanation(_Doc):
-    """log-points (100 x change of log S) of the Leviathan model's parts; they add up to ``model``."""
-
-    acceptance: float
-    draft_cost: float | None = None
-    verify_cost: float | None = None
-    model: float | None = None
-    alpha_base: float | None = None
-    alpha_head: float | None = None
-    cost_base: float | None = None
-    cost_head: float | None = None
-    verify_base: float | None = None
-    verify_head: float | None = None
-    sentence: str = ""
-
-
-class SpeedupChange(_Doc):
-    engine: str
-    slice: str | None
-    batch_size: int
-    bucket: str | None
-    base: Interval
-    head: Interval
-    ratio: Interval  # head speedup / base speedup
-    status: Status
-    significant: bool
-    explanation: Explanation | None = None
-
-
-class AcceptanceChange(_Doc):
-    engine: str
-    batch_size: int
-    slice: str
-    base: float
-    head: float
-    relative: float
-    status: Status
-    # after a k change: the Leviathan expectation at the head's k from the baseline's acceptance (not judged)
-    expected: float | None = None
-    acceptance_per_pos_base: list[float | None] = Field(default_factory=list)
-    acceptance_per_pos_head: list[float | None] = Field(default_factory=list)
-
-
-class EquivalenceChange(_Doc):
-    engine: str
-    batch_size: int
-    base: float | None
-    head: float | None
-    allowed_drop: float
-    status: Status
-
-
-class Changed(_Doc):
-    what: str
-    base: str
-    head: str
-
-
-class BaselineRef(_Doc):
-    path: str
-    name: str
-    hardware_key: str
-    created_utc: str
-    same_hardware: bool
-    forced: bool = False
-
-
-class RunRef(_Doc):
-    """The run a verdict belongs to: ``python -m gate.verdictfile RUN_DIR`` matches it with results.json."""
-
-    id: str | None
-    config: str  # the run's config digest (results.fingerprint.config)
-    suite: str  # the run's suite fingerprint
-
-
-class VerdictDoc(_Doc):
-    schema_id: Literal["specguard.verdict/1"] = Field(SCHEMA, alias="schema")
-    outcome: Literal["pass", "fail", "neutral"]
-    exit_code: int
-    headline: str
-    mode: Literal["stored", "paired", "none"]
-    baseline: BaselineRef | None = None
-    hardware_key: str
-    checks: list[CheckVerdict]
-    equivalence: list[EquivalenceChange] = Field(default_factory=list)
-    acceptance: list[AcceptanceChange] = Field(default_factory=list)
-    speedup: list[SpeedupChange] = Field(default_factory=list)
-    changed: list[Changed] = Field(default_factory=list)
-    run_status: str
-    run: RunRef | None = None
-
-    def failed(self) -> list[CheckVerdict]:
-        return [c for c in self.checks if c.status == "fail"]
-
+from gate.verdictdoc import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    SCHEMA,
+    AcceptanceChange,
+    BaselineRef,
+    Changed,
+    CheckVerdict,
+    EquivalenceChange,
+    Explanation,
+    Interval,
+    SpeedupChange,
+    VerdictDoc,
+)
 
 # --- the cause split ------------------------------------------------------------------------
 
@@ -261,11 +157,7 @@ class Paired:
     config: dict[str, Any]
 
 
-def _fmt_pct(x: float) -> str:
-    return f"{x:+.0%}"
-
-
-def compare(results: Results, checks: dict, config: Config, baseline: Baseline | None = None,
+def compare(results: Results, checks: ChecksDoc, config: Config, baseline: Baseline | None = None,
             baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
             say: Callable[[str], None] = lambda m: None, others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
     """``others``: hardware keys that have a baseline of this name when this run's key has none (named in the
@@ -275,12 +167,11 @@ def compare(results: Results, checks: dict, config: Config, baseline: Baseline |
     hw = results.fingerprint.hardware_key
 
     # Verdicts of the run itself: equivalence, signatures, noise floor, distribution, reproducibility, speedup floor.
-    for v in checks.get("verdicts", []):
-        status = {"pass": "pass", "fail": "fail", "warn": "warn", "info": None}[v["status"]]
-        if status is None:
+    for v in checks.verdicts:
+        if v.status == "info":
             continue
-        verdicts.append(CheckVerdict(check=v["check"], status=status, why=v["why"], engine=v["engine"],
-                                     batch_size=v["batch_size"], slice=v.get("slice")))
+        verdicts.append(CheckVerdict(check=v.check, status=v.status, why=v.why, engine=v.engine,
+                                     batch_size=v.batch_size, slice=v.slice))
     if results.status != "complete":
         verdicts.append(CheckVerdict(check="run", status="fail",
                                      why=f"the run is {results.status}: only what finished was checked; rerun with "
@@ -354,22 +245,23 @@ def _missing_baseline(config: Config, results: Results, path: str | None, others
     return CheckVerdict(check="baseline", status="neutral", why=why)
 
 
-def _exact_match_changes(checks: dict, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
+def _exact_match_changes(checks: ChecksDoc, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
     out = []
-    floor = checks.get("noise_floor") or {}
-    for engine, rows in (checks.get("equivalence") or {}).items():
+    floor = checks.noise_floor or {}
+    for engine, rows in (checks.equivalence or {}).items():
         for bs, s in rows.items():
             base = baseline.equivalence.get(engine, {}).get(bs)
-            if base is None or base.exact_match is None or s["exact_match"] is None:
+            if base is None or base.exact_match is None or s.exact_match is None:
                 continue
             if fixed == "auto":
-                noise = 1 - (floor.get(bs, {}).get("exact_match") or 1.0)
-                allowed = max(noise, 1 / max(s["sequences"], 1))
+                plain = floor.get(bs)
+                noise = 1 - ((plain.exact_match if plain else None) or 1.0)
+                allowed = max(noise, 1 / max(s.sequences, 1))
             else:
                 allowed = float(fixed)
-            drop = base.exact_match - s["exact_match"]
+            drop = base.exact_match - s.exact_match
             out.append(EquivalenceChange(engine=engine, batch_size=int(bs), base=base.exact_match,
-                                         head=s["exact_match"], allowed_drop=allowed,
+                                         head=s.exact_match, allowed_drop=allowed,
                                          status="fail" if drop > allowed + 1e-12 else "pass"))
     return out
 
@@ -423,7 +315,7 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
             out.append(CheckVerdict(check="acceptance", status="fail", engine=c.engine, batch_size=c.batch_size,
                                     slice=c.slice,
                                     why=f"mean acceptance length on {where} at batch size {c.batch_size} fell "
-                                        f"{c.base:.2f} → {c.head:.2f} ({_fmt_pct(c.relative)}), beyond the "
+                                        f"{c.base:.2f} → {c.head:.2f} ({signed_pct(c.relative)}), beyond the "
                                         f"{tolerance:.0%} tolerance: the draft agrees with the target less often"))
     for engine in sorted({c.engine for c in changes}):
         mine = [c for c in changes if c.engine == engine]
@@ -433,7 +325,7 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
             out.append(CheckVerdict(check="acceptance", status="pass", engine=engine,
                                     why=f"mean acceptance length within {tolerance:.0%} of the baseline on every "
                                         f"slice and batch size (worst {where} at batch size "
-                                        f"{worst.batch_size}: {_fmt_pct(worst.relative)})"))
+                                        f"{worst.batch_size}: {signed_pct(worst.relative)})"))
     return out
 
 
@@ -446,7 +338,7 @@ def _costs(results: Results, engine: str, bs: int, tpf: float | None, calibratio
 
 
 def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float,
-                            comp: Comparability | None = None, checks: dict | None = None) -> list[SpeedupChange]:
+                            comp: Comparability | None = None, checks: ChecksDoc | None = None) -> list[SpeedupChange]:
     head_cells = speedup_cells(results, checks)
     k = results.settings.num_draft_tokens
     out = []
@@ -474,7 +366,7 @@ def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: flo
 
 
 def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float,
-                            checks: dict | None = None) -> list[SpeedupChange]:
+                            checks: ChecksDoc | None = None) -> list[SpeedupChange]:
     """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat)."""
     groups: dict[str, dict[tuple, dict[str, float]]] = {}
     cells: dict[str, tuple] = {}
@@ -512,8 +404,8 @@ def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bo
         if c.status != "fail":
             continue
         why = (f"speedup on {c.slice} (context {c.bucket}) at batch size {c.batch_size}: "
-               f"{_x(c.base.estimate)} → {_x(c.head.estimate)} ({_fmt_pct(c.ratio.estimate - 1)}, 95% CI "
-               f"{_fmt_pct(c.ratio.low - 1)} to {_fmt_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
+               f"{times(c.base.estimate)} → {times(c.head.estimate)} ({signed_pct(c.ratio.estimate - 1)}, 95% CI "
+               f"{signed_pct(c.ratio.low - 1)} to {signed_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
                "tolerance")
         if c.explanation:
             why += f": {c.explanation.sentence}"
@@ -526,12 +418,8 @@ def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bo
             out.append(CheckVerdict(check="speedup", status="pass", engine=worst.engine,
                                     why=f"no significant drop beyond {tolerance:.0%} in any cell ({how}; worst "
                                         f"{worst.slice} at batch size {worst.batch_size}: "
-                                        f"{_fmt_pct(worst.ratio.estimate - 1)})"))
+                                        f"{signed_pct(worst.ratio.estimate - 1)})"))
     return out
-
-
-def _x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}x"
 
 
 def what_changed(results: Results, baseline: Baseline | None, paired: Paired | None) -> list[Changed]:

@@ -6,11 +6,22 @@ with a JSON alias (``schema``) can be set by name too.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Document(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-__all__ = ["Document"]
+def _is_none(value) -> bool:
+    return value is None
+
+
+def omitted_when_none(default=None) -> Any:
+    """A field left out of the document when it has no value (None), rather than written as null."""
+    return Field(default, exclude_if=_is_none)
+
+
+__all__ = ["Document", "omitted_when_none"]

@@ -34,15 +34,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
-# GitHub rejects issue comments longer than this many characters.
-MAX_COMMENT_CHARS = 65_536
 # GitHub's advice for a secondary rate limit without Retry-After: wait at least a minute.
 SECONDARY_RATE_LIMIT_WAIT_S = 60.0
 READ_ONLY_MESSAGE = "Resource not accessible by integration"
-TRUNCATION_NOTE = (
-    "\n\n---\n**Truncated:** this report was longer than GitHub's 65,536-character comment limit; "
-    "see the job summary or the uploaded report for the full text.\n"
-)
 _TRANSIENT = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
 
 
@@ -441,22 +435,14 @@ def _by(comment: dict[str, Any], author: str | None) -> bool:
 
 
 def prepare_body(body: str, marker: str) -> str:
-    """``body`` with ``marker`` in it, cut with a note to at most 65,536 characters when longer."""
+    """``body`` with ``marker`` at its end, bounded to GitHub's comment limit by the report's one routine
+    (:func:`gate.report.page.fit`): cut with a note, the marker kept."""
+    from gate.report.page import COMMENT_LIMIT, KEEP, Section, fit
+
     if not body.rstrip().endswith(marker):
         body = f"{body.rstrip()}\n\n{marker}\n"
-    if len(body) <= MAX_COMMENT_CHARS:
-        return body
-    tail = f"{TRUNCATION_NOTE}\n{marker}\n"
-    fence_close = "\n```\n"
-    kept = body[: MAX_COMMENT_CHARS - len(tail) - len(fence_close)]
-    # An HTML comment cut open would hide the note (up to the marker's own "-->"): cut before it.
-    opened = kept.rfind("<!--")
-    if opened > kept.rfind("-->"):
-        kept = kept[:opened]
-    # A code block cut open would swallow the note: close it.
-    if sum(1 for line in kept.splitlines() if line.lstrip().startswith("```")) % 2:
-        kept += fence_close
-    return kept + tail
+    text, _, trailing = body.rpartition(marker)
+    return fit([Section("comment", text, KEEP), Section("footer", marker + trailing, KEEP)], COMMENT_LIMIT)
 
 
 def _github_message(response: requests.Response) -> str | None:

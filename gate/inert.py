@@ -8,8 +8,8 @@ prompt can do anything on the page that shows it.
 * The terminal (rich): :func:`terminal` gives a ``rich.text.Text``, never parsed as markup (``[/]``), with
   control characters (ANSI escapes) shown as ``·``.
 
-The Jinja environments of :mod:`gate.report` and :mod:`gate.summary` apply :func:`markdown` to every
-``{{ … }}`` by default (:func:`finalize`); only values already made :class:`Inert` here pass unchanged.
+The one Jinja environment (:func:`gate.report.environment`) applies :func:`markdown` to every ``{{ … }}`` by
+default (:func:`finalize`); only values already made :class:`Inert` here pass unchanged.
 """
 
 from __future__ import annotations

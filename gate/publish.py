@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Literal
 
 from gate.github import GitHub, GitHubError, ReadOnlyToken
 from gate.github import comment_marker as marker_for
-from gate.summary import inline
+from gate.report import inline
+from gate.report.numbers import num, pct, times
 
 if TYPE_CHECKING:  # the comment path runs in the hosted `changed` job too: no torch, numpy or baseline models
     from gate.baseline import Baseline
@@ -120,9 +121,9 @@ def _slice_rows(old: Baseline | None, new: Baseline) -> list[str]:
                 before = old.acceptance.get(engine, {}).get(bs, {}).get(slc) if old else None
                 sp_new = _pooled(new, engine, slc, int(bs))
                 sp_old = _pooled(old, engine, slc, int(bs)) if old else None
-                rows.append(f"| {inline(engine)} | {inline(slc)} | {bs} | "
-                            f"{_f(before.mean_accepted_length if before else None)} → {_f(fig.mean_accepted_length)} | "
-                            f"{_f(sp_old, 'x')} → {_f(sp_new, 'x')} |")
+                mal_old = before.mean_accepted_length if before else None
+                rows.append(f"| {inline(engine)} | {inline(slc)} | {bs} | {num(mal_old)} → "
+                            f"{num(fig.mean_accepted_length)} | {times(sp_old)} → {times(sp_new)} |")
     return rows
 
 
@@ -134,10 +135,6 @@ def _pooled(b: Baseline | None, engine: str, slc: str, bs: int) -> float | None:
     samples = [x for c in b.speedup.get(engine, {}).values() if c.slice == slc and c.batch_size == bs
                for x in c.samples]
     return statistics.median(samples) if samples else None
-
-
-def _f(v: float | None, suffix: str = "") -> str:
-    return "–" if v is None else f"{v:.2f}{suffix}"
 
 
 def refresh_body(old: Baseline | None, new: Baseline, history: str) -> str:
@@ -155,8 +152,8 @@ def refresh_body(old: Baseline | None, new: Baseline, history: str) -> str:
     for e, rows in sorted(new.equivalence.items()):
         for bs, fig in rows.items():
             before = old.equivalence.get(e, {}).get(bs) if old else None
-            eq.append(f"| {inline(e)} | {bs} | {_pct(before.exact_match if before else None)} → "
-                      f"{_pct(fig.exact_match)} |")
+            eq.append(f"| {inline(e)} | {bs} | {pct(before.exact_match if before else None)} → "
+                      f"{pct(fig.exact_match)} |")
     if eq:
         lines += ["| engine | batch size | identical to the reference, old → new |", "|---|---|---|", *eq, ""]
     lines += ["<details><summary>History</summary>", "", "```", history.replace("```", "ʼʼʼ"), "```", "",
@@ -164,10 +161,6 @@ def refresh_body(old: Baseline | None, new: Baseline, history: str) -> str:
               "and reopen it, or use a GitHub App token or a fine-grained PAT (see the Action's README), so the "
               "gate runs on it.", ""]
     return "\n".join(lines)
-
-
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:.0%}"
 
 
 @dataclass(frozen=True)

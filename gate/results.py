@@ -174,14 +174,11 @@ class Execution(_Record):
     def counters(self) -> SpecCounters | None:
         """The speculation counters of this batch's real rows, summed (or the whole batch's, from a server);
         None if the engine reported none."""
-        total, seen = SpecCounters(), False
-        for s in self.real():
-            if s.counters is not None:
-                total.add(s.counters)
-                seen = True
-        if self.batch_counters is not None and (not seen or (not total.num_drafts and self.batch_counters.num_drafts)):
+        total = SpecCounters.total(s.counters for s in self.real())
+        if self.batch_counters is not None and (total is None or (not total.num_drafts
+                                                                  and self.batch_counters.num_drafts)):
             return self.batch_counters  # also when the rows' counters lack verification steps (llama-server timings)
-        return total if seen else None
+        return total
 
 
 # --- the header ----------------------------------------------------------------------------

@@ -4,11 +4,12 @@ acceptance and speedup per cell, so each verdict rule can be driven exactly, wit
 from __future__ import annotations
 
 import copy
+import json
 
 from gate.checks import reproducibility
 from gate.checks.equivalence import _verdicts as equivalence_verdicts
 from gate.checks.speedup import analyze_speedup, verdicts_for
-from gate.checksdoc import ChecksDoc
+from gate.checksdoc import ChecksDoc, EquivalenceSummary
 from gate.config import Config
 from gate.results import Results
 
@@ -97,16 +98,16 @@ def run(accepted: dict | None = None, speedup: dict | None = None, hardware: dic
         "calibrated_engines": ["speculative"], "timing": timing, "executions": execs})
 
 
-def _summary(n: int, exact: float, near: int = 0, confident: int = 0, examples=None) -> dict:
-    return {"sequences": n, "exact_match": exact, "prefix_match": exact, "consistent_share": 1.0,
-            "confident_inconsistencies": confident, "divergences": {"near_tie": near, "confident": confident,
-                                                                    "length": 0},
-            "signatures": {}, "compositions": 1, "by_slice": {}, "examples": examples or [],
-            "sequences_with_signatures": [], "first_inconsistencies": []}
+def _summary(n: int, exact: float, near: int = 0, confident: int = 0, examples=None) -> EquivalenceSummary:
+    return EquivalenceSummary.model_validate({
+        "sequences": n, "exact_match": exact, "prefix_match": exact, "consistent_share": 1.0,
+        "confident_inconsistencies": confident, "divergences": {"near_tie": near, "confident": confident, "length": 0},
+        "signatures": {}, "compositions": 1, "by_slice": {}, "examples": examples or [],
+        "sequences_with_signatures": [], "first_inconsistencies": []})
 
 
 def checks_for(results: Results, exact: dict | None = None, confident: dict | None = None,
-               examples: list | None = None) -> dict:
+               examples: list | None = None) -> ChecksDoc:
     """A checks document as `specguard check` would write it, with chosen equivalence figures per batch size."""
     exact = exact or {}
     confident = confident or {}
@@ -124,10 +125,16 @@ def checks_for(results: Results, exact: dict | None = None, confident: dict | No
     verdicts += [v.to_dict() for v in verdicts_for(speed, None)]
     doc = {"schema": "specguard.checks/1", "results_status": results.status, "equivalence": equivalence,
            "noise_floor": {"4": _summary(n, 1.0)}, "reproducibility": repro, "speedup": speed,
-           "tolerance": {"rule": "max(4 x measured noise, 2 x ULP of |max logit| in float32)"},
+           "tolerance": {"dtype": "float32", "eps": 1.1920928955078125e-07, "measured_noise": 1e-6, "fixed": None,
+                         "noise_factor": 4.0, "ulp_factor": 2.0,
+                         "rule": "max(4 x measured noise, 2 x ULP of |max logit| in float32)"},
            "verdicts": verdicts, "analysis_s": 1.0, "rescoring_forwards": 1}
-    ChecksDoc.model_validate(doc)  # a synthetic document the real schema would refuse would test nothing real
-    return doc
+    return ChecksDoc.model_validate(doc)  # the real schema: a document it would refuse would test nothing real
 
 
 HOSTILE = "</details><img src=x onerror=alert(1)> @org/team #1 | `rm -rf /` [x](http://evil)"
+
+
+def checks_json(doc: ChecksDoc) -> str:
+    """``checks.json`` as the gate writes it (non-finite numbers kept, as ``json`` writes them)."""
+    return json.dumps(doc.model_dump(mode="json", by_alias=True), indent=1) + "\n"

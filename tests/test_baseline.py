@@ -35,7 +35,7 @@ def write_run(run_dir: Path, results=None, checks=None) -> Path:
     results = results or syn.run()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "results.json").write_text(results.model_dump_json(by_alias=True))
-    (run_dir / "checks.json").write_text(json.dumps(checks or syn.checks_for(results)))
+    (run_dir / "checks.json").write_text(syn.checks_json(checks or syn.checks_for(results)))
     return run_dir
 
 
@@ -263,18 +263,18 @@ def test_a_cells_speedup_ci_is_the_checks_own_not_a_second_bootstrap():
     from gate.checks.speedup import analyze_speedup
 
     run = syn.run()
-    checks = {"speedup": analyze_speedup(run, resamples=300)}  # not the default: a recomputation would differ
-    cells = speedup_cells(run, checks)
+    speed = analyze_speedup(run, resamples=300)  # not the default: a recomputation would differ
+    cells = speedup_cells(run, syn.checks_for(run).model_copy(update={"speedup": speed}))
     compared = 0
-    for engine, rows in checks["speedup"]["engines"].items():
-        for key, cell in rows["cells"].items():
+    for engine, rows in speed.engines.items():
+        for key, cell in rows.cells.items():
             mine = cells[engine][key]
-            if cell["speedup"]["n"] > 1:
-                assert (mine.estimate, mine.low, mine.high) == \
-                    (cell["speedup"]["estimate"], cell["speedup"]["low"], cell["speedup"]["high"])
+            if cell.speedup.n > 1:
+                assert (mine.estimate, mine.low, mine.high) == (cell.speedup.estimate, cell.speedup.low,
+                                                                cell.speedup.high)
                 compared += 1
     assert compared, "the synthetic run has timed cells"
     alone = speedup_cells(run)  # no checks document: bootstrapped here, with the check's default resamples
-    default = analyze_speedup(run)["engines"]
-    assert all(alone[e][k].low == default[e]["cells"][k]["speedup"]["low"]
-               for e in alone for k in alone[e] if default[e]["cells"][k]["speedup"]["n"] > 1)
+    default = analyze_speedup(run).engines
+    assert all(alone[e][k].low == default[e].cells[k].speedup.low
+               for e in alone for k in alone[e] if default[e].cells[k].speedup.n > 1)

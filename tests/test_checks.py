@@ -130,11 +130,11 @@ def test_planted_logit_errors_are_labelled_confident(demo_pair, prompts):
         planted[i][j] = int(logits.argmin())  # the target's least likely token: a bug, never noise
     doc = doc_for(demo_pair, prompts, {("reference", 1): canonical, ("speculative", 4): planted}, 24)
     checks = run_checks(doc, demo_pair, demo_config().config)
-    eq = checks["equivalence"]["speculative"]["4"]
-    assert eq["divergences"]["confident"] == 3 and eq["divergences"]["near_tie"] == 0
-    assert eq["confident_inconsistencies"] >= 3
-    assert [e["kind"] for e in eq["examples"]] == ["confident"] * 3
-    fails = {v["check"] for v in checks["verdicts"] if v["status"] == "fail"}
+    eq = checks.equivalence["speculative"]["4"]
+    assert eq.divergences.confident == 3 and eq.divergences.near_tie == 0
+    assert eq.confident_inconsistencies >= 3
+    assert [e["kind"] for e in eq.examples] == ["confident"] * 3
+    fails = {v.check for v in checks.failing()}
     assert "equivalence" in fails
 
 
@@ -146,9 +146,9 @@ def test_correct_engine_is_clean_in_fp32(demo_pair, prompts):
                                        ("reference", 8): generate(ref, prompts, 8),
                                        ("speculative", 8): generate(spec, prompts, 8)}, 24)
     checks = run_checks(doc, demo_pair, demo_config().config)
-    assert not [v for v in checks["verdicts"] if v["status"] == "fail"]
-    assert checks["equivalence"]["speculative"]["8"]["exact_match"] == 1.0
-    assert checks["tolerance"]["measured_noise"] < 1e-3
+    assert not checks.failing()
+    assert checks.equivalence["speculative"]["8"].exact_match == 1.0
+    assert checks.tolerance.measured_noise < 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -167,13 +167,13 @@ def test_bf16_batch_size_changes_are_labelled_near_ties(bf16_pair):
             ("speculative", 8): generate(spec, prompts, 8, 32)}
     doc = doc_for(bf16_pair, prompts, outs, 32)
     checks = run_checks(doc, bf16_pair, demo_config("bfloat16").config)
-    floor = checks["noise_floor"]["8"]
-    spec8 = checks["equivalence"]["speculative"]["8"]
-    differing = floor["divergences"]["near_tie"] + spec8["divergences"]["near_tie"]
+    floor = checks.noise_floor["8"]
+    spec8 = checks.equivalence["speculative"]["8"]
+    differing = floor.divergences.near_tie + spec8.divergences.near_tie
     assert differing > 0, "bf16 on CPU is expected to flip some near-ties"
-    assert floor["divergences"]["confident"] == 0 and spec8["divergences"]["confident"] == 0
-    assert spec8["confident_inconsistencies"] == 0 and floor["confident_inconsistencies"] == 0
-    assert checks["tolerance"]["dtype"] == "bfloat16"
+    assert floor.divergences.confident == 0 and spec8.divergences.confident == 0
+    assert spec8.confident_inconsistencies == 0 and floor.confident_inconsistencies == 0
+    assert checks.tolerance.dtype == "bfloat16"
 
 
 # --- distribution tests on synthetic distributions ---------------------------------------------

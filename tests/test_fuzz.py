@@ -170,13 +170,15 @@ def _syn_run():
 def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, data):
     import json
 
+    import synthetic as syn
+
     import gate.cli as cli
 
     doc, _ = _mutated(_syn_run()[0], data)
     out = tmp_path / "run"
     out.mkdir(exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc))
-    (out / "checks.json").write_text(json.dumps(_syn_run()[1]))
+    (out / "checks.json").write_text(syn.checks_json(_syn_run()[1]))
     cli._VERBOSITY = 0
     assert run_cli(["compare", str(out), "--baselines-dir", str(tmp_path / "b"), "-q"]) in (0, 1, 2)
     from gate.results import load_results
@@ -210,7 +212,7 @@ def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path,
     out = tmp_path / "run"
     out.mkdir(exist_ok=True)
     (out / "results.json").write_text(json.dumps(results_doc))
-    (out / "checks.json").write_text(json.dumps(checks))
+    (out / "checks.json").write_text(syn.checks_json(checks))
     (tmp_path / "base.json").write_text(json.dumps(doc))
     assert run_cli(["compare", str(out), "--baseline", str(tmp_path / "base.json"), "-q"]) in (0, 1, 3)
 
@@ -242,6 +244,8 @@ def test_special_files_as_inputs_are_refused_at_once(tmp_path, kind, role):
     import json
     import shutil
 
+    import synthetic as syn
+
     for p in tmp_path.iterdir():
         shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     special = _special(tmp_path, kind)
@@ -256,11 +260,11 @@ def test_special_files_as_inputs_are_refused_at_once(tmp_path, kind, role):
     results_doc, checks = _syn_run()
     out = tmp_path / "run"
     out.mkdir()
-    for name, doc in (("results", results_doc), ("checks", checks)):
+    for name, text in (("results", json.dumps(results_doc)), ("checks", syn.checks_json(checks))):
         if role == name:
             (out / f"{name}.json").symlink_to(special)
         else:
-            (out / f"{name}.json").write_text(json.dumps(doc))
+            (out / f"{name}.json").write_text(text)
     args = ["compare", str(out), "-q"] + (["--baseline", str(special)] if role == "baseline" else [])
     assert run_cli(args) == (3 if role == "baseline" else 2)
 

@@ -9,7 +9,6 @@ import socket
 import pytest
 
 from gate.github import (
-    MAX_COMMENT_CHARS,
     GitHub,
     GitHubError,
     NotFound,
@@ -17,6 +16,7 @@ from gate.github import (
     ReadOnlyToken,
     prepare_body,
 )
+from gate.report import COMMENT_LIMIT as MAX_COMMENT_CHARS
 
 TOKEN = "ghs_SECRET123"
 MARKER = "<!-- specguard:demo -->"
@@ -141,7 +141,7 @@ def test_long_body_is_cut_with_note_and_keeps_marker(httpserver, gh):
     posted = sent(httpserver)[1][3]["body"]
     assert len(posted) <= MAX_COMMENT_CHARS
     assert posted.startswith(f"{MARKER}\nxxx")
-    assert "Truncated" in posted
+    assert "Cut to fit 65,536 characters: the rest of the page left out" in posted
     assert posted.rstrip().endswith(MARKER)
 
 

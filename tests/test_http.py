@@ -362,9 +362,9 @@ def test_sharded_and_merged_results_give_the_same_checks_as_one_run(demo_pair, t
     a, b = run_checks(whole, demo_pair, demo_config(extra=SHARD_CFG).config), \
         run_checks(merged, demo_pair, demo_config(extra=SHARD_CFG).config)
     for section in ("equivalence", "noise_floor", "reproducibility"):
-        assert a[section] == b[section], section
-    assert [(v["check"], v["engine"], v["batch_size"], v["status"]) for v in a["verdicts"]] == \
-        [(v["check"], v["engine"], v["batch_size"], v["status"]) for v in b["verdicts"]]
+        assert getattr(a, section) == getattr(b, section), section
+    assert [(v.check, v.engine, v.batch_size, v.status) for v in a.verdicts] == \
+        [(v.check, v.engine, v.batch_size, v.status) for v in b.verdicts]
 
 
 @pytest.mark.slow

@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gate.baseline import derive
+from gate.checksdoc import VerdictLine
 from gate.compare import compare
 from gate.inert import code, markdown
-from gate.report import build_page, marker, print_terminal, render_comment, render_summary
+from gate.report import build_page, marker, print_terminal, render_comment, render_summary, render_text
 from gate.results import Results
-from gate.summary import render_text
 
 FRAGMENTS = ["<!-- specguard:OTHER -->", "![x](https://evil.example/p.png)", "[click](http://evil.example)",
              "@everyone", "@org/team", "#1", "<img src=x onerror=alert(1)>", "</details>", "</summary>", "</code>",
@@ -52,10 +52,10 @@ def _hostile_run(h: str):
     examples = [{"prompt_id": h, "position": 1, "kind": "confident", "gap": 3.0, "tolerance": 1e-5,
                  "before": h, "got": h, "reference": h}]
     checks = syn.checks_for(r, confident={4: 1}, examples=examples)
-    checks["tolerance"]["rule"] = h
-    checks["verdicts"].append({"check": h, "engine": h, "batch_size": None, "status": "fail", "why": h})
-    checks["verdicts"].append({"check": "engine_failure", "engine": "speculative", "batch_size": 4,
-                               "status": "fail", "why": f"speculative crashed: RuntimeError: {h}"})
+    checks.tolerance.rule = h
+    checks.verdicts.append(VerdictLine(check=h, engine=h, batch_size=None, status="fail", why=h))
+    checks.verdicts.append(VerdictLine(check="engine_failure", engine="speculative", batch_size=4, status="fail",
+                                       why=f"speculative crashed: RuntimeError: {h}"))
     return r, checks, base
 
 
@@ -126,8 +126,8 @@ def test_rich_markup_in_a_message_cannot_crash_the_terminal_report():
     """Bug (item 8): a message containing `[/]` raised MarkupError after verdict.json was written."""
     r = syn.run()
     checks = syn.checks_for(r)
-    checks["verdicts"].append({"check": "engine_failure", "engine": "x[/]", "batch_size": 4, "status": "fail",
-                               "why": "closing tag [/] and [bold]markup[/bold] and \x1b[31mred"})
+    checks.verdicts.append(VerdictLine(check="engine_failure", engine="x[/]", batch_size=4, status="fail",
+                                       why="closing tag [/] and [bold]markup[/bold] and \x1b[31mred"))
     v = compare(r, checks, syn.config())
     from rich.console import Console
 

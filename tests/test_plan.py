@@ -114,8 +114,8 @@ def test_composition_invariance_finds_one_planted_composition_dependent_output()
                                           ("speculative", 4, 1): planted, ("reference", 4, 0): same,
                                           ("reference", 4, 1): same}, 3)
     r = measure(doc, None)
-    spec = r["speculative"]["across_compositions"]["4"]
-    assert spec == {"compositions": 2, "identical": 2, "compared": 3, "differing": ["p1"]}
-    assert r["speculative"]["bitwise_across_compositions"] is False
-    assert r["reference"]["bitwise_across_compositions"] is True
+    spec = r["speculative"].across_compositions["4"]
+    assert spec.model_dump() == {"compositions": 2, "identical": 2, "compared": 3, "differing": ["p1"]}
+    assert r["speculative"].bitwise_across_compositions is False
+    assert r["reference"].bitwise_across_compositions is True
     assert sentence("speculative", r["speculative"]).endswith("NOT bitwise identical across batch compositions")

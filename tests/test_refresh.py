@@ -6,7 +6,6 @@ on a synthetic run (no model).  A fake clock gives each refresh its own ``create
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from datetime import datetime, timedelta, timezone
@@ -54,7 +53,7 @@ def setup(tmp_path, httpserver, monkeypatch):
     run.mkdir()
     results = syn.run()
     (run / "results.json").write_text(results.model_dump_json(by_alias=True))
-    (run / "checks.json").write_text(json.dumps(syn.checks_for(results)))
+    (run / "checks.json").write_text(syn.checks_json(syn.checks_for(results)))
     monkeypatch.setattr(gate.baseline, "datetime", Clock())
     for k, v in {"GITHUB_TOKEN": api.token, "GITHUB_REPOSITORY": api.repo, "GITHUB_API_URL": api.base_url}.items():
         monkeypatch.setenv(k, v)

@@ -390,8 +390,10 @@ def test_loose_numbers_are_refused_with_the_field_path(tmp_path, capsys):
 
 
 def _variants():
+    from gate.checksdoc import ChecksDoc
+
     run = syn.run()
-    full = syn.checks_for(run)
+    full = syn.checks_for(run).model_dump(mode="json", by_alias=True)
     no_sampling = {k: v for k, v in full.items() if k != "distribution"}
     no_timing = {k: v for k, v in full.items() if k not in ("speedup", "distribution")}
     no_power = {**full, "distribution": {"alpha": 0.01, "num_samples": 100, "temperature": 1.0, "tests": ["pit_ks"],
@@ -406,8 +408,9 @@ def _variants():
                 row["per_token_latency_s"] = {"reference": None, "engine": None}
         e["expected_note"] = "not measured: the engine cannot be stepped"
     no_greedy = {**full, "equivalence": None, "noise_floor": None, "reproducibility": {}, "speedup": None}
-    return run, {"no-sampling": no_sampling, "no-timing": no_timing, "power_trials 0": no_power,
-                 "plugin without counters": no_counters, "greedy: false": no_greedy}
+    variants = {"no-sampling": no_sampling, "no-timing": no_timing, "power_trials 0": no_power,
+                "plugin without counters": no_counters, "greedy: false": no_greedy}
+    return run, {name: ChecksDoc.model_validate(doc) for name, doc in variants.items()}
 
 
 @pytest.mark.parametrize("case", ["no-sampling", "no-timing", "power_trials 0", "plugin without counters",
@@ -415,8 +418,7 @@ def _variants():
 def test_every_optional_section_renders(case):
     """Bug: summary.md raised UndefinedError for every greedy-only config (and the gate then exited 1)."""
     from gate.compare import compare
-    from gate.report import build_page, render_comment
-    from gate.summary import render_text
+    from gate.report import build_page, render_comment, render_text
 
     run, variants = _variants()
     checks = variants[case]
@@ -464,7 +466,7 @@ def test_a_killed_run_leaves_no_earlier_results_to_judge(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text(syn.run().model_dump_json(by_alias=True))
-    (out / "checks.json").write_text(json.dumps(syn.checks_for(syn.run())))
+    (out / "checks.json").write_text(syn.checks_json(syn.checks_for(syn.run())))
     (tmp_path / "plugins.py").write_text(PLUGINS)
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": plugin("raises")})
@@ -534,7 +536,7 @@ def _run_dir(tmp_path, edit=None):
     r = syn.run().model_copy(update={"run_id": "r1"})
     text = r.model_dump_json(by_alias=True)
     (out / "results.json").write_text(edit(text) if edit else text)
-    (out / "checks.json").write_text(json.dumps(syn.checks_for(r)))
+    (out / "checks.json").write_text(syn.checks_json(syn.checks_for(r)))
     return out
 
 
@@ -797,10 +799,10 @@ def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
     from gate.results import Results
 
     repro = reproducibility.measure(Results.model_validate(doc), None)
-    assert all(repro["speculative"][k] is None for _, k in reproducibility.PROPERTIES)
-    from gate.report import _repro
+    assert all(getattr(repro["speculative"], k) is None for _, k in reproducibility.PROPERTIES)
+    from gate.report.render import _repro
 
-    lines = _repro({"reproducibility": repro})
+    lines = _repro(syn.checks_for(r).model_copy(update={"reproducibility": repro}))
     assert lines and not any(line.startswith("**speculative**") for line in lines)
 
 

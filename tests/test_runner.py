@@ -292,14 +292,14 @@ def test_long_context_and_adversarial_slices_get_their_own_rows(demo_pair, tmp_p
     cfg = demo_config(extra="batching: {batch_sizes: [1, 2]}\ngeneration: {max_new_tokens: 3}\n"
                             "checks: {speedup: {min_repeats: 2, max_repeats: 2, warmup: 0}}\n")
     doc = make(demo_pair, tmp_path, suite=suite, cfg=cfg).run()
-    sp = analyze_speedup(doc)["engines"]["speculative"]
-    assert sp["expected_note"], "a fake engine cannot be stepped: its expectation is not measured"
-    assert all(row["expected"] is None for row in sp["load_curve"].values())
-    cells = sp["cells"]
+    sp = analyze_speedup(doc).engines["speculative"]
+    assert sp.expected_note, "a fake engine cannot be stepped: its expectation is not measured"
+    assert all(row.expected is None for row in sp.load_curve.values())
+    cells = sp.cells
     assert {"long-context|1|512+", "long-context|2|512+", "adversarial|1|0-127", "prose|2|0-127"} <= set(cells)
-    assert set(sp["by_bucket"]) == {"0-127", "512+"}
-    assert set(sp["by_slice"]) == {"long-context", "adversarial", "prose"}
-    assert sp["cells"]["long-context|2|512+"]["speedup"]["estimate"] == pytest.approx(2.0)
+    assert set(sp.by_bucket) == {"0-127", "512+"}
+    assert set(sp.by_slice) == {"long-context", "adversarial", "prose"}
+    assert sp.cells["long-context|2|512+"].speedup.estimate == pytest.approx(2.0)
 
 
 def test_results_of_schema_1_load_through_the_migration(tmp_path):
@@ -364,6 +364,6 @@ def test_calibration_never_speaks_for_a_plugin(demo_pair, tmp_path):
                log=lambda m: None)
     doc = r.run()
     assert doc.calibration and doc.calibrated_engines == ["speculative"]
-    sp = analyze_speedup(doc)["engines"]
-    assert sp["speculative"]["load_curve"]["1"]["expected"] is not None and sp["speculative"]["expected_note"] is None
-    assert sp["inhouse"]["load_curve"]["1"]["expected"] is None and "not measured" in sp["inhouse"]["expected_note"]
+    sp = analyze_speedup(doc).engines
+    assert sp["speculative"].load_curve["1"].expected is not None and sp["speculative"].expected_note is None
+    assert sp["inhouse"].load_curve["1"].expected is None and "not measured" in sp["inhouse"].expected_note

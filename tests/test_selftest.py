@@ -54,7 +54,7 @@ def alarms(pair, name: str, tmp_path, planner=None) -> list[str]:
     if planner:
         planner(runner)
     checks = run_checks(runner.run(), pair, cfg.config)
-    return sorted({v["check"] for v in checks["verdicts"] if v["status"] == "fail" and v["engine"] == name})
+    return sorted({v.check for v in checks.failing() if v.engine == name})
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ def write_run(run_dir: Path, run_id: str | None = "run-1", results=None) -> Path
     results = (results or syn.run()).model_copy(update={"run_id": run_id})
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "results.json").write_text(results.model_dump_json(by_alias=True))
-    (run_dir / "checks.json").write_text(json.dumps(syn.checks_for(results)))
+    (run_dir / "checks.json").write_text(syn.checks_json(syn.checks_for(results)))
     return run_dir
 
 
@@ -67,7 +67,7 @@ def test_no_verdict_a_hand_written_one_or_none_with_no_run_id_is_an_error(tmp_pa
 def test_a_failing_verdict_of_this_run_is_fail(tmp_path):
     r = syn.run()
     run = write_run(tmp_path / "out", results=r)
-    (run / "checks.json").write_text(json.dumps(syn.checks_for(r.model_copy(update={"run_id": "run-1"}),
+    (run / "checks.json").write_text(syn.checks_json(syn.checks_for(r.model_copy(update={"run_id": "run-1"}),
                                                                confident={4: 2})))
     assert compare(run, tmp_path) == 1
     assert verdictfile.check(run).outcome == "fail" and verdictfile.check(run).exit_code == 1

@@ -2,7 +2,7 @@
 
 Each check is a module with ``run(results, ctx) -> (findings, verdicts)`` and its
 verdict rule beside it; this module only lists them.  ``run_checks`` returns a
-``specguard.checks/1`` document:
+:class:`gate.checksdoc.ChecksDoc` (written as ``checks.json``, ``specguard.checks/1``):
 
 * ``engine_failures`` — batches on which an engine crashed, hung, ran out of memory
   or broke the contract (findings about the engine, recorded as failed executions);
@@ -26,12 +26,12 @@ from collections.abc import Callable
 
 from gate.checks import distribution, equivalence, failures, noise_floor, reproducibility, speedup
 from gate.checks.context import CheckContext
-from gate.checksdoc import ChecksDoc, Verdict
+from gate.checksdoc import CHECKS_SCHEMA, ChecksDoc, Incomplete, Tolerance, Verdict, VerdictLine
 from gate.config import Config
 from gate.models import ModelPair
 from gate.results import Results
 
-SCHEMA = "specguard.checks/1"
+SCHEMA = CHECKS_SCHEMA
 
 CHECKS = (
     ("engine_failures", failures),
@@ -44,29 +44,28 @@ CHECKS = (
 
 
 def run_checks(results: Results, pair: ModelPair, config: Config,
-               say: Callable[[str], None] = lambda m: None) -> dict:
+               say: Callable[[str], None] = lambda m: None) -> ChecksDoc:
     started = time.perf_counter()
     ctx = CheckContext(results, pair, config, say)
-    doc: dict = {"schema": SCHEMA, "results_status": results.status}
     missing = sorted({p.id for p in results.prompts} - set(ctx.canonical)) if results.greedy_batch_sizes("reference") \
         else []
-    if missing:
-        doc["incomplete"] = {"missing_canonical": missing}
+    sections: dict = {}
     verdicts: list[Verdict] = []
     for name, check in CHECKS:
         findings, found = check.run(results, ctx)
         if findings is not None:
-            doc[name] = findings
+            sections[name] = findings
         verdicts += found
-    if ctx.canonical:
-        doc["tolerance"] = ctx.tolerance.to_dict()
-        doc["equivalence_method"] = ctx.method
-    doc["verdicts"] = [v.to_dict() for v in verdicts]
-    doc["analysis_s"] = time.perf_counter() - started
-    doc["rescoring_s"] = ctx.rescoring_s
-    doc["rescoring_forwards"] = sum(s.forwards for s in ctx.scorers)
-    ChecksDoc.model_validate(doc)  # the document matches its schema (gate/schemas/checks.schema.json)
-    return doc
+    analysis_s = time.perf_counter() - started
+    return ChecksDoc(  # validated against its schema (gate/schemas/checks.schema.json) as it is made
+        results_status=results.status,
+        incomplete=Incomplete(missing_canonical=missing) if missing else None,
+        **sections,
+        tolerance=Tolerance.model_validate(ctx.tolerance.to_dict()) if ctx.canonical else None,
+        equivalence_method=ctx.method if ctx.canonical else None,
+        verdicts=[VerdictLine.model_validate(v.to_dict()) for v in verdicts],
+        analysis_s=analysis_s, rescoring_s=ctx.rescoring_s, rescoring_forwards=sum(s.forwards for s in ctx.scorers),
+    )
 
 
 __all__ = ["CHECKS", "SCHEMA", "CheckContext", "Verdict", "run_checks"]

@@ -46,7 +46,7 @@ import torch
 from scipy import stats as sps
 
 from gate.checks.scoring import Item, Scorer
-from gate.checksdoc import Verdict
+from gate.checksdoc import Distribution, Verdict
 from gate.config import REFERENCE
 
 EPSILONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -317,7 +317,7 @@ def null_rate(a: Analysis, alpha: float, trials: int) -> float:
 # --- the check ---------------------------------------------------------------------------------
 
 
-def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
+def run(results, ctx) -> tuple[Distribution | None, list[Verdict]]:
     groups = results.sampled_groups()
     if not groups or ctx.config.generation.sampling is None:
         return None, []
@@ -352,7 +352,7 @@ def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
                                                                "control": engine == REFERENCE}
         verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg)
-    return findings, verdicts
+    return Distribution.model_validate(findings), verdicts
 
 
 def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> list[Verdict]:

@@ -32,7 +32,7 @@ import torch
 
 from gate.checks.scoring import Scorer
 from gate.checks.tolerance import Tolerance
-from gate.checksdoc import Verdict
+from gate.checksdoc import EquivalenceSummary, Verdict
 from gate.config import REFERENCE
 
 GIBBERISH_PROB = 0.01
@@ -234,7 +234,7 @@ def example(v: SequenceVerdict, out: list[int], ref: list[int], decode) -> dict:
 MAX_EXAMPLES = 5
 
 
-def summary_of(compared: list, canonical: dict, decode) -> dict:
+def summary_of(compared: list, canonical: dict, decode) -> EquivalenceSummary:
     """Counts, per-slice figures and a few decoded examples for one engine at one batch size."""
     vs = [c.verdict for c in compared]
     exs = []
@@ -242,15 +242,16 @@ def summary_of(compared: list, canonical: dict, decode) -> dict:
         v = c.verdict
         if v.divergence and v.divergence["kind"] != "length" and len(exs) < MAX_EXAMPLES:
             exs.append(example(v, c.output.token_ids, canonical[v.prompt_id].token_ids, decode))
-    return {**summarize(vs), "compositions": len({c.composition for c in compared}), "by_slice": by_slice(vs),
-            "examples": exs,
-            "sequences_with_signatures": [{"prompt_id": v.prompt_id, "signatures": v.signatures}
-                                          for v in vs if v.signatures][:MAX_EXAMPLES],
-            "first_inconsistencies": [{"prompt_id": v.prompt_id, **v.inconsistent[0]}
-                                      for v in vs if v.inconsistent][:MAX_EXAMPLES]}
+    return EquivalenceSummary.model_validate({
+        **summarize(vs), "compositions": len({c.composition for c in compared}), "by_slice": by_slice(vs),
+        "examples": exs,
+        "sequences_with_signatures": [{"prompt_id": v.prompt_id, "signatures": v.signatures}
+                                      for v in vs if v.signatures][:MAX_EXAMPLES],
+        "first_inconsistencies": [{"prompt_id": v.prompt_id, **v.inconsistent[0]}
+                                  for v in vs if v.inconsistent][:MAX_EXAMPLES]})
 
 
-def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
+def run(results, ctx) -> tuple[dict[str, dict[str, EquivalenceSummary]] | None, list[Verdict]]:
     """Each engine under test at each batch size against the canonical reference."""
     if not any(ex.mode == "greedy" for ex in results.executions):
         return None, []
@@ -269,31 +270,31 @@ def run(results, ctx) -> tuple[dict | None, list[Verdict]]:
     return findings, verdicts
 
 
-def _verdicts(engine: str, bs: int, s: dict, eq_cfg) -> list[Verdict]:
+def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg) -> list[Verdict]:
     out = []
-    conf, incons = s["divergences"]["confident"], s["confident_inconsistencies"]
-    near = s["divergences"]["near_tie"]
+    conf, incons = s.divergences.confident, s.confident_inconsistencies
+    near = s.divergences.near_tie
     problems = []
     if conf > eq_cfg.max_confident_divergences:
         problems.append(f"{conf} confident divergence(s) from the reference")
     if incons > eq_cfg.max_confident_inconsistencies:
         problems.append(f"{incons} token(s) clearly below the target's argmax")
-    if s["divergences"]["length"]:
-        problems.append(f"{s['divergences']['length']} sequence(s) that stop or continue where the reference does not")
-    unclassified = s["divergences"].get("unclassified", 0)
-    if s["exact_match"] is not None and s["exact_match"] < eq_cfg.min_exact_match:
-        problems.append(f"exact match {s['exact_match']:.0%} < min_exact_match {eq_cfg.min_exact_match:.0%}")
+    if s.divergences.length:
+        problems.append(f"{s.divergences.length} sequence(s) that stop or continue where the reference does not")
+    unclassified = s.divergences.unclassified
+    if s.exact_match is not None and s.exact_match < eq_cfg.min_exact_match:
+        problems.append(f"exact match {s.exact_match:.0%} < min_exact_match {eq_cfg.min_exact_match:.0%}")
     if problems:
         out.append(Verdict("equivalence", engine, "fail", "; ".join(problems) + ": a bug, not float noise", bs))
     elif unclassified:
         out.append(Verdict("equivalence", engine, "warn",
-                           f"{s['exact_match']:.0%} identical to the reference; {unclassified} divergence(s) that "
+                           f"{s.exact_match:.0%} identical to the reference; {unclassified} divergence(s) that "
                            "cannot be classified: this stack gives no logprobs, so the gate cannot tell bugs from "
                            "noise on it (the exact-match drop against the baseline still gates)", bs))
     else:
         out.append(Verdict("equivalence", engine, "pass",
-                           f"{s['exact_match']:.0%} identical to the reference; {near} divergence(s), all near-ties "
-                           "(float noise)" if near else f"{s['exact_match']:.0%} identical to the reference", bs))
-    for name, count in sorted(s["signatures"].items()):
+                           f"{s.exact_match:.0%} identical to the reference; {near} divergence(s), all near-ties "
+                           "(float noise)" if near else f"{s.exact_match:.0%} identical to the reference", bs))
+    for name, count in sorted(s.signatures.items()):
         out.append(Verdict(f"signature:{name}", engine, "fail", f"{count} sequence(s) show {name}", bs))
     return out

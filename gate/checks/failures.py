@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gate.checksdoc import Verdict
+from gate.checksdoc import EngineFailures, FirstFailure, Verdict
 from gate.results import Results
 
 WHAT = {"crash": "crashed", "timeout": "timed out", "out_of_memory": "ran out of memory",
         "contract": "broke the engine contract"}
 
 
-def run(results: Results, ctx) -> tuple[dict | None, list[Verdict]]:
+def run(results: Results, ctx) -> tuple[dict[str, EngineFailures] | None, list[Verdict]]:
     failed = results.failures()
     if not failed:
         return None, []
@@ -33,11 +33,10 @@ def run(results: Results, ctx) -> tuple[dict | None, list[Verdict]]:
         first = execs[0]
         sizes = sorted({ex.batch_size for ex in execs})
         kinds = sorted({ex.failure.kind for ex in execs})
-        findings[engine] = {
-            "failed": len(execs), "executions": totals[engine], "batch_sizes": sizes, "kinds": kinds,
-            "first": {"phase": first.phase.value, "batch_size": first.batch_size, "prompts": first.prompts[:8],
-                      **first.failure.model_dump()},
-        }
+        findings[engine] = EngineFailures(
+            failed=len(execs), executions=totals[engine], batch_sizes=sizes, kinds=kinds,
+            first=FirstFailure(phase=first.phase.value, batch_size=first.batch_size, prompts=first.prompts[:8],
+                               **first.failure.model_dump()))
         what = " and ".join(WHAT[k] for k in kinds)
         prompts = ", ".join(first.prompts[:4]) + (" …" if len(first.prompts) > 4 else "")
         verdicts.append(Verdict("engine_failure", engine, "fail",

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 from gate.checks.context import CheckContext, Verdict
 from gate.checks.equivalence import summary_of
+from gate.checksdoc import EquivalenceSummary
 from gate.config import REFERENCE
 from gate.results import Results
 
 
-def run(results: Results, ctx: CheckContext) -> tuple[dict | None, list[Verdict]]:
+def run(results: Results, ctx: CheckContext) -> tuple[dict[str, EquivalenceSummary] | None, list[Verdict]]:
     findings, verdicts = {}, []
     for engine, bs in ctx.compared_keys():
         if engine != REFERENCE:
             continue
         s = summary_of(ctx.compared(engine, bs), ctx.canonical, ctx.pair.decode)
         findings[str(bs)] = s
-        conf = s["divergences"]["confident"] + s["confident_inconsistencies"] + s["divergences"]["length"]
-        differ = 1 - (s["exact_match"] or 0)
+        conf = s.divergences.confident + s.confident_inconsistencies + s.divergences.length
+        differ = 1 - (s.exact_match or 0)
         if conf:
             verdicts.append(Verdict("noise_floor", REFERENCE, "fail",
                                     f"plain decoding at batch size {bs} diverges confidently from batch size 1 "

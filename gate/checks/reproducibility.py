@@ -19,7 +19,7 @@ gate only under ``checks.reproducibility.require_bitwise``.
 from __future__ import annotations
 
 from gate.checks.context import CheckContext
-from gate.checksdoc import Verdict
+from gate.checksdoc import Reproducibility, Verdict
 from gate.config import REFERENCE
 from gate.results import Results, SequenceOutput
 
@@ -36,7 +36,7 @@ def _bitwise(rows) -> bool | None:
     return all(v["identical"] == v["compared"] for v in counted) if counted else None
 
 
-def measure(results: Results, repeat_batch_size: int | None) -> dict:
+def measure(results: Results, repeat_batch_size: int | None) -> dict[str, Reproducibility]:
     out = {}
     for engine in [REFERENCE, *results.engines()]:
         have = results.greedy_batch_sizes(engine)
@@ -66,7 +66,7 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict:
             differing = sorted(p for p in common if any(o[p].token_ids != outs[0][p].token_ids for o in outs[1:]))
             across_comp[str(bs)] = {"compositions": len(comps), "identical": same, "compared": len(common),
                                     "differing": differing[:10]}
-        out[engine] = {
+        out[engine] = Reproducibility.model_validate({
             "speculative": engine != REFERENCE,
             "base_batch_size": have[0],
             "across_batch_sizes": across_bs,
@@ -75,7 +75,7 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict:
             "bitwise_across_runs": _bitwise([runs] if runs else []),
             "across_compositions": across_comp,
             "bitwise_across_compositions": _bitwise(across_comp.values()),
-        }
+        })
     return out
 
 
@@ -83,25 +83,25 @@ PROPERTIES = (("across batch sizes", "bitwise_across_batch_sizes"), ("across run
               ("across batch compositions", "bitwise_across_compositions"))
 
 
-def sentence(kind: str, r: dict) -> str:
+def sentence(kind: str, r: Reproducibility) -> str:
     """One clause per property: 'speculative decoding: NOT bitwise identical across batch sizes; bitwise
     identical across runs'."""
-    parts = [f"{'bitwise identical' if r[key] else 'NOT bitwise identical'} {label}"
-             for label, key in PROPERTIES if r.get(key) is not None]
+    parts = [f"{'bitwise identical' if getattr(r, key) else 'NOT bitwise identical'} {label}"
+             for label, key in PROPERTIES if getattr(r, key) is not None]
     return f"{kind} decoding: " + "; ".join(parts)
 
 
-def run(results: Results, ctx: CheckContext) -> tuple[dict | None, list[Verdict]]:
+def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility] | None, list[Verdict]]:
     cfg = ctx.config.checks.reproducibility
     repro = measure(results, cfg.repeat_batch_size or max(ctx.config.batching.batch_sizes))
     verdicts = []
     for engine, r in repro.items():
-        flags = [r[key] for _, key in PROPERTIES if r.get(key) is not None]
+        flags = [getattr(r, key) for _, key in PROPERTIES if getattr(r, key) is not None]
         if not flags:
             continue
         ok = all(flags)
         status = "pass" if ok else ("fail" if cfg.require_bitwise else "warn")
-        kind = "speculative" if r["speculative"] else "non-speculative"
+        kind = "speculative" if r.speculative else "non-speculative"
         verdicts.append(Verdict("reproducibility", engine, status, sentence(kind, r)
                                 + ("" if ok or cfg.require_bitwise else
                                    " (reported, not gated; set require_bitwise to gate it)")))

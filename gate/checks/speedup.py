@@ -38,7 +38,20 @@ import itertools
 import statistics
 from collections import defaultdict
 
-from gate.checksdoc import Verdict
+from gate.checksdoc import (
+    CellStats,
+    Crossover,
+    EngineVsReference,
+    Expected,
+    LoadStats,
+    Repeats,
+    Speedup,
+    SpeedupCI,
+    SpeedupEngine,
+    SpeedupStats,
+    Verdict,
+    WorstSlice,
+)
 from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
 from gate.results import Execution, Results, TimingPair
@@ -52,16 +65,6 @@ def _latency(ex: Execution) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def _counters(execs: list[Execution]) -> SpecCounters | None:
-    total, seen = SpecCounters(), False
-    for ex in execs:
-        c = ex.counters()
-        if c is not None:
-            total.add(c)
-            seen = True
-    return total if seen else None
-
-
 def _tps(ex: Execution) -> float:
     return ex.tokens() / ex.wall_s
 
@@ -70,53 +73,49 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int) -> dict:
+def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int) -> SpeedupStats:
     """Statistics over paired (reference, engine) executions."""
     ratios = [r for r in (s.ratio for s in samples) if r is not None]
     ci = bootstrap_median_ci(ratios, resamples)
-    counters = _counters([s.execution for s in samples if s.repeat == 0])  # identical across greedy repeats
+    counters = SpecCounters.total(s.execution.counters() for s in samples if s.repeat == 0)  # same every repeat
     engine_wall = sum(s.execution.wall_s for s in samples)
-    row = {
-        "samples": len(ratios),
-        "speedup": ci.to_dict(),
-        "throughput_tok_s": {"reference": _median([_tps(s.reference) for s in samples if s.reference.wall_s > 0]),
-                             "engine": _median([_tps(s.execution) for s in samples if s.execution.wall_s > 0])},
-        "per_token_latency_s": {
-            "reference": _median([x for x in (_latency(s.reference) for s in samples) if x]),
-            "engine": _median([x for x in (_latency(s.execution) for s in samples) if x])},
-        "realign_share": (sum(s.execution.realign_s for s in samples) / engine_wall) if engine_wall else None,
-        "acceptance_rate": None, "mean_accepted_length": None, "tokens_per_target_forward": None,
-        "acceptance_per_pos": None, "expected": None,
-    }
+    row = SpeedupStats(
+        samples=len(ratios),
+        speedup=SpeedupCI.of(ci),
+        throughput_tok_s=EngineVsReference(
+            reference=_median([_tps(s.reference) for s in samples if s.reference.wall_s > 0]),
+            engine=_median([_tps(s.execution) for s in samples if s.execution.wall_s > 0])),
+        per_token_latency_s=EngineVsReference(
+            reference=_median([x for x in (_latency(s.reference) for s in samples) if x]),
+            engine=_median([x for x in (_latency(s.execution) for s in samples) if x])),
+        realign_share=(sum(s.execution.realign_s for s in samples) / engine_wall) if engine_wall else None,
+        acceptance_rate=None, mean_accepted_length=None, tokens_per_target_forward=None, acceptance_per_pos=None,
+        expected=None,
+    )
     if counters is not None and (counters.num_target_forwards or counters.num_drafts):  # a server counts no forwards
-        mal = counters.mean_accepted_length
-        row.update({
-            "acceptance_rate": counters.acceptance_rate,
-            "mean_accepted_length": mal,
-            "tokens_per_target_forward": counters.tokens_per_target_forward,
-            "acceptance_per_pos": counters.acceptance_per_pos(),
-        })
-        tpf = counters.tokens_per_target_forward
+        row.acceptance_rate = counters.acceptance_rate
+        row.mean_accepted_length = counters.mean_accepted_length
+        row.tokens_per_target_forward = tpf = counters.tokens_per_target_forward
+        row.acceptance_per_pos = counters.acceptance_per_pos()
         if calib and tpf is not None:
             alpha = alpha_from_mean_accepted(tpf, k)
             c = calib["cost_ratio"]
             expected = expected_speedup(alpha, k, c)
-            row["expected"] = {"alpha_effective": alpha, "cost_ratio": c, "speedup": expected,
-                               "efficiency": ci.estimate / expected if expected else None}
+            row.expected = Expected(alpha_effective=alpha, cost_ratio=c, speedup=expected,
+                                    efficiency=ci.estimate / expected if expected else None)
             verify = calib.get("verify_ratio")
             if verify:
                 # The same model with the measured cost of a (k+1)-token verification
                 # instead of the paper's assumption that it costs one decode step.
-                row["expected"]["verify_ratio"] = verify
-                row["expected"]["speedup_with_verify_cost"] = tpf / (verify + c * k)
+                row.expected.verify_ratio = verify
+                row.expected.speedup_with_verify_cost = tpf / (verify + c * k)
     return row
 
 
-def analyze_speedup(results: Results, resamples: int = 2000) -> dict:
+def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
     k = results.settings.num_draft_tokens
     protocol = results.timing
-    out: dict = {"engines": {}, "protocol": protocol, "calibration": results.calibration,
-                 "calibrated_engines": results.calibrated_engines}
+    engines: dict[str, SpeedupEngine] = {}
     for engine in sorted({p.engine for p in results.timing_pairs()}):
         mine = results.timing_pairs(engine)
         sizes = sorted({p.batch_size for p in mine})
@@ -128,20 +127,20 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> dict:
         def block(pred, bs, mine=mine):
             return _block([p for p in mine if p.batch_size == bs and pred(p)], k, calib_at(bs), resamples)
 
-        cells: dict = {}
+        cells: dict[str, CellStats] = {}
         for bs in sizes:
             for slc, bucket in sorted({(p.slice, p.bucket) for p in mine if p.batch_size == bs}):
                 stop = protocol.get(str(bs), {}).get(f"{slc}|{bucket}", {})
-                cells[f"{slc}|{bs}|{bucket}"] = {
-                    "slice": slc, "batch_size": bs, "bucket": bucket, "stopped_by": stop.get("stopped_by"),
-                    "repeats": stop.get("repeats"),
-                    **block(lambda p, slc=slc, bucket=bucket: p.slice == slc and p.bucket == bucket, bs)}
-        load = {str(bs): block(lambda p: True, bs) for bs in sizes}
-        for bs, row in load.items():
-            cells_at = protocol.get(bs, {}).values()
+                stats = block(lambda p, slc=slc, bucket=bucket: p.slice == slc and p.bucket == bucket, bs)
+                cells[f"{slc}|{bs}|{bucket}"] = CellStats(slice=slc, batch_size=bs, bucket=bucket,
+                                                          stopped_by=stop.get("stopped_by"),
+                                                          repeats=stop.get("repeats"), **dict(stats))
+        load: dict[str, LoadStats] = {}
+        for bs in sizes:
+            cells_at = protocol.get(str(bs), {}).values()
             reps = [c["repeats"] for c in cells_at]
-            row["repeats"] = {"min": min(reps), "max": max(reps),
-                              "stopped_by": sorted({c["stopped_by"] for c in cells_at})} if reps else None
+            load[str(bs)] = LoadStats(**dict(block(lambda p: True, bs)), repeats=Repeats(
+                min=min(reps), max=max(reps), stopped_by=sorted({c["stopped_by"] for c in cells_at})) if reps else None)
         buckets = sorted({p.bucket for p in mine}, key=_bucket_order)
         by_bucket = {b: {str(bs): block(lambda p, b=b: p.bucket == b, bs)
                          for bs in sizes if any(p.batch_size == bs and p.bucket == b for p in mine)}
@@ -150,44 +149,40 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> dict:
         by_slice = {s: {str(bs): block(lambda p, s=s: p.slice == s, bs)
                         for bs in sizes if any(p.batch_size == bs and p.slice == s for p in mine)}
                     for s in slices}
-        out["engines"][engine] = {
-            "cells": cells, "load_curve": load, "by_bucket": by_bucket, "by_slice": by_slice,
-            "crossover": _crossover(load), "worst_slice": _worst_slice(by_slice),
-            "crossover_by_slice": {s: _crossover(rows) for s, rows in by_slice.items()},
-            "memory": _memory(results, engine),
-            "expected_note": None if calibrated else NOT_CALIBRATED,
-        }
-    return out
+        engines[engine] = SpeedupEngine(
+            cells=cells, load_curve=load, by_bucket=by_bucket, by_slice=by_slice,
+            crossover=_crossover(load), worst_slice=_worst_slice(by_slice),
+            crossover_by_slice={s: _crossover(rows) for s, rows in by_slice.items()},
+            memory=_memory(results, engine), expected_note=None if calibrated else NOT_CALIBRATED)
+    return Speedup(engines=engines, protocol=protocol, calibration=results.calibration,
+                   calibrated_engines=results.calibrated_engines)
 
 
 def _bucket_order(name: str | None) -> int:
     return int(name.split("-")[0].rstrip("+")) if name else 0
 
 
-def _crossover(load: dict) -> dict:
+def _crossover(load: dict[str, SpeedupStats]) -> Crossover:
     """The smallest load whose speedup is below 1 (median, and clearly: CI upper bound < 1)."""
-    below = [int(bs) for bs, row in load.items() if row["speedup"]["estimate"] < 1]
-    clearly = [int(bs) for bs, row in load.items() if row["speedup"]["high"] < 1]
-    trend = [load[bs]["speedup"]["estimate"] for bs in sorted(load, key=int)]
-    return {
-        "batch_size": min(below) if below else None,
-        "clearly_below_1_from": min(clearly) if clearly else None,
-        "seen": bool(below),
-        "shrinks_with_load": all(b <= a for a, b in itertools.pairwise(trend)) if len(trend) > 1 else None,
-    }
+    below = [int(bs) for bs, row in load.items() if row.speedup.estimate < 1]
+    clearly = [int(bs) for bs, row in load.items() if row.speedup.high < 1]
+    trend = [load[bs].speedup.estimate for bs in sorted(load, key=int)]
+    return Crossover(batch_size=min(below) if below else None,
+                     clearly_below_1_from=min(clearly) if clearly else None, seen=bool(below),
+                     shrinks_with_load=all(b <= a for a, b in itertools.pairwise(trend)) if len(trend) > 1 else None)
 
 
-def _worst_slice(by_slice: dict) -> dict:
+def _worst_slice(by_slice: dict[str, dict[str, SpeedupStats]]) -> dict[str, WorstSlice]:
     out = {}
     sizes = sorted({bs for rows in by_slice.values() for bs in rows}, key=int)
     for bs in sizes:
-        meds = {s: rows[bs]["speedup"]["estimate"] for s, rows in by_slice.items() if bs in rows}
+        meds = {s: rows[bs].speedup.estimate for s, rows in by_slice.items() if bs in rows}
         if not meds:
             continue
         worst = min(meds, key=meds.get)
         mean = statistics.mean(meds.values())
-        out[bs] = {"slice": worst, "speedup": meds[worst], "mean_of_slices": mean,
-                   "gap_to_mean": meds[worst] - mean, "relative_gap": (meds[worst] - mean) / mean if mean else None}
+        out[bs] = WorstSlice(slice=worst, speedup=meds[worst], mean_of_slices=mean, gap_to_mean=meds[worst] - mean,
+                             relative_gap=(meds[worst] - mean) / mean if mean else None)
     return out
 
 
@@ -201,42 +196,41 @@ def _memory(results: Results, engine: str) -> dict:
     return dict(out)
 
 
-def verdicts_for(analysis: dict, min_speedup: float | None) -> list[Verdict]:
+def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[Verdict]:
     out = []
-    for engine, e in analysis["engines"].items():
-        for bs, row in e["load_curve"].items():
-            sp = row["speedup"]
-            text = (f"{sp['estimate']:.2f}x (95% CI {sp['low']:.2f}-{sp['high']:.2f}, n={sp['n']})"
-                    if sp["n"] > 1 else f"{sp['estimate']:.2f}x (one sample)")
-            if min_speedup is not None and sp["high"] < min_speedup:
+    for engine, e in analysis.engines.items():
+        for bs, row in e.load_curve.items():
+            sp = row.speedup
+            text = (f"{sp.estimate:.2f}x (95% CI {sp.low:.2f}-{sp.high:.2f}, n={sp.n})"
+                    if sp.n > 1 else f"{sp.estimate:.2f}x (one sample)")
+            if min_speedup is not None and sp.high < min_speedup:
                 out.append(Verdict("speedup", engine, "fail", f"{text} is clearly below min_speedup {min_speedup}",
                                    int(bs)))
-            elif min_speedup is not None and sp["estimate"] < min_speedup:
+            elif min_speedup is not None and sp.estimate < min_speedup:
                 out.append(Verdict("speedup", engine, "warn", f"{text}: median below min_speedup {min_speedup}, "
                                                               "but within noise", int(bs)))
             else:
                 out.append(Verdict("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
         if min_speedup is not None:  # the floor holds per slice too: a mean can hide one slice far below it
-            for slc, rows in e["by_slice"].items():
+            for slc, rows in e.by_slice.items():
                 for bs, row in rows.items():
-                    sp = row["speedup"]
-                    if sp["n"] > 1 and sp["high"] < min_speedup:
+                    sp = row.speedup
+                    if sp.n > 1 and sp.high < min_speedup:
                         out.append(Verdict("speedup", engine, "fail",
-                                           f"speedup on {slc} at batch size {bs} is {sp['estimate']:.2f}x (CI up to "
-                                           f"{sp['high']:.2f}), clearly below min_speedup {min_speedup}", int(bs),
+                                           f"speedup on {slc} at batch size {bs} is {sp.estimate:.2f}x (CI up to "
+                                           f"{sp.high:.2f}), clearly below min_speedup {min_speedup}", int(bs),
                                            slice=slc))
-        cross = e["crossover"]
-        if cross["seen"]:
+        if e.crossover.seen:
             out.append(Verdict("speedup", engine, "info",
-                               f"speculation stops paying off at batch size {cross['batch_size']}"))
-        for bs, w in e["worst_slice"].items():
-            if w["relative_gap"] is not None and w["relative_gap"] < -0.1:
-                out.append(Verdict("speedup", engine, "info", f"worst slice '{w['slice']}': {w['speedup']:.2f}x, "
-                                   f"{-w['relative_gap']:.0%} below the mean of slices", int(bs)))
+                               f"speculation stops paying off at batch size {e.crossover.batch_size}"))
+        for bs, w in e.worst_slice.items():
+            if w.relative_gap is not None and w.relative_gap < -0.1:
+                out.append(Verdict("speedup", engine, "info", f"worst slice '{w.slice}': {w.speedup:.2f}x, "
+                                   f"{-w.relative_gap:.0%} below the mean of slices", int(bs)))
     return out
 
 
-def run(results: Results, ctx) -> tuple[dict | None, list[Verdict]]:
+def run(results: Results, ctx) -> tuple[Speedup | None, list[Verdict]]:
     if not results.has_timing():
         return None, []
     sp = ctx.config.checks.speedup

@@ -15,6 +15,7 @@ mean acceptance length are derived from them in one place too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
@@ -106,6 +107,16 @@ class SpecCounters:
                 self.num_draft_tokens_per_pos[pos] += 1
             for pos in range(accepted):
                 self.num_accepted_tokens_per_pos[pos] += 1
+
+    @classmethod
+    def total(cls, counters: Iterable[SpecCounters | None]) -> SpecCounters | None:
+        """The sum of the counters given (None entries skipped); None when none was given."""
+        total, seen = cls(), False
+        for c in counters:
+            if c is not None:
+                total.add(c)
+                seen = True
+        return total if seen else None
 
     def add(self, other: SpecCounters) -> None:
         self.num_drafts += other.num_drafts

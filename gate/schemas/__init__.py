@@ -31,7 +31,7 @@ def _model(name: str):
     elif name == "baseline":
         from gate.baseline import Baseline as model
     elif name == "verdict":
-        from gate.compare import VerdictDoc as model
+        from gate.verdictdoc import VerdictDoc as model
     else:
         raise KeyError(name)
     return model

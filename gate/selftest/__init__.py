@@ -25,6 +25,7 @@ import torch
 
 from gate.cache import ReferenceCache
 from gate.checks import run_checks
+from gate.checksdoc import ChecksDoc
 from gate.config import PACKAGE_DIR, parse_config
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
@@ -67,8 +68,8 @@ def selftest_suite(order_seed: int | None = None) -> Suite:
     return Suite("selftest", tuple(picked))
 
 
-def _alarms(checks: dict, engine: str) -> list[str]:
-    return sorted({v["check"] for v in checks["verdicts"] if v["status"] == "fail" and v["engine"] == engine})
+def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
+    return sorted({v.check for v in checks.failing() if v.engine == engine})
 
 
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,

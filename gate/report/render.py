@@ -1,0 +1,243 @@
+"""Rendering: the one Jinja environment, the comment's sections, the checks' full text, the terminal and the chart
+(see :mod:`gate.report`)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from gate.checksdoc import ChecksDoc, retokenized_note
+from gate.inert import Inert, code, finalize, markdown, terminal
+from gate.report.numbers import mib, ms, num, pct, signed_pct, times
+from gate.report.page import COMMENT_LIMIT, FOOTER, KEEP, SUMMARY_LIMIT, Page, Section, utf8_size
+from gate.results import Results, anchor_line
+
+if TYPE_CHECKING:
+    from gate.baseline import Baseline
+    from gate.verdictdoc import VerdictDoc
+
+STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
+
+
+def untrusted(value, limit: int = 80) -> Inert:
+    """Model output or user text, made inert for Markdown/HTML and shown in a code span."""
+    return code(value, limit)
+
+
+def inline(value) -> Inert:
+    """A sentence of ours that may quote user-controlled names: inert in Markdown tables and HTML."""
+    return markdown(value)
+
+
+@cache
+def environment() -> Environment:
+    """The one Jinja environment of every page: the comment's sections and the checks' full text."""
+    env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+                      finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
+    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
+    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line)
+    return env
+
+
+def marker(name: str) -> Inert:
+    """The hidden marker that identifies this config's comment on a PR (the name cut to [A-Za-z0-9_.-]; one
+    definition of its form: the publisher's)."""
+    import re
+
+    from gate.github import comment_marker
+
+    return Inert(comment_marker(re.sub(r"[^A-Za-z0-9_.-]", "-", str(name))[:64] or "specguard"))
+
+
+def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None, name: str,
+               examples_limit: int = 20) -> Page:
+    env = environment()
+    ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
+           "examples": _examples(checks, examples_limit), "chart": _chart(checks),
+           "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
+           "retokenized": retokenized_note(checks)}
+    page = Page()
+    for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
+                              ("distribution", 60), ("speedup", 75), ("acceptance", 50), ("chart", 30),
+                              ("examples", 20), ("verdicts", 10), (FOOTER, KEEP)):
+        text = env.get_template(f"report/{section}.md.j2").render(**ctx)
+        if text.strip():
+            page.sections.append(Section(section, text, priority))
+    return page
+
+
+def render_comment(page: Page) -> str:
+    return page.render(COMMENT_LIMIT)
+
+
+def render_summary(page: Page, details: str | None = None, limit: int = SUMMARY_LIMIT) -> str:
+    """The step summary: the comment's sections, then ``details`` (the checks' full text) as the least important
+    section, the whole bounded by one rule (the details go first when the page must be cut)."""
+    sections = list(page.sections)
+    if details:
+        at = len(sections) - 1 if sections and sections[-1].name == FOOTER else len(sections)
+        sections.insert(at, Section("details", "\n## Details\n\n" + details, priority=5))
+    return Page(sections).render(limit, size=utf8_size)
+
+
+def _examples(checks: ChecksDoc, limit: int) -> list[dict]:
+    out = []
+    for engine, rows in (checks.equivalence or {}).items():
+        for bs, s in rows.items():
+            for e in s.examples:
+                out.append({"engine": engine, "batch_size": bs, **e})
+    return out[:limit]
+
+
+def _eq_rows(checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None) -> list[dict]:
+    rows = []
+    failed = {(c.engine, c.batch_size) for c in verdict.checks if c.status == "fail"
+              and (c.check == "equivalence" or c.check.startswith("signature:"))}
+    for engine, per_bs in (checks.equivalence or {}).items():
+        for bs, s in per_bs.items():
+            base = baseline.equivalence.get(engine, {}).get(bs) if baseline else None
+            rows.append({"engine": engine, "batch_size": bs, "sequences": s.sequences,
+                         "base": base.exact_match if base else None, "head": s.exact_match,
+                         "near": s.divergences.near_tie, "confident": s.divergences.confident,
+                         "length": s.divergences.length, "incons": s.confident_inconsistencies,
+                         "signatures": ", ".join(f"{k}: {n}" for k, n in sorted(s.signatures.items())) or "none",
+                         "compositions": s.compositions,
+                         "status": "fail" if (engine, int(bs)) in failed else "pass"})
+    return rows
+
+
+def _repro(checks: ChecksDoc) -> list[str]:
+    from gate.checks.reproducibility import sentence
+
+    out = []
+    for engine, r in (checks.reproducibility or {}).items():
+        kind = "speculative" if r.speculative else "non-speculative"
+        if any(x is not None for x in (r.bitwise_across_batch_sizes, r.bitwise_across_runs,
+                                       r.bitwise_across_compositions)):
+            out.append(Inert(f"**{inline(engine)}**: {inline(sentence(kind, r))}"))
+    return out
+
+
+def _chart(checks: ChecksDoc) -> dict | None:
+    """Speedup against batch size, one line per slice, for a Mermaid xychart-beta."""
+    engines = checks.speedup.engines if checks.speedup else {}
+    if not engines:
+        return None
+    engine = next(iter(engines))
+    e = engines[engine]
+    sizes = sorted(e.load_curve, key=int)
+    if len(sizes) < 2:
+        return None
+    lines = []
+    for slc, rows in sorted(e.by_slice.items()):
+        vals = [rows[bs].speedup.estimate if bs in rows else None for bs in sizes]
+        if all(v is not None for v in vals):
+            lines.append({"slice": slc, "points": [round(v, 2) for v in vals]})
+    if not lines:
+        return None
+    top = max(max(line["points"]) for line in lines)
+    return {"engine": engine, "sizes": sizes, "lines": lines, "top": round(max(2.0, top * 1.1), 1)}
+
+
+# --- the terminal -------------------------------------------------------------------------------
+
+
+def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -> None:
+    """The verdict as rich tables on a terminal; plain, uncoloured text when stdout is not one.  ``note``: a
+    caveat for the first line (a comparison of re-tokenized text).
+
+    Every cell is a :func:`gate.inert.terminal` Text: nothing a message quotes is read as console markup.
+    """
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    style = {"pass": "green", "fail": "bold red", "warn": "yellow", "neutral": "dim", "info": "dim"}
+    first = f"specguard: {verdict.outcome.upper()}" + (f" · {note}" if note else "")
+    console.print(Text.assemble(terminal(first, style.get(verdict.outcome, "")), " — ", terminal(verdict.headline)),
+                  highlight=False)
+    table = Table(show_header=True, header_style="bold")
+    for col in ("status", "check", "engine", "batch size", "why"):
+        table.add_column(col, overflow="fold")
+    for c in verdict.checks:
+        table.add_row(terminal(c.status, style.get(c.status, "")), terminal(c.check), terminal(c.engine or "–"),
+                      terminal(c.batch_size or "–"), terminal(c.why))
+    console.print(table)
+    if verdict.speedup:
+        sp = Table(title="speedup, head vs base", show_header=True, header_style="bold")
+        for col in ("engine", "slice", "batch size", "context", "base", "head", "change (95% CI)", "cause"):
+            sp.add_column(col, overflow="fold")
+        for c in verdict.speedup:
+            ci = (f"{signed_pct(c.ratio.estimate - 1 if c.ratio.estimate is not None else None)} "
+                  f"({signed_pct(c.ratio.low - 1 if c.ratio.low is not None else None)} to "
+                  f"{signed_pct(c.ratio.high - 1 if c.ratio.high is not None else None)})")
+            sp.add_row(*(terminal(x) for x in (c.engine, c.slice or "–", c.batch_size, c.bucket or "–",
+                                               times(c.base.estimate), times(c.head.estimate))),
+                       terminal(ci, style.get(c.status, "")),
+                       terminal(c.explanation.sentence if c.explanation else "–"))
+        console.print(sp)
+
+
+# --- the chart ----------------------------------------------------------------------------------
+
+
+def write_png(checks: ChecksDoc, path: Path) -> str | None:
+    """speedup.png: speedup vs batch size per slice with CI bars. Returns a note when it cannot be drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "speedup.png skipped: install the plot extra (pip install 'specguard[plot]') for the chart"
+    engines = checks.speedup.engines if checks.speedup else {}
+    if not engines:
+        return "speedup.png skipped: the run has no timing"
+    fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 4), squeeze=False)
+    for ax, (engine, e) in zip(axes[0], engines.items()):
+        for slc, rows in sorted(e.by_slice.items()):
+            sizes = sorted(rows, key=int)
+            cis = [rows[b].speedup for b in sizes]
+            est = [ci.estimate for ci in cis]
+            lo = [max(0.0, ci.estimate - ci.low) if ci.n > 1 else 0 for ci in cis]
+            hi = [max(0.0, ci.high - ci.estimate) if ci.n > 1 else 0 for ci in cis]
+            ax.errorbar([int(b) for b in sizes], est, yerr=[lo, hi], marker="o", capsize=3, label=slc)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("batch size (load)")
+        ax.set_ylabel("speedup vs non-speculative (x)")
+        ax.set_title(f"{engine}: median speedup, 95% CI")
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+# --- the checks' full text (summary.md of `specguard check`, the details of the step summary) ------
+
+
+def render_text(results: Results, checks: ChecksDoc) -> str:
+    failed = checks.failing()
+    doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
+    return environment().get_template("summary.md.j2").render(
+        results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",
+        batch_plan=batch_plan(results), retokenized=retokenized_note(checks),
+    )
+
+
+def batch_plan(results: Results) -> list[dict]:
+    """Per batch size: compositions, batches, the widest prompt-length spread in one batch, duplicates."""
+    rows = []
+    for bs in sorted({b.batch_size for b in results.batches}):
+        mine = [b for b in results.batches if b.batch_size == bs]
+        widest = max(mine, key=lambda b: b.max_prompt_tokens - b.min_prompt_tokens)
+        rows.append({"batch_size": bs, "compositions": len({b.composition for b in mine}), "batches": len(mine),
+                     "min": widest.min_prompt_tokens, "max": widest.max_prompt_tokens,
+                     "duplicates": sum(b.duplicates for b in mine)})
+    return rows
