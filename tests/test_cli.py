@@ -62,8 +62,8 @@ def test_gate_end_to_end(small, tmp_path, capsys):
     assert out.startswith("specguard: NEUTRAL — Merging keeps outputs equivalent at bs 1/2; no baseline")
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
     assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
-    # Where the time went: every phase of the command, adding up to its wall time.
-    phases = json.loads((tmp_path / "out" / "results.json").read_text())["phases"]
+    # Where the time went: every phase of the command, adding up to its wall time, in a file of its own.
+    phases = json.loads((tmp_path / "out" / "phases.json").read_text())
     assert {"model load", "calibration", "equivalence outputs: reference", "equivalence outputs: speculative",
             "timing", "sampling", "re-scoring", "statistics and power simulations", "report"} <= set(phases["seconds"])
     assert sum(phases["seconds"].values()) == pytest.approx(phases["wall_s"], rel=0.05)
