@@ -19,13 +19,12 @@ import sys
 from pathlib import Path
 
 from gate import __version__, pipeline
-from gate.errors import Problem, SpecguardError
+from gate.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Problem, SpecguardError
 from gate.pipeline import Session
 from gate.rundir import RunDir
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BASELINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check failed or a regression was found, "
               "2 bad input, 3 the baseline is unusable, 130 interrupted.")
 
@@ -365,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("-v", "--verbose", action="store_true", help="also show the libraries' own output "
                                                                      "(weight-loading bars)")
 
-    r = sub.add_parser("run", help="generate with every engine at every batch size; write results.json")
+    r = sub.add_parser("run", help="generate with every engine at every batch size; write results.json (and "
+                                     "phases.json: where the time went)")
     generation_args(r)
     r.add_argument("--shard", type=_shard, metavar="INDEX/COUNT", help="run only this shard's part (equivalence "
                    "batches, whole timing cells, sampling groups), for a job matrix; combine with `merge`")

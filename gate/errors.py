@@ -62,6 +62,9 @@ class EngineError(SpecguardError):
     """An engine was misconfigured or returned something malformed."""
 
 
+# The exit codes (the table is in gate/cli.py's docstring, the README and `--help`).
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BASELINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
 MAX_INPUT_BYTES = 1 << 30  # no input the gate reads (results of a large run included) comes near this
 
 

@@ -13,13 +13,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gate.errors import Problem, SpecguardError
-from gate.rundir import COMMENT, COMPARED, JUDGED, PHASES, PNG, RESULTS, RUN, SUMMARY, VERDICT, RunDir
+from gate.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, Problem, SpecguardError
+from gate.rundir import CHECKS, COMMENT, COMPARED, JUDGED, PHASES, PNG, RESULTS, RUN, SUMMARY, VERDICT, RunDir
 from gate.timing import Phases
 
-EXIT_OK, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
+if TYPE_CHECKING:  # torch and transformers load with the stages that need them
+    from gate.config import LoadedConfig
+    from gate.models import ModelPair
+    from gate.runner import PairedBase
+    from gate.suite import Suite
 
 
 @dataclass
@@ -59,8 +63,8 @@ class Inputs:
     """Everything a run needs before any model loads: the config, its suite, the run directory, and the
     plug-in workers that already loaded (by engine label)."""
 
-    loaded: Any  # gate.config.LoadedConfig
-    suite: Any  # gate.suite.Suite
+    loaded: LoadedConfig
+    suite: Suite
     out: RunDir
     workers: dict = field(default_factory=dict)
 
@@ -182,9 +186,9 @@ def config_of(results):
 
 @dataclass
 class Models:
-    pair: Any  # gate.models.ModelPair
+    pair: ModelPair
     engines: list
-    base: Any = None  # gate.runner.PairedBase, in paired mode
+    base: PairedBase | None = None  # paired mode: the base's draft and k, timed beside the head's
 
 
 def load_models(session: Session, inputs: Inputs, against: str | None = None) -> Models:
@@ -330,7 +334,6 @@ def merge(dirs: list[Path], out: RunDir):
 def check(session: Session, loaded, pair, out: RunDir) -> int:
     """Analyse results.json: checks.json and summary.md.  EXIT_FAIL when a check fails or the run is incomplete."""
     from gate.checks import run_checks
-    from gate.rundir import CHECKS
     from gate.summary import render_text
 
     results = out.results()
