@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gate.checksdoc import CHECKS_SCHEMA
 from gate.errors import MAX_INPUT_BYTES, Problem, SpecguardError, parse_json, read_input
 
 RESULTS = "results.json"  # the run (`run`, `merge`)
@@ -41,7 +42,7 @@ class DocumentKind:
     error: type[SpecguardError]
     model: Callable[[], Any]  # the pydantic model (imported when first read)
     hint: str  # what to do, when nothing more specific is said below
-    schema: str | None = None  # None: the model's own schema field is checked by validation
+    schema: str | None = None
     older: tuple[str, ...] = ()
     migrate: Callable[[dict], dict] | None = None
     read_hint: str | None = None  # missing or unreadable
@@ -96,7 +97,8 @@ def _checks_model():
 
 CHECKS_DOC = DocumentKind("checks file", SpecguardError, _checks_model,
                           "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it",
-                          invalid="corrupt checks: {msg}", allow_nan=True)  # an estimate it could not make is NaN
+                          schema=CHECKS_SCHEMA, invalid="corrupt checks: {msg}",
+                          allow_nan=True)  # the checks record an estimate they could not make as NaN
 
 
 class RunDir:
