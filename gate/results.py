@@ -349,8 +349,8 @@ class Results(RunHeader):
     # Paired mode: the base config's engine timed beside the head's ({engine, head_engine, num_draft_tokens,
     # calibration, config, source}); None otherwise.
     paired: dict[str, Any] | None = None
-    # Where the time went: {"wall_s": seconds since the command started, "seconds": {phase: seconds}}.
-    phases: dict[str, Any] = Field(default_factory=dict)  # runs before phases.json: where the time went
+    # Where the time went, in runs made before phases.json held it (a run writes it empty now).
+    phases: dict[str, Any] = Field(default_factory=dict)
     # The reference checked against transformers.generate; None when the reference is a serving stack.
     anchor: AnchorRecord | None = None
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
