@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from gate.checksdoc import ChecksDoc, EquivalenceSummary, Reproducibility
 from gate.config import REFERENCE, Config
@@ -40,6 +40,7 @@ from gate.documents import Document, omitted_when_none
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError
 from gate.results import Phase, Results, atomic_write_json
+from gate.rundir import DocumentKind, load_document
 
 SCHEMA = "specguard.baseline/1"
 SAMPLE_DIGITS = 5  # significant digits kept of each speedup sample: far below timing noise
@@ -341,6 +342,20 @@ def derive(results: Results, checks: ChecksDoc, config: Config, name: str, force
 # --- the store -----------------------------------------------------------------------------------
 
 
+def baselines_root(flag: str | None, config_path: str | None = None, loaded=None) -> Path:
+    """The one rule every command uses for where baselines live: the command's own flag, else ``baseline.dir``
+    of the config (given, or ``--config``), else ``./baselines``."""
+    if flag:
+        return Path(flag)
+    if loaded is None and config_path:
+        from gate.config import load_config
+
+        loaded = load_config(config_path)
+    if loaded is not None:
+        return loaded.resolve_path(loaded.config.baseline.dir)
+    return Path("baselines")
+
+
 class BaselineStore:
     """``<root>/<name>/<hardware key>.json``, with history beside it."""
 
@@ -407,29 +422,35 @@ class BaselineStore:
         return sorted(docs, key=lambda b: (b.hardware_key, b.created_utc))
 
 
+HINT = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
+
+
+def _screen(doc: Any, source: str) -> None:
+    """Refuse a baseline holding a negative measurement, or a zero where none can be (no baseline the gate writes
+    does): before its schema is read."""
+    stack = [(doc, "")]
+    while stack:  # a baseline holds measurements: counts, rates, ratios, seconds; none is negative
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and (
+                node < 0 or (node == 0 and where.endswith(("tokens_per_target_forward", "mean_accepted_length")))):
+            raise BaselineError(Problem(source, f"expected a measurement > 0 here, got {node}", field=where,
+                                        hint=HINT))
+
+
+BASELINE_DOC = DocumentKind("baseline", BaselineError, lambda: Baseline, HINT, schema=SCHEMA,
+                            wrong_schema="baseline schema {found!r}, but this specguard reads {want!r}",
+                            not_json="corrupt baseline (not valid JSON: {msg})", invalid="corrupt baseline: {msg}",
+                            limit=64 << 20, screen=_screen)
+
+
 def load_baseline(path: str | Path) -> Baseline:
-    """Read and validate a baseline; every way it can be unusable is a BaselineError (exit code 3)."""
-    path = Path(path)
-    hint = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BaselineError(Problem(str(path), "baseline not found", hint=hint)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BaselineError(Problem(str(path), f"cannot read the baseline: {exc}", hint=hint)) from None
-    except json.JSONDecodeError as exc:
-        raise BaselineError(Problem(str(path), f"corrupt baseline (not valid JSON: {exc.msg})", line=exc.lineno,
-                                    hint=hint)) from None
-    found = doc.get("schema") if isinstance(doc, dict) else None
-    if found != SCHEMA:
-        raise BaselineError(Problem(str(path), f"baseline schema {found!r}, but this specguard reads {SCHEMA!r}",
-                                    field="schema", hint=hint))
-    try:
-        return Baseline.model_validate(doc)
-    except ValidationError as exc:
-        e = exc.errors(include_url=False)[0]
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        raise BaselineError(Problem(str(path), f"corrupt baseline: {e['msg']}", field=loc, hint=hint)) from None
+    """Read and validate a baseline; every way it can be unusable (not a regular file, too large, nested too
+    deeply, a NaN, a negative measurement, another schema, corrupt) is a BaselineError (exit code 3)."""
+    return load_document(path, BASELINE_DOC)
 
 
 @dataclass

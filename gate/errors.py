@@ -62,6 +62,9 @@ class EngineError(SpecguardError):
     """An engine was misconfigured or returned something malformed."""
 
 
+# The exit codes (the table is in gate/cli.py's docstring, the README and `--help`).
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BASELINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
 MAX_INPUT_BYTES = 1 << 30  # no input the gate reads (results of a large run included) comes near this
 
 
@@ -111,10 +114,10 @@ def read_input(path, error: type[SpecguardError], kind: str, hint: str, limit: i
 
 
 def parse_json(text: str, error: type[SpecguardError], source: str, kind: str, hint: str, line: int | None = None,
-               allow_nan: bool = False):
-    """One JSON document; invalid or over-deep JSON (a RecursionError in the parser) is ``error``, and so is a
-    NaN or an infinity unless ``allow_nan`` (the gate's own checks.json records an estimate it could not make
-    as NaN)."""
+               allow_nan: bool = False, not_json: str = "not valid JSON: {msg} at column {col}"):
+    """One JSON document; invalid or over-deep JSON (a RecursionError in the parser) is ``error`` (``not_json``
+    says what was wrong), and so is a NaN or an infinity unless ``allow_nan`` (the gate's own checks.json
+    records an estimate it could not make as NaN)."""
     import json
 
     seen = []
@@ -130,7 +133,7 @@ def parse_json(text: str, error: type[SpecguardError], source: str, kind: str, h
                                 field=_path_of_nan(doc), line=line, hint=hint))
         return doc
     except json.JSONDecodeError as exc:
-        raise error(Problem(source, f"not valid JSON: {exc.msg} at column {exc.colno}",
+        raise error(Problem(source, not_json.format(msg=exc.msg, col=exc.colno),
                             line=line if line is not None else exc.lineno, hint=hint)) from None
     except RecursionError:
         raise error(Problem(source, f"{kind} is nested too deeply to read", line=line, hint=hint)) from None

@@ -36,11 +36,10 @@ from gate.config import REFERENCE
 from gate.documents import Document
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
+from gate.rundir import RESULTS, DocumentKind, load_document
 
 SCHEMA = "specguard.results/3"
 OLDER_SCHEMAS = ("specguard.results/1", "specguard.results/2")
-RECORDS = "records.jsonl"
-RESULTS = "results.json"
 
 Mode = Literal["greedy", "sampling"]
 Status = Literal["complete", "interrupted", "failed"]
@@ -347,7 +346,7 @@ class Results(RunHeader):
     # Paired mode: the base config's engine timed beside the head's ({engine, head_engine, num_draft_tokens,
     # calibration, config, source}); None otherwise.
     paired: dict[str, Any] | None = None
-    # Where the time went: {"wall_s": seconds since the command started, "seconds": {phase: seconds}}.
+    # Where the time went, in runs made before phases.json held it (a run writes it empty now).
     phases: dict[str, Any] = Field(default_factory=dict)
     # The reference checked against transformers.generate; None when the reference is a serving stack.
     anchor: AnchorRecord | None = None
@@ -631,24 +630,12 @@ def migrate(doc: dict) -> dict:
     return doc
 
 
-def parse_results(doc: Any, source: str) -> Results:
-    if not isinstance(doc, dict):
-        raise ResultsError(Problem(source, f"expected a JSON object, got {type(doc).__name__}",
-                                   hint="produce it with `specguard run`"))
-    found = doc.get("schema")
-    if found in OLDER_SCHEMAS:
-        doc = migrate(doc)
-    elif found != SCHEMA:
-        raise ResultsError(Problem(source, f"expected schema {SCHEMA!r}, got {found!r}", field="schema",
-                                   hint="produce it with this version of specguard (`specguard run`)"))
-    try:
-        return Results.model_validate(doc)
-    except ValidationError as exc:
-        e = exc.errors(include_url=False)[0]
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        msg = "required field is missing" if e["type"] == "missing" else e["msg"]
-        raise ResultsError(Problem(source, msg, field=loc,
-                                   hint="the file is corrupt or was edited; rerun `specguard run`")) from None
+RESULTS_DOC = DocumentKind("results file", ResultsError, lambda: Results,
+                           "the file is corrupt or was edited; rerun `specguard run`", schema=SCHEMA,
+                           older=OLDER_SCHEMAS, migrate=migrate, read_hint="run `specguard run CONFIG` first",
+                           json_hint="the file is corrupt; rerun, or rebuild it from records.jsonl with "
+                                     "`specguard run --resume`",
+                           schema_hint="produce it with this version of specguard (`specguard run`)")
 
 
 def load_results(path: str | Path) -> Results:
@@ -656,11 +643,4 @@ def load_results(path: str | Path) -> Results:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
-    text = read_input(path, ResultsError, "results file", "run `specguard run CONFIG` first")
-    doc = parse_json(text, ResultsError, str(path), "the results file",
-                     "the file is corrupt; rerun, or rebuild it from records.jsonl with `specguard run --resume`")
-    try:
-        return parse_results(doc, str(path))
-    except RecursionError:
-        raise ResultsError(Problem(str(path), "the results file is nested too deeply to read",
-                                   hint="the file is corrupt or was edited; rerun `specguard run`")) from None
+    return load_document(path, RESULTS_DOC)

@@ -49,8 +49,6 @@ from gate.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_na
 from gate.plan import shard as shard_plan
 from gate.progress import Lines
 from gate.results import (
-    RECORDS,
-    RESULTS,
     SCHEMA,
     AnchorRecord,
     Execution,
@@ -66,6 +64,7 @@ from gate.results import (
     atomic_write_json,
     read_records,
 )
+from gate.rundir import RECORDS, RESULTS
 from gate.schedule import TimingScheduler
 from gate.suite import Suite
 from gate.timing import Phases
@@ -367,7 +366,7 @@ class Runner:
                                   calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                                   cache={"reused": self.executor.reused}, paired=paired,
-                                  phases=self.phases.to_dict(), anchor=self.anchored)
+                                  anchor=self.anchored)
                 atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)

@@ -96,7 +96,7 @@ def test_a_sliding_window_mistral_pair_gates_with_its_reference_anchored(mistral
     line = f"reference anchored to transformers.generate: {anchor['identical']}/3 prompts identical"
     assert line in (tmp_path / "out" / "summary.md").read_text()
     assert line in out + err  # the run says it as it goes
-    assert "anchor" in results["phases"]["seconds"]
+    assert "anchor" in json.loads((tmp_path / "out" / "phases.json").read_text())["seconds"]
 
     # A draft-only change pays nothing: the anchor is keyed by the target, never the draft.
     code = main(["run", str(write_config(tmp_path, target, other_draft, "draft-only.yaml")),

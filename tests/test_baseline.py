@@ -245,7 +245,7 @@ def test_the_committed_demo_baseline_is_valid_compact_and_portable():
 def test_every_command_finds_baselines_by_one_rule(tmp_path, monkeypatch):
     """Issue 21: `compare --baselines-dir` and `baseline history --dir` defaulted to ./baselines while `gate`
     used the config's baseline.dir, so two commands on one config could read different baselines."""
-    from gate.cli import baselines_root
+    from gate.baseline import baselines_root
 
     cfg = tmp_path / "repo" / "specguard.yaml"
     cfg.parent.mkdir()

@@ -80,8 +80,8 @@ def test_gate_end_to_end(small_run, tmp_path):
     assert proc.stdout.startswith("specguard: NEUTRAL — Merging keeps outputs equivalent at bs 1/2; no baseline")
     verdict = json.loads((out_dir / "verdict.json").read_text())
     assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
-    # Where the time went: every phase of the command, adding up to its wall time.
-    phases = results["phases"]
+    # Where the time went: every phase of the command, adding up to its wall time, in a file of its own.
+    phases = json.loads((out_dir / "phases.json").read_text())
     assert {"model load", "calibration", "equivalence outputs: reference", "equivalence outputs: speculative",
             "timing", "sampling", "re-scoring", "statistics and power simulations", "report"} <= set(phases["seconds"])
     assert sum(phases["seconds"].values()) == pytest.approx(phases["wall_s"], rel=0.05)

@@ -172,14 +172,11 @@ def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, 
 
     import synthetic as syn
 
-    import gate.cli as cli
-
     doc, _ = _mutated(_syn_run()[0], data)
     out = tmp_path / "run"
     out.mkdir(exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc))
     (out / "checks.json").write_text(syn.checks_json(_syn_run()[1]))
-    cli._VERBOSITY = 0
     assert run_cli(["compare", str(out), "--baselines-dir", str(tmp_path / "b"), "-q"]) in (0, 1, 2)
     from gate.results import load_results
 
