@@ -379,7 +379,7 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     from gate.checksdoc import retokenized_note
     from gate.compare import Paired
     from gate.compare import compare as judge
-    from gate.report import build_page, print_terminal, render_comment, render_summary, render_text, write_png
+    from gate.report import build_page, print_terminal, render_comment, render_details, render_summary, write_png
     from gate.verdictdoc import RunRef
 
     started = time.perf_counter()
@@ -401,7 +401,7 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
     by_path = bool(baseline_name) and (baseline_name.endswith(".json") or Path(baseline_name).is_file())
     page = build_page(results, checks, verdict, baseline, (config.baseline.name or "specguard") if by_path else name)
-    dest.write_text(SUMMARY, render_summary(page, details=render_text(results, checks).split("\n", 1)[1]))
+    dest.write_text(SUMMARY, render_summary(page, details=render_details(results, checks)))
     note = write_png(checks, dest / PNG)
     if note:
         session.say(note)

@@ -7,7 +7,7 @@
   characters (GitHub's limit): the least important sections are dropped first,
   with a note (:func:`gate.report.page.fit`, the one truncation routine).
 * the step summary — the same page with a 1 MiB limit, then the checks' full text (``summary.md`` of
-  ``specguard check``, :func:`render_text`) as its least important section.
+  ``specguard check``, :func:`render_text`, less its title: :func:`render_details`) as its least important section.
 * the terminal — rich tables; plain text when stdout is not a terminal.
 * ``speedup.png`` — speedup against load per slice with CI bars, when the
   ``specguard[plot]`` extra (matplotlib) is installed; otherwise skipped with a note.
@@ -34,6 +34,7 @@ from gate.report.render import (
                                 marker,
                                 print_terminal,
                                 render_comment,
+                                render_details,
                                 render_summary,
                                 render_text,
                                 untrusted,
@@ -42,4 +43,5 @@ from gate.report.render import (
 
 __all__ = ["COMMENT_LIMIT", "KEEP", "STATUS_ICON", "SUMMARY_LIMIT", "Page", "Section", "batch_plan", "build_page",
            "environment", "fit", "inline", "marker", "mib", "ms", "num", "pct", "print_terminal", "render_comment",
-           "render_summary", "render_text", "signed_pct", "times", "untrusted", "utf8_size", "write_png"]
+           "render_details", "render_summary", "render_text", "signed_pct", "times", "untrusted", "utf8_size",
+           "write_png"]

@@ -223,9 +223,19 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
 
 
 def render_text(results: Results, checks: ChecksDoc) -> str:
+    """``summary.md`` as ``specguard check`` writes it: a title with the checks' outcome, then the details."""
+    return _render_checks("summary.md.j2", results, checks)
+
+
+def render_details(results: Results, checks: ChecksDoc) -> str:
+    """The checks' full text without its title: the step summary's least important section."""
+    return _render_checks("summary_details.md.j2", results, checks)
+
+
+def _render_checks(template: str, results: Results, checks: ChecksDoc) -> str:
     failed = checks.failing()
     doc = results.model_dump(mode="json", by_alias=True, exclude={"executions", "prompts", "batches"})
-    return environment().get_template("summary.md.j2").render(
+    return environment().get_template(template).render(
         results=doc, checks=checks, failed=failed, passed=not failed and results.status == "complete",
         batch_plan=batch_plan(results), retokenized=retokenized_note(checks),
     )
