@@ -286,6 +286,8 @@ def failing_checks(checks: ChecksDoc) -> list[str]:
 
 def derive(results: Results, checks: ChecksDoc, config: Config, name: str, force_reason: str | None = None,
            reason: str | None = None) -> Baseline:
+    """The baseline of an accepted run: its :func:`summarize`, refused for an incomplete or failing run unless
+    forced (with the reason recorded)."""
     failing = failing_checks(checks)
     if results.status != "complete":
         raise RefreshRefused(Problem("results.json", f"the run is {results.status}, not complete",
@@ -294,6 +296,15 @@ def derive(results: Results, checks: ChecksDoc, config: Config, name: str, force
         raise RefreshRefused(Problem("checks.json", "refusing to make a baseline of a run that fails "
                                      + "; ".join(failing),
                                      hint="fix the engine, or pass --force --reason '...' to record it as accepted"))
+    forced = Forced(reason=force_reason, failing=failing) if failing and force_reason is not None else None
+    return summarize(results, checks, config, name).model_copy(update={"forced": forced,
+                                                                        "reason": reason or force_reason})
+
+
+def summarize(results: Results, checks: ChecksDoc, config: Config, name: str = "") -> Baseline:
+    """A run's measurements in the baseline's shape, whatever the run's status or verdicts: what a refresh stores,
+    and what ``compare`` holds against the stored baseline (the head side is derived here, once, by the same
+    code as the baseline it is compared with)."""
     fpr = results.fingerprint
     models = {}
     for role in ("target", "draft"):
@@ -317,8 +328,6 @@ def derive(results: Results, checks: ChecksDoc, config: Config, name: str, force
     return Baseline(
         name=name, hardware_key=fpr.hardware_key, hardware=hw,
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        forced=Forced(reason=force_reason, failing=failing) if failing and force_reason is not None else None,
-        reason=reason or force_reason,
         source={"specguard": fpr.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
                 "run_id": os.environ.get("GITHUB_RUN_ID")},
         fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,
@@ -502,12 +511,13 @@ class Comparability:
         return out
 
 
-def comparability(baseline: Baseline, results: Results) -> Comparability:
-    """How a run relates to a stored baseline of another k or suite (never an error: see :class:`Comparability`)."""
-    suite = results.fingerprint.suite
+def comparability(baseline: Baseline, head_summary: Baseline) -> Comparability:
+    """How a run (its :func:`summarize`) relates to a stored baseline of another k or suite (never an error: see
+    :class:`Comparability`)."""
+    suite = head_summary.fingerprint.suite
     k = baseline.settings.num_draft_tokens
     same_suite = baseline.fingerprint.suite.fingerprint == suite.fingerprint
-    head = slice_fingerprints(results)
+    head = suite.slice_fingerprints
     base_fp = baseline.fingerprint.suite.slice_fingerprints
     base_slices = set(base_fp) or set(baseline.fingerprint.suite.slices)
     head_slices = set(head) or set(suite.slices)
@@ -519,6 +529,6 @@ def comparability(baseline: Baseline, results: Results) -> Comparability:
         changed = sorted(both - set(shared))
     else:
         shared, changed = sorted(both), []
-    return Comparability(base_k=k, head_k=results.settings.num_draft_tokens,
+    return Comparability(base_k=k, head_k=head_summary.settings.num_draft_tokens,
                          same_suite=same_suite, shared=shared, new=sorted(head_slices - base_slices), changed=changed,
                          removed=sorted(base_slices - head_slices), by_name_only=not same_suite and not base_fp)

@@ -1,7 +1,9 @@
 """Compare a run with its baseline: what got worse than what was accepted before, and why.
 
 ``compare`` needs ``results.json``, ``checks.json`` and a baseline: no model.
-Each rule gives pass, fail, warn or neutral with one sentence a reviewer can act
+It holds two summaries of one type against each other: the head's, derived once
+from the run by the code that derives a baseline (:func:`gate.baseline.summarize`),
+and the stored baseline.  Each rule gives pass, fail, warn or neutral with one sentence a reviewer can act
 on (``baseline.*`` in the config sets the tolerances):
 
 * **equivalence** — any confident divergence, confident inconsistency or
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gate.baseline import Baseline, Comparability, SpeedupCell, acceptance, cell_key, comparability, speedup_cells
+from gate.baseline import Baseline, Comparability, SpeedupCell, cell_key, comparability
 from gate.checksdoc import ChecksDoc
 from gate.config import REFERENCE, Config
 from gate.report.numbers import signed_pct, times
@@ -157,11 +159,14 @@ class Paired:
     config: dict[str, Any]
 
 
-def compare(results: Results, checks: ChecksDoc, config: Config, baseline: Baseline | None = None,
+def compare(head: Baseline, baseline: Baseline | None, results: Results, checks: ChecksDoc, config: Config,
             baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
             say: Callable[[str], None] = lambda m: None, others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
-    """``others``: hardware keys that have a baseline of this name when this run's key has none (named in the
-    verdict, never used)."""
+    """The head's summary (:func:`gate.baseline.summarize` of ``results`` and ``checks``) against the stored
+    baseline, or in paired mode its speedup against the base's engine timed beside it.  ``results`` gives only
+    what is not a measurement: the run's status, its config and, in paired mode, the (batch, repeat) pairing;
+    ``checks`` the run's own verdicts, carried over.  ``others``: hardware keys that have a baseline of this name
+    when this run's key has none (named in the verdict, never used)."""
     rules = config.baseline
     verdicts: list[CheckVerdict] = []
     hw = results.fingerprint.hardware_key
@@ -183,27 +188,27 @@ def compare(results: Results, checks: ChecksDoc, config: Config, baseline: Basel
     if baseline is None:
         verdicts.append(_missing_baseline(config, results, baseline_path, others, paired is not None))
     if baseline is not None:
-        comp = comparability(baseline, results)
+        comp = comparability(baseline, head)
         verdicts += [CheckVerdict(check="baseline", status="neutral", why=note) for note in comp.notes()]
         if comp.same_suite:
-            eq_changes = _exact_match_changes(checks, baseline, rules.exact_match_drop)
+            eq_changes = _exact_match_changes(head, baseline, rules.exact_match_drop)
         verdicts += [CheckVerdict(check="equivalence", status="fail", engine=c.engine, batch_size=c.batch_size,
                                   why=f"exact match fell from {c.base:.0%} to {c.head:.0%} at batch size "
                                       f"{c.batch_size}, more than the {c.allowed_drop:.0%} that float noise "
                                       "explains here")
                      for c in eq_changes if c.status == "fail"]
-        acc_changes = _acceptance_changes(results, baseline, rules.acceptance_drop, comp)
+        acc_changes = _acceptance_changes(head, baseline, rules.acceptance_drop, comp)
         verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop, comp)
         if paired is None:
             if same_hardware:
-                sp_changes = _stored_speedup_changes(results, baseline, rules.speedup_drop, comp, checks)
+                sp_changes = _stored_speedup_changes(head, baseline, rules.speedup_drop, comp)
             else:
                 verdicts.append(CheckVerdict(
                     check="speedup", status="warn",
                     why=f"not comparable: the baseline was measured on {baseline.hardware_key}, this run on {hw}; "
                         "timing was not compared (equivalence and acceptance were)"))
     if paired is not None:
-        sp_changes = _paired_speedup_changes(results, paired, rules.speedup_drop, checks)
+        sp_changes = _paired_speedup_changes(head, results, paired, rules.speedup_drop)
     verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
 
     failed = [v for v in verdicts if v.status == "fail"]
@@ -245,10 +250,10 @@ def _missing_baseline(config: Config, results: Results, path: str | None, others
     return CheckVerdict(check="baseline", status="neutral", why=why)
 
 
-def _exact_match_changes(checks: ChecksDoc, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
+def _exact_match_changes(head: Baseline, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
     out = []
-    floor = checks.noise_floor or {}
-    for engine, rows in (checks.equivalence or {}).items():
+    floor = head.noise_floor
+    for engine, rows in head.equivalence.items():
         for bs, s in rows.items():
             base = baseline.equivalence.get(engine, {}).get(bs)
             if base is None or base.exact_match is None or s.exact_match is None:
@@ -266,13 +271,13 @@ def _exact_match_changes(checks: ChecksDoc, baseline: Baseline, fixed: float | s
     return out
 
 
-def _acceptance_changes(results: Results, baseline: Baseline, tolerance: float,
+def _acceptance_changes(head_summary: Baseline, baseline: Baseline, tolerance: float,
                         comp: Comparability | None = None) -> list[AcceptanceChange]:
     """Per engine, batch size and slice.  After a k change, each row carries the Leviathan expectation at the new
     k from the baseline's acceptance and is neutral; after a suite change only shared slices (and ``*``, over the
     whole suite, only when the suite is the same) are compared."""
-    comp = comp or comparability(baseline, results)
-    head = acceptance(results)
+    comp = comp or comparability(baseline, head_summary)
+    head = head_summary.acceptance
     out = []
     for engine, per_bs in baseline.acceptance.items():
         for bs, per_slice in per_bs.items():
@@ -329,18 +334,17 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
     return out
 
 
-def _costs(results: Results, engine: str, bs: int, tpf: float | None, calibration: dict | None,
-           k: int) -> Cost | None:
+def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost | None:
     if not tpf:
         return None
     row = (calibration or {}).get(str(bs))
     return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
 
 
-def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: float,
-                            comp: Comparability | None = None, checks: ChecksDoc | None = None) -> list[SpeedupChange]:
-    head_cells = speedup_cells(results, checks)
-    k = results.settings.num_draft_tokens
+def _stored_speedup_changes(head: Baseline, baseline: Baseline, tolerance: float,
+                            comp: Comparability | None = None) -> list[SpeedupChange]:
+    head_cells = head.speedup
+    k = head.settings.num_draft_tokens
     out = []
     for engine, cells in head_cells.items():
         for key, now in cells.items():
@@ -353,11 +357,10 @@ def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: flo
             significant = ratio.high is not None and ratio.high < 1 - tolerance
             beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
             status = "fail" if significant else ("warn" if beyond else "pass")
-            head_cal = results.calibration if engine in results.calibrated_engines else None
+            head_cal = head.calibration if engine in head.calibrated_engines else None
             base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
-            hc = _costs(results, engine, now.batch_size, now.tokens_per_target_forward, head_cal, k)
-            bc = _costs(results, engine, base.batch_size, base.tokens_per_target_forward, base_cal,
-                        baseline.settings.num_draft_tokens)
+            hc = _costs(now.batch_size, now.tokens_per_target_forward, head_cal, k)
+            bc = _costs(base.batch_size, base.tokens_per_target_forward, base_cal, baseline.settings.num_draft_tokens)
             out.append(SpeedupChange(engine=engine, slice=now.slice, batch_size=now.batch_size, bucket=now.bucket,
                                      base=_interval(base), head=_interval(now), ratio=ratio, status=status,
                                      significant=significant,
@@ -365,9 +368,10 @@ def _stored_speedup_changes(results: Results, baseline: Baseline, tolerance: flo
     return out
 
 
-def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float,
-                            checks: ChecksDoc | None = None) -> list[SpeedupChange]:
-    """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat)."""
+def _paired_speedup_changes(summary: Baseline, results: Results, paired: Paired,
+                            tolerance: float) -> list[SpeedupChange]:
+    """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat).  Both engines'
+    cells (estimate, acceptance) come from the run's summary; only the pairing is read from ``results``."""
     groups: dict[str, dict[tuple, dict[str, float]]] = {}
     cells: dict[str, tuple] = {}
     for p in results.timing_pairs():
@@ -376,7 +380,7 @@ def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float,
         key = cell_key(p.slice, p.batch_size, p.bucket)
         cells[key] = (p.slice, p.batch_size, p.bucket)
         groups.setdefault(key, {}).setdefault((p.execution.batch, p.repeat), {})[p.engine] = p.execution.wall_s
-    head_cells = speedup_cells(results, checks)
+    head_cells = summary.speedup
     out = []
     for key, rows in sorted(groups.items()):
         ratios = [r[paired.engine] / r[paired.head_engine] for r in rows.values()
@@ -387,10 +391,9 @@ def _paired_speedup_changes(results: Results, paired: Paired, tolerance: float,
         status = "fail" if significant else ("warn" if beyond else "pass")
         slc, bs, bucket = cells[key]
         head, base = head_cells.get(paired.head_engine, {}).get(key), head_cells.get(paired.engine, {}).get(key)
-        hc = _costs(results, paired.head_engine, bs, head.tokens_per_target_forward if head else None,
-                    results.calibration, results.settings.num_draft_tokens)
-        bc = _costs(results, paired.engine, bs, base.tokens_per_target_forward if base else None,
-                    paired.calibration, paired.k)
+        hc = _costs(bs, head.tokens_per_target_forward if head else None, summary.calibration,
+                    summary.settings.num_draft_tokens)
+        bc = _costs(bs, base.tokens_per_target_forward if base else None, paired.calibration, paired.k)
         out.append(SpeedupChange(engine=paired.head_engine, slice=slc, batch_size=bs, bucket=bucket,
                                  base=_interval(base), head=_interval(head), ratio=ratio, status=status,
                                  significant=significant, explanation=explain(bc, hc) if hc and bc else None))

@@ -376,6 +376,7 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
             report_dir: RunDir | None = None, quiet: bool = False, record_phases: bool = False) -> int:
     """Compare a run with its baseline: the page (summary.md, speedup.png, comment.md), then verdict.json, read
     back.  The verdict's exit code, or EXIT_FAIL when the verdict did not read back as this run's pass."""
+    from gate.baseline import summarize
     from gate.checksdoc import retokenized_note
     from gate.compare import Paired
     from gate.compare import compare as judge
@@ -394,8 +395,9 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
                         calibration=p.get("calibration", {}), config=p.get("config", {}))
     baseline, path, same, others = find_baseline(results, config, name, baselines_dir)
     dest.clear(COMPARED)  # the inputs loaded: now replace them
-    verdict = judge(results, checks, config, baseline=baseline, baseline_path=path, same_hardware=same,
-                    paired=paired, others=others)
+    head = summarize(results, checks, config, name)  # the head's measurements, once, as a baseline holds them
+    verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, paired=paired,
+                    others=others)
     verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
                                                        suite=results.fingerprint.suite.fingerprint)})
     # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.

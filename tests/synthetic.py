@@ -138,3 +138,11 @@ HOSTILE = "</details><img src=x onerror=alert(1)> @org/team #1 | `rm -rf /` [x](
 def checks_json(doc: ChecksDoc) -> str:
     """``checks.json`` as the gate writes it (non-finite numbers kept, as ``json`` writes them)."""
     return json.dumps(doc.model_dump(mode="json", by_alias=True), indent=1) + "\n"
+
+
+def judge(results: Results, checks: ChecksDoc, cfg: Config, baseline=None, **kw):
+    """``gate.compare.compare`` as the pipeline calls it: the head summarized once, then held against ``baseline``."""
+    from gate.baseline import summarize
+    from gate.compare import compare
+
+    return compare(summarize(results, checks, cfg, "demo"), baseline, results, checks, cfg, **kw)

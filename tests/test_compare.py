@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.baseline import derive
-from gate.compare import Cost, compare, explain
+from gate.compare import Cost, explain
 from gate.report import COMMENT_LIMIT, build_page, marker, render_comment
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -25,7 +25,7 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def verdict_and_comment(head, head_checks, baseline=None, same_hardware=True, name="demo"):
     cfg = syn.config()
-    v = compare(head, head_checks, cfg, baseline=baseline, baseline_path="baselines/demo/x.json",
+    v = syn.judge(head, head_checks, cfg, baseline=baseline, baseline_path="baselines/demo/x.json",
                 same_hardware=same_hardware)
     return v, render_comment(build_page(head, head_checks, v, baseline, name))
 
@@ -113,7 +113,7 @@ def test_a_huge_divergence_list_is_cut_to_the_comment_limit(base_run):
                  "before": "x" * 70, "got": "y" * 70, "reference": "z" * 70} for i in range(3000)]
     checks = syn.checks_for(base_run, confident={1: 3000, 4: 3000}, examples=examples)
     cfg = syn.config()
-    v = compare(base_run, checks, cfg, baseline=base_of(base_run), baseline_path="b.json")
+    v = syn.judge(base_run, checks, cfg, baseline=base_of(base_run), baseline_path="b.json")
     text = render_comment(build_page(base_run, checks, v, None, "demo", examples_limit=3000))
     assert len(text) <= COMMENT_LIMIT
     assert "Cut to fit 65,536 characters: verdicts, examples left out" in text
@@ -172,7 +172,7 @@ accepts = st.dictionaries(st.tuples(st.sampled_from(syn.SLICES), st.sampled_from
 def test_a_run_compared_with_its_own_baseline_passes(speedup, accepted):
     run = syn.run(accepted=accepted, speedup=speedup)
     checks = syn.checks_for(run)
-    v = compare(run, checks, syn.config(), baseline=base_of(run, checks), baseline_path="b.json")
+    v = syn.judge(run, checks, syn.config(), baseline=base_of(run, checks), baseline_path="b.json")
     assert v.outcome == "pass", [c.why for c in v.checks if c.status == "fail"]
 
 
@@ -182,7 +182,7 @@ def test_a_strict_improvement_never_fails(speedup, accepted, gain):
     base = syn.run(accepted=accepted, speedup=speedup)
     better = syn.run(accepted={k: min(4, a + 1) for k, a in accepted.items()},
                      speedup={k: s * gain for k, s in speedup.items()})
-    v = compare(better, syn.checks_for(better), syn.config(), baseline=base_of(base), baseline_path="b.json")
+    v = syn.judge(better, syn.checks_for(better), syn.config(), baseline=base_of(base), baseline_path="b.json")
     assert v.outcome == "pass", [c.why for c in v.checks if c.status == "fail"]
 
 
@@ -193,8 +193,8 @@ def test_scaling_every_timing_leaves_equivalence_alone(factor):
     scaled = run.model_copy(deep=True)
     for ex in scaled.executions:
         ex.wall_s *= factor
-    a = compare(run, syn.checks_for(run, exact={4: 0.5}), syn.config(), baseline=base_of(run), baseline_path="b")
-    b = compare(scaled, syn.checks_for(scaled, exact={4: 0.5}), syn.config(), baseline=base_of(run),
+    a = syn.judge(run, syn.checks_for(run, exact={4: 0.5}), syn.config(), baseline=base_of(run), baseline_path="b")
+    b = syn.judge(scaled, syn.checks_for(scaled, exact={4: 0.5}), syn.config(), baseline=base_of(run),
                 baseline_path="b")
     eq = [(c.check, c.status, c.why) for c in a.checks if c.check == "equivalence"]
     assert eq == [(c.check, c.status, c.why) for c in b.checks if c.check == "equivalence"]
@@ -220,7 +220,7 @@ def test_terminal_report_is_plain_text_when_not_a_terminal(base_run):
 
     from gate.report import print_terminal
 
-    v = compare(base_run, syn.checks_for(base_run), syn.config(), baseline=base_of(base_run), baseline_path="b")
+    v = syn.judge(base_run, syn.checks_for(base_run), syn.config(), baseline=base_of(base_run), baseline_path="b")
     buf = io.StringIO()
     print_terminal(v, Console(file=buf, width=120))
     text = buf.getvalue()
@@ -279,11 +279,11 @@ def test_a_changed_suite_compares_only_the_slices_both_runs_share(base_run):
 
 
 def test_no_baseline_for_this_hardware_names_the_others_and_can_fail(base_run):
-    v = compare(base_run, syn.checks_for(base_run), syn.config(), baseline=None, baseline_path="b/x.json",
+    v = syn.judge(base_run, syn.checks_for(base_run), syn.config(), baseline=None, baseline_path="b/x.json",
                 others=["cuda-nvidia-a100", "cuda-nvidia-h100"])
     why = next(c.why for c in v.checks if c.check == "baseline")
     assert v.outcome == "neutral" and "cuda-nvidia-a100, cuda-nvidia-h100" in why and "hardware-key" in why
-    v = compare(base_run, syn.checks_for(base_run), syn.config(on_missing="fail"), baseline=None,
+    v = syn.judge(base_run, syn.checks_for(base_run), syn.config(on_missing="fail"), baseline=None,
                 baseline_path="b/x.json")
     assert v.outcome == "fail" and v.exit_code == 1
     assert any(c.check == "baseline" and c.status == "fail" and "on_missing" in c.why for c in v.checks)

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from gate.baseline import derive
 from gate.checksdoc import VerdictLine
-from gate.compare import compare
 from gate.inert import code, markdown
 from gate.report import build_page, marker, print_terminal, render_comment, render_summary, render_text
 from gate.results import Results
@@ -61,7 +60,7 @@ def _hostile_run(h: str):
 
 def _pages(h: str) -> tuple[str, str, str]:
     r, checks, base = _hostile_run(h)
-    v = compare(r, checks, syn.config(), baseline=base, baseline_path=h, same_hardware=False)
+    v = syn.judge(r, checks, syn.config(), baseline=base, baseline_path=h, same_hardware=False)
     page = build_page(r, checks, v, base, "demo")
     out = io.StringIO()
     from rich.console import Console
@@ -106,7 +105,7 @@ def test_a_baseline_cannot_forge_the_marker_or_reach_the_comment_live():
     r = syn.run()
     forged = "<!-- specguard:OTHER --> @everyone <img src=x>"
     base = _baseline(r, name=forged, created=forged)
-    v = compare(r, syn.checks_for(r), syn.config(), baseline=base, baseline_path="b.json")
+    v = syn.judge(r, syn.checks_for(r), syn.config(), baseline=base, baseline_path="b.json")
     comment = render_comment(build_page(r, syn.checks_for(r), v, base, "demo"))
     assert "specguard:OTHER -->" not in comment.replace("&lt;!-- specguard:OTHER --&gt;", "")
     assert re.findall(r"<!-- specguard:[^>]* -->", comment) == ["<!-- specguard:demo -->"]
@@ -128,7 +127,7 @@ def test_rich_markup_in_a_message_cannot_crash_the_terminal_report():
     checks = syn.checks_for(r)
     checks.verdicts.append(VerdictLine(check="engine_failure", engine="x[/]", batch_size=4, status="fail",
                                        why="closing tag [/] and [bold]markup[/bold] and \x1b[31mred"))
-    v = compare(r, checks, syn.config())
+    v = syn.judge(r, checks, syn.config())
     from rich.console import Console
 
     out = io.StringIO()
