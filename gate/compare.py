@@ -40,7 +40,7 @@ from gate.baseline import Baseline, Comparability, SpeedupCell, cell_key, compar
 from gate.checksdoc import ChecksDoc
 from gate.config import REFERENCE, Config
 from gate.report.numbers import signed_pct, times
-from gate.results import Results
+from gate.results import PairedRun, Results
 from gate.stats import alpha_from_mean_accepted
 from gate.verdictdoc import (
     EXIT_FAIL,
@@ -148,26 +148,16 @@ def _interval(cell: SpeedupCell | None) -> Interval:
 # --- the comparison -------------------------------------------------------------------------
 
 
-@dataclass
-class Paired:
-    """Paired mode: the base's speculative configuration ran as ``engine`` beside the head's, interleaved."""
-
-    engine: str  # the base engine's name in the results, e.g. "base-speculative"
-    head_engine: str  # the head engine it is compared with
-    k: int
-    calibration: dict[str, dict[str, float]]
-    config: dict[str, Any]
-
-
 def compare(head: Baseline, baseline: Baseline | None, results: Results, checks: ChecksDoc, config: Config,
-            baseline_path: str | None = None, same_hardware: bool = True, paired: Paired | None = None,
-            say: Callable[[str], None] = lambda m: None, others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
+            baseline_path: str | None = None, same_hardware: bool = True, say: Callable[[str], None] = lambda m: None,
+            others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
     """The head's summary (:func:`gate.baseline.summarize` of ``results`` and ``checks``) against the stored
-    baseline, or in paired mode its speedup against the base's engine timed beside it.  ``results`` gives only
-    what is not a measurement: the run's status, its config and, in paired mode, the (batch, repeat) pairing;
-    ``checks`` the run's own verdicts, carried over.  ``others``: hardware keys that have a baseline of this name
-    when this run's key has none (named in the verdict, never used)."""
+    baseline, or in paired mode (``results.paired``) its speedup against the base's engine timed beside it.
+    ``results`` gives only what is not a measurement: the run's status, its config and, in paired mode, the
+    (batch, repeat) pairing; ``checks`` the run's own verdicts, carried over.  ``others``: hardware keys that have
+    a baseline of this name when this run's key has none (named in the verdict, never used)."""
     rules = config.baseline
+    paired = results.paired
     verdicts: list[CheckVerdict] = []
     hw = results.fingerprint.hardware_key
 
@@ -368,7 +358,7 @@ def _stored_speedup_changes(head: Baseline, baseline: Baseline, tolerance: float
     return out
 
 
-def _paired_speedup_changes(summary: Baseline, results: Results, paired: Paired,
+def _paired_speedup_changes(summary: Baseline, results: Results, paired: PairedRun,
                             tolerance: float) -> list[SpeedupChange]:
     """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat).  Both engines'
     cells (estimate, acceptance) come from the run's summary; only the pairing is read from ``results``."""
@@ -393,7 +383,8 @@ def _paired_speedup_changes(summary: Baseline, results: Results, paired: Paired,
         head, base = head_cells.get(paired.head_engine, {}).get(key), head_cells.get(paired.engine, {}).get(key)
         hc = _costs(bs, head.tokens_per_target_forward if head else None, summary.calibration,
                     summary.settings.num_draft_tokens)
-        bc = _costs(bs, base.tokens_per_target_forward if base else None, paired.calibration, paired.k)
+        bc = _costs(bs, base.tokens_per_target_forward if base else None, paired.calibration,
+                    paired.num_draft_tokens)
         out.append(SpeedupChange(engine=paired.head_engine, slice=slc, batch_size=bs, bucket=bucket,
                                  base=_interval(base), head=_interval(head), ratio=ratio, status=status,
                                  significant=significant, explanation=explain(bc, hc) if hc and bc else None))
@@ -425,7 +416,7 @@ def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bo
     return out
 
 
-def what_changed(results: Results, baseline: Baseline | None, paired: Paired | None) -> list[Changed]:
+def what_changed(results: Results, baseline: Baseline | None, paired: PairedRun | None) -> list[Changed]:
     """Draft, target and batching settings, base vs head."""
     head = results.config or {}
     out: list[Changed] = []
@@ -516,4 +507,4 @@ def headline(doc: VerdictDoc, results: Results) -> str:
     return text[0].upper() + text[1:]
 
 
-__all__ = ["REFERENCE", "SCHEMA", "Cost", "Paired", "VerdictDoc", "compare", "explain", "headline", "ratio_ci"]
+__all__ = ["REFERENCE", "SCHEMA", "Cost", "VerdictDoc", "compare", "explain", "headline", "ratio_ci"]

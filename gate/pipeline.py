@@ -378,7 +378,6 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     back.  The verdict's exit code, or EXIT_FAIL when the verdict did not read back as this run's pass."""
     from gate.baseline import summarize
     from gate.checksdoc import retokenized_note
-    from gate.compare import Paired
     from gate.compare import compare as judge
     from gate.report import build_page, print_terminal, render_comment, render_details, render_summary, write_png
     from gate.verdictdoc import RunRef
@@ -388,16 +387,10 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     checks = out.checks()
     dest = report_dir or out
     name = baseline_name or config.baseline.name or "specguard"
-    paired = None
-    if results.paired:
-        p = results.paired
-        paired = Paired(engine=p["engine"], head_engine=p["head_engine"], k=p["num_draft_tokens"],
-                        calibration=p.get("calibration", {}), config=p.get("config", {}))
     baseline, path, same, others = find_baseline(results, config, name, baselines_dir)
     dest.clear(COMPARED)  # the inputs loaded: now replace them
     head = summarize(results, checks, config, name)  # the head's measurements, once, as a baseline holds them
-    verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, paired=paired,
-                    others=others)
+    verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, others=others)
     verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
                                                        suite=results.fingerprint.suite.fingerprint)})
     # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.

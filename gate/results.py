@@ -332,6 +332,17 @@ class RunHeader(_Record):
     run_id: str | None = None  # this invocation's id: verdict.json names it, so a stale verdict is never judged
 
 
+class PairedRun(Document):
+    """Paired mode: the base config's speculative engine, timed beside the head's, interleaved, in one run."""
+
+    engine: str  # the base engine's name in the results, e.g. "base-speculative"
+    head_engine: str  # the head engine it is compared with
+    num_draft_tokens: int  # the base's k
+    calibration: dict[str, dict[str, float]] = Field(default_factory=dict)  # the base pair's step costs
+    config: dict[str, Any] = Field(default_factory=dict)  # the base config, as loaded
+    source: str | None = None  # the base config's file
+
+
 class Results(RunHeader):
     """``results.json``: the header, every execution, and how the run ended."""
 
@@ -343,9 +354,7 @@ class Results(RunHeader):
     executions: list[Execution] = Field(default_factory=list)
     skipped: list[Skip] = Field(default_factory=list)
     cache: dict[str, list[str]] = Field(default_factory=lambda: {"reused": []})
-    # Paired mode: the base config's engine timed beside the head's ({engine, head_engine, num_draft_tokens,
-    # calibration, config, source}); None otherwise.
-    paired: dict[str, Any] | None = None
+    paired: PairedRun | None = None  # paired mode only
     # Where the time went, in runs made before phases.json held it (a run writes it empty now).
     phases: dict[str, Any] = Field(default_factory=dict)
     # The reference checked against transformers.generate; None when the reference is a serving stack.

@@ -54,6 +54,7 @@ from gate.results import (
     Execution,
     Fingerprint,
     ModelFingerprint,
+    PairedRun,
     Phase,
     RecordLog,
     Results,
@@ -324,11 +325,7 @@ class Runner:
         for skip in self.plan.skips:
             self.progress.note(f"skip {skip.engine} at batch size {skip.batch_size} ({skip.mode}): {skip.reason}")
         status, stopped, calibration, timing = "complete", None, {}, {}
-        paired = None
-        if self.paired is not None:
-            paired = {"engine": self.paired.engine.name, "head_engine": self.paired.head_engine,
-                      "num_draft_tokens": self.paired.num_draft_tokens, "calibration": {},
-                      "config": self.paired.config, "source": self.paired.source}
+        base_calibration: dict[str, dict[str, float]] = {}
         try:
             with sigterm_interrupts():
                 with self.phases("anchor"):
@@ -339,10 +336,10 @@ class Runner:
                         trials = self.cfg.checks.speedup.calibration_trials
                         calibration = calibrate(self.pair, self.plan.calibrate,
                                                 self.cfg.speculation.num_draft_tokens, trials=trials)
-                        if paired is not None:
+                        if self.paired is not None:
                             base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
-                            paired["calibration"] = calibrate(base_pair, self.plan.calibrate,
-                                                              self.paired.num_draft_tokens, trials=trials)
+                            base_calibration = calibrate(base_pair, self.plan.calibrate,
+                                                         self.paired.num_draft_tokens, trials=trials)
                 self.outputs_phase()
                 if self.plan.timing:
                     with self.phases("timing"):
@@ -362,6 +359,11 @@ class Runner:
         finally:
             log.close()
             with self.phases("writing results"):
+                paired = None
+                if self.paired is not None:
+                    paired = PairedRun(engine=self.paired.engine.name, head_engine=self.paired.head_engine,
+                                       num_draft_tokens=self.paired.num_draft_tokens, calibration=base_calibration,
+                                       config=self.paired.config, source=self.paired.source)
                 results = Results(**header.model_dump(by_alias=True), status=status, stopped_at=stopped,
                                   calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
