@@ -296,18 +296,22 @@ def derive(results: Results, checks: ChecksDoc, config: Config, name: str, force
         raise RefreshRefused(Problem("checks.json", "refusing to make a baseline of a run that fails "
                                      + "; ".join(failing),
                                      hint="fix the engine, or pass --force --reason '...' to record it as accepted"))
+    summary = summarize(results, checks, config, name)
+    BaselineSettings.model_validate(summary.settings.model_dump())  # only settings a stored baseline may hold
     forced = Forced(reason=force_reason, failing=failing) if failing and force_reason is not None else None
-    return summarize(results, checks, config, name).model_copy(update={"forced": forced,
-                                                                        "reason": reason or force_reason})
+    return summary.model_copy(update={"forced": forced, "reason": reason or force_reason})
 
 
 def summarize(results: Results, checks: ChecksDoc, config: Config, name: str = "") -> Baseline:
     """A run's measurements in the baseline's shape, whatever the run's status or verdicts: what a refresh stores,
     and what ``compare`` holds against the stored baseline (the head side is derived here, once, by the same
-    code as the baseline it is compared with)."""
+    code as the baseline it is compared with).  Its settings are the run's, unvalidated: a run ``compare`` reads is
+    judged, and only :func:`derive` refuses settings a stored baseline may not hold."""
     fpr = results.fingerprint
     models = {}
     for role in ("target", "draft"):
+        if role not in fpr.models:
+            continue
         m = fpr.models[role]
         spec = getattr(config.models, role)
         models[role] = ModelName(name=model_name(spec.path, m.location), revision=m.revision, dtype=m.dtype,
@@ -334,9 +338,9 @@ def summarize(results: Results, checks: ChecksDoc, config: Config, name: str = "
                                         suite=SuiteId(**{**fpr.suite.model_dump(),
                                                          "name": model_name(config.suite.path, fpr.suite.name),
                                                          "slice_fingerprints": slice_fingerprints(results)})),
-        settings=BaselineSettings(num_draft_tokens=s.num_draft_tokens, batch_sizes=s.batch_sizes,
-                                  max_new_tokens=s.max_new_tokens, greedy=s.greedy, sampling=s.sampling,
-                                  engines=s.engines, compositions=s.compositions),
+        settings=BaselineSettings.model_construct(num_draft_tokens=s.num_draft_tokens, batch_sizes=s.batch_sizes,
+                                                  max_new_tokens=s.max_new_tokens, greedy=s.greedy,
+                                                  sampling=s.sampling, engines=s.engines, compositions=s.compositions),
         equivalence={e: {bs: _equivalence(x) for bs, x in rows.items()}
                      for e, rows in (checks.equivalence or {}).items()},
         noise_floor={bs: _equivalence(x) for bs, x in (checks.noise_floor or {}).items()},

@@ -331,6 +331,14 @@ def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost
     return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
 
 
+def _speedup_status(ratio: Interval, tolerance: float) -> tuple[str, bool]:
+    """The speedup rule, stored or paired: fail when the ratio's CI lies wholly below ``1 - tolerance``
+    (significant), warn when only its estimate does."""
+    significant = ratio.high is not None and ratio.high < 1 - tolerance
+    beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
+    return ("fail" if significant else ("warn" if beyond else "pass")), significant
+
+
 def _stored_speedup_changes(head: Baseline, baseline: Baseline, tolerance: float,
                             comp: Comparability | None = None) -> list[SpeedupChange]:
     head_cells = head.speedup
@@ -344,9 +352,7 @@ def _stored_speedup_changes(head: Baseline, baseline: Baseline, tolerance: float
             if base is None or not base.samples or not now.samples:
                 continue
             ratio = ratio_ci(now.samples, base.samples)
-            significant = ratio.high is not None and ratio.high < 1 - tolerance
-            beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
-            status = "fail" if significant else ("warn" if beyond else "pass")
+            status, significant = _speedup_status(ratio, tolerance)
             head_cal = head.calibration if engine in head.calibrated_engines else None
             base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
             hc = _costs(now.batch_size, now.tokens_per_target_forward, head_cal, k)
@@ -376,9 +382,7 @@ def _paired_speedup_changes(summary: Baseline, results: Results, paired: PairedR
         ratios = [r[paired.engine] / r[paired.head_engine] for r in rows.values()
                   if paired.engine in r and paired.head_engine in r and r[paired.head_engine] > 0]
         ratio = paired_ratio_ci(ratios)
-        significant = ratio.high is not None and ratio.high < 1 - tolerance
-        beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
-        status = "fail" if significant else ("warn" if beyond else "pass")
+        status, significant = _speedup_status(ratio, tolerance)
         slc, bs, bucket = cells[key]
         head, base = head_cells.get(paired.head_engine, {}).get(key), head_cells.get(paired.engine, {}).get(key)
         hc = _costs(bs, head.tokens_per_target_forward if head else None, summary.calibration,
