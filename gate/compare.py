@@ -3,8 +3,8 @@
 ``compare`` needs ``results.json``, ``checks.json`` and a baseline: no model.
 It holds two summaries of one type against each other: the head's, derived once
 from the run by the code that derives a baseline (:func:`gate.baseline.summarize`),
-and the stored baseline.  Each rule gives pass, fail, warn or neutral with one sentence a reviewer can act
-on (``baseline.*`` in the config sets the tolerances):
+and the stored baseline.  Each rule gives pass, fail, warn or neutral with one
+sentence a reviewer can act on (``baseline.*`` in the config sets the tolerances):
 
 * **equivalence** — any confident divergence, confident inconsistency or
   corruption signature fails (from the checks); so does an exact-match drop
