@@ -111,18 +111,3 @@ def pytest_configure(config):
     gate.models._load_one = load_one
     subprocess.Popen.__init__ = popen_init
 
-
-# --- parallel runs (`make test`: pytest-xdist, one worker per core) ----------------------------------------
-# The act tests share act's state under ~/.cache/act: one worker runs them all, one after another. The slow
-# tier goes first, so the minute-long tests start while the fast ones fill the other workers' gaps at the end.
-
-ONE_WORKER = {"test_action.py": "act", "test_lifecycle.py": "act"}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = ONE_WORKER.get(item.path.name)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-    if getattr(config.option, "numprocesses", None):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first, in file order

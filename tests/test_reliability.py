@@ -226,8 +226,8 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     # A shell starts background jobs with SIGINT ignored, and Python then installs no KeyboardInterrupt
     # handler: give the child the default disposition, as an interactive terminal or a CI runner does.
     # Two cheap mutants (few samples): the signal arrives while the second one runs.
-    cmd = ["selftest", "--mutant", "kv-no-rollback", "--mutant", "accept-off-by-one", "--samples", "100", "--seeds",
-           "3", "--threads", "2"]
+    cmd = ["selftest", "--mutant", "positions-batch-max", "--mutant", "accept-off-by-one", "--samples", "100",
+           "--seeds", "3", "--threads", "2"]
     proc = subprocess.Popen([sys.executable, "-m", "gate", *cmd], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
