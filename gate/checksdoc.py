@@ -211,7 +211,7 @@ class SpeedupStats(_Doc):
     acceptance_rate: float | None
     mean_accepted_length: float | None
     tokens_per_target_forward: float | None
-    acceptance_per_pos: list[float] | None
+    acceptance_per_pos: list[float | None] | None  # None at a position no draft reached
     expected: Expected | None
 
 

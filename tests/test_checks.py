@@ -259,3 +259,18 @@ def test_min_speedup_holds_per_slice_in_the_check_itself():
     assert [(v.slice, v.batch_size) for v in failed] == [("code", 1)], [v.why for v in failed]
     assert "speedup on code at batch size 1" in failed[0].why and failed[0].to_dict()["slice"] == "code"
     assert not any(v.status == "fail" for v in verdicts_for(analyze_speedup(run), min_speedup=None))
+
+
+def test_a_draft_position_no_draft_reached_is_none_in_the_checks_not_a_crash():
+    """Bug (the refresh workflow under act): when no draft reached position k (drafts cut short by EOS or
+    max_new_tokens), the typed checks document refused the cell's acceptance there (None) with a traceback."""
+    import synthetic as syn
+
+    r = syn.run()
+    for ex in r.executions:
+        for s in ex.sequences:
+            if s.counters is not None:
+                s.counters.num_draft_tokens_per_pos[-1] = 0
+                s.counters.num_accepted_tokens_per_pos[-1] = 0
+    cells = [c for e in syn.checks_for(r).speedup.engines.values() for c in e.cells.values()]
+    assert cells and all(c.acceptance_per_pos[-1] is None for c in cells)
