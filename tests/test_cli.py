@@ -87,7 +87,9 @@ def test_gate_end_to_end(small_run, tmp_path):
     assert sum(phases["seconds"].values()) == pytest.approx(phases["wall_s"], rel=0.05)
 
     # A second run with the cache warm reuses reference generations (only the draft "changed": nothing did).
-    code = main(["run", str(cfg), "--out", str(tmp_path / "again")])
+    # --threads as the shared run's: the thread count is part of the hardware key the cache is keyed by, and an
+    # earlier test in this process may have left torch at another one.
+    code = main(["run", str(cfg), "--out", str(tmp_path / "again"), "--threads", "2"])
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     assert code == 0 and again["cache"]["reused"]
 
