@@ -19,7 +19,7 @@ import re
 
 ZWSP = "\u200b"
 _SPACE = re.compile(r"\s+")  # a run of whitespace, newlines included, is one space: nothing starts a new block
-_URL = re.compile(r"(?i)(?<=[a-z])(://)|\b(www)\.")
+_URL = re.compile(r"(?i)(?<=[a-z])(://)|(www)\.")  # every www., not only at a word start
 
 
 class Inert(str):

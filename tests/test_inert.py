@@ -9,7 +9,7 @@ import re
 
 import pytest
 import synthetic as syn
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gate.baseline import derive
@@ -88,6 +88,7 @@ def _assert_inert(text: str) -> None:
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTILE)
+@example("@everyonewww.evil.example")  # found by the fuzzer: the mention's escape left www. inside a word
 def test_hostile_strings_in_every_rendered_field_stay_inert(h):
     comment, summary, term = _pages(h)
     benign_comment, benign_summary, _ = _pages("x")
