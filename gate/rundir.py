@@ -89,13 +89,7 @@ def load_document(path: str | Path, kind: DocumentKind, raw: bool = False):
     return doc if raw else model
 
 
-def _checks_model():
-    from gate.checksdoc import ChecksDoc
-
-    return ChecksDoc
-
-
-CHECKS_DOC = DocumentKind("checks file", SpecguardError, _checks_model,
+CHECKS_DOC = DocumentKind("checks file", SpecguardError, lambda: ChecksDoc,  # already imported: light
                           "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it",
                           schema=CHECKS_SCHEMA, invalid="corrupt checks: {msg}",
                           allow_nan=True)  # the checks record an estimate they could not make as NaN
