@@ -311,7 +311,8 @@ def cmd_selftest(args, session: Session) -> int:
     pipeline.set_threads(args.threads)
     session.quiet_libraries()
     mutants = args.mutant or None
-    report = selftest(seeds=args.seeds, samples=args.samples, mutants=mutants, say=session.say)
+    report = selftest(seeds=args.seeds, samples=args.samples, mutants=mutants, say=session.say,
+                      detail=session.say if session.verbosity >= 2 else None)
     if args.json:
         print(json.dumps({"mutants": [{k: m[k] for k in ("name", "caught", "caught_by")}
                                       for m in report["mutants"]],

@@ -225,26 +225,27 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     # A shell starts background jobs with SIGINT ignored, and Python then installs no KeyboardInterrupt
     # handler: give the child the default disposition, as an interactive terminal or a CI runner does.
-    # Two cheap mutants (few samples): the signal arrives while the second one runs.
+    # The signal arrives while the first mutant's run generates outputs (-v says each run's phases; that phase
+    # starts with the reference's generations: seconds): with the bug, the next mutant would start.
     cmd = ["selftest", "--mutant", "positions-batch-max", "--mutant", "accept-off-by-one", "--samples", "100",
-           "--seeds", "3", "--threads", "2"]
+           "--seeds", "1", "--threads", "2", "-v"]
     proc = subprocess.Popen([sys.executable, "-m", "gate", *cmd], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
-    first_mutant_done = threading.Event()
+    first_mutant_running = threading.Event()
 
     def read_stderr() -> None:
         for line in proc.stderr:
             lines.append(line)
-            if line.startswith("mutant "):  # the models are loaded and one mutant is judged: the next is running
-                first_mutant_done.set()
-        first_mutant_done.set()  # the output ended: the self-test exited, and the asserts below say how
+            if line.startswith("  positions-batch-max: outputs at batch size"):
+                first_mutant_running.set()
+        first_mutant_running.set()  # the output ended: the self-test exited, and the asserts below say how
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     try:
-        assert first_mutant_done.wait(timeout=600), "".join(lines)[-2000:]
+        assert first_mutant_running.wait(timeout=600), "".join(lines)[-2000:]
         assert proc.poll() is None, "".join(lines)[-2000:]
         proc.send_signal(sig)
         t0 = time.monotonic()
@@ -255,6 +256,7 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     err = "".join(lines)
     assert proc.returncode == 130, err[-2000:]
     assert time.monotonic() - t0 < 30, "stopped within seconds"
+    assert not any(line.startswith("mutant accept-off-by-one") for line in lines), err[-2000:]
 
 
 # --- bad input (in process) -----------------------------------------------------------------------

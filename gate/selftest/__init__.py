@@ -73,7 +73,13 @@ def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
 
 
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
-             say: Callable[[str], None] = lambda m: None) -> dict:
+             say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None) -> dict:
+    """Run the self-test.  ``say`` gets one line per mutant and per seed; ``detail`` (``-v``), when given, also
+    each run's phase lines, prefixed with the run's name."""
+
+    def log_for(name: str) -> Callable[[str], None]:
+        return (lambda m: detail(f"  {name}: {m}")) if detail else (lambda m: None)
+
     torch.manual_seed(0)
     base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples}, PACKAGE_DIR / "selftest.yaml")
     loaded = load_pair(base)
@@ -89,7 +95,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
         for name in mutants or list(MUTANTS):
             engine = MUTANTS[name](pair.target.model, pair.draft.model, pair.device)
             engine.name = name
-            runner = Runner(base, pair, suite, reference, [engine], Path(tmp) / name, log=lambda m: None,
+            runner = Runner(base, pair, suite, reference, [engine], Path(tmp) / name, log=log_for(name),
                             cache=cache, timed=False, repeat_runs=False)
             checks = run_checks(runner.run(), pair, base.config)
             caught_by = _alarms(checks, name)
@@ -102,7 +108,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
                                PACKAGE_DIR / "selftest.yaml")
             engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
             runner = Runner(cfg, pair, selftest_suite(order_seed=seed), reference, [engine],
-                            Path(tmp) / f"correct-{seed}", log=lambda m: None, cache=cache, timed=False,
+                            Path(tmp) / f"correct-{seed}", log=log_for(f"correct-{seed}"), cache=cache, timed=False,
                             repeat_runs=False)
             checks = run_checks(runner.run(), pair, cfg.config)
             alarms = _alarms(checks, "speculative") + _alarms(checks, "reference")
