@@ -298,9 +298,11 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions) -> i
 
 
 def start_servers(session: Session, loaded, out: Path, stack: contextlib.ExitStack) -> None:
-    """Launch the serving stacks the config asks the gate to start; the stack tears them down, whatever happens."""
+    """Launch the serving stacks the config asks the gate to start, side by side, then wait until each answers; the
+    stack tears them down, whatever happens."""
     from gate.engines.http import Server
 
+    launched = []
     for i, e in enumerate(loaded.config.engines):
         if e.http is None:
             continue
@@ -311,8 +313,12 @@ def start_servers(session: Session, loaded, out: Path, stack: contextlib.ExitSta
             session.say(f"starting {e.label} {role}: {' '.join(ep.launch)}")
             log = loaded.resolve_path(ep.log) if ep.log else out / f"{e.label}-{role}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(Server(list(ep.launch), ep.url, ep.health, ep.startup_timeout_s, dict(ep.env),
-                                       f"engines[{i}].http.{role}", log_path=log))
+            server = Server(list(ep.launch), ep.url, ep.health, ep.startup_timeout_s, dict(ep.env),
+                            f"engines[{i}].http.{role}", log_path=log)
+            stack.callback(server.stop)  # registered before the launch: a launch that fails midway is stopped too
+            launched.append(server.launch())
+    for server in launched:
+        server.wait_ready()
 
 
 def merge(dirs: list[Path], out: RunDir):

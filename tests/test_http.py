@@ -628,3 +628,37 @@ def test_llama_server_with_a_draft_model_passes_and_a_quantized_target_fails(tmp
     assert sum(checks["equivalence"]["llamacpp-q4_0"][bs]["divergences"]["confident"] for bs in ("1", "4")) > 0
     comment = (tmp_path / "out-control" / "comment.md").read_text()
     assert "confident divergence(s) from the reference" in comment and "a bug, not float noise" in comment
+
+
+# Each stand-in server announces itself, then waits for the other before it serves: launched one after another,
+# the first would never answer (the second is only launched once the first is ready).
+BOTH_UP = """\
+import http.server, pathlib, sys, time
+me, other, port = sys.argv[1:]
+pathlib.Path(me).touch()
+deadline = time.monotonic() + 30
+while not pathlib.Path(other).exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+http.server.HTTPServer(("127.0.0.1", int(port)), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+def test_launched_servers_start_side_by_side_and_are_all_torn_down(tmp_path):
+    """A serving stack takes minutes to load its model: the engine's server and the reference's start together."""
+    import contextlib
+
+    from gate.config import parse_config
+    from gate.pipeline import Session, start_servers
+
+    e, r = free_ports(2)
+    a, b = tmp_path / "engine-up", tmp_path / "reference-up"
+    text = config((e, json.dumps([PY, "-c", BOTH_UP, str(a), str(b), str(e)])),
+                  (r, json.dumps([PY, "-c", BOTH_UP, str(b), str(a), str(r)])), timeout=20)
+    loaded = parse_config(text, tmp_path / "specguard.yaml")
+    with contextlib.ExitStack() as stack:
+        start_servers(Session(verbosity=0), loaded, tmp_path / "out", stack)
+        assert a.exists() and b.exists()
+        for port in (e, r):
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass  # both answer
+    assert wait_for(lambda: not subprocess.run(["pgrep", "-f", str(a)], capture_output=True).stdout, timeout=10)

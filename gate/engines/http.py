@@ -231,6 +231,12 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> Server:
+        """Start the process (refusing a port that already answers); :meth:`wait_ready` then waits for it.  Apart,
+        so that several servers start side by side (a serving stack takes minutes to load a model)."""
         busy = _already_listening(self.url)
         if busy:  # the health check below would take that process for the one the gate launched
             raise EngineError(Problem(self.label, f"something already listens on {busy}, where the gate was to "
@@ -246,8 +252,12 @@ class Server:
             self.stop()
             raise EngineError(Problem(self.label, f"cannot start the server: {exc}", field="launch",
                                       hint="check the command and that it is installed on the runner")) from None
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
+        self.deadline = time.monotonic() + self.timeout_s
+        return self
+
+    def wait_ready(self) -> Server:
+        """Wait until the health route answers; a clear error (the server stopped) if it exits or times out."""
+        while time.monotonic() < self.deadline:
             code = self.proc.poll()
             if code is not None:
                 self.stop()
