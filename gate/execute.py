@@ -69,12 +69,14 @@ class Executor:
                 for i in batch.members]
 
     def cache_key(self, batch: PlannedBatch, repeat: int, settings: GenerationSettings) -> str:
-        """Everything a reference generation depends on (see :mod:`gate.cache`); the draft is not part of it."""
+        """Everything a reference generation depends on (see :mod:`gate.cache`); the draft is not part of it, and
+        neither are the per-request seeds of a greedy generation (adding sampling to a config, which sets the run's
+        seed, keeps its greedy generations cached)."""
         return fp.digest({
             **self.cache_context,
             "prompts": [self.prompts[i].prompt_ids for i in batch.members],
             "max_new": [self.prompts[i].max_new_tokens for i in batch.members],
-            "seeds": [r.seed for r in self.requests(batch, repeat)],
+            "seeds": None if settings.greedy else [r.seed for r in self.requests(batch, repeat)],
             "settings": settings.to_dict(), "batch_size": batch.batch_size, "n_real": batch.n_real,
         })
 

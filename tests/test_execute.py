@@ -122,3 +122,17 @@ def test_after_two_timeouts_an_engines_other_batches_are_not_run():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_greedy_cache_key_ignores_the_runs_seed_and_a_sampled_one_keeps_it():
+    """Bug: adding sampling to a config sets the run's seed, and every greedy reference generation then missed the
+    cache (the per-request seeds were part of its key, though argmax uses none)."""
+    from gate.cache import ReferenceCache
+
+    batch = PlannedBatch(2, 0, (0, 1), 2)
+    keys = {}
+    for seed in (0, 1):
+        ex = Executor(PROMPTS, lambda ids: "", Log(), seed=seed, cache=ReferenceCache("unused"))
+        keys[seed] = (ex.cache_key(batch, 0, GenerationSettings(0.0)), ex.cache_key(batch, 0, GenerationSettings(1.0)))
+    assert keys[0][0] == keys[1][0], "greedy: the seed plays no part"
+    assert keys[0][1] != keys[1][1], "sampled: another seed is another generation"
