@@ -45,12 +45,21 @@ def eos_pair(demo_pair):
     return dataclasses.replace(demo_pair, eos_override=tuple(demo_pair.encode(EOS_TEXT)))
 
 
-def alarms(pair, name: str, tmp_path, planner=None) -> list[str]:
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """The reference's generations, shared by this module's runs as the self-test shares them across mutants."""
+    from gate.cache import ReferenceCache
+
+    return ReferenceCache(tmp_path_factory.mktemp("reference-cache"))
+
+
+def alarms(pair, name: str, tmp_path, cache, planner=None) -> list[str]:
     cfg = parse_config(GREEDY_ONLY, PACKAGE_DIR / "t.yaml")
     engine = MUTANTS[name](pair.target.model, pair.draft.model, torch.device("cpu"))
     engine.name = name
     runner = Runner(cfg, pair, selftest_suite(), ReferenceEngine(pair.target.model, torch.device("cpu")), [engine],
-                    tmp_path / f"{name}-{bool(planner)}", log=lambda m: None, timed=False, repeat_runs=False)
+                    tmp_path / f"{name}-{bool(planner)}", log=lambda m: None, cache=cache, timed=False,
+                    repeat_runs=False)
     if planner:
         planner(runner)
     checks = run_checks(runner.run(), pair, cfg.config)
@@ -58,12 +67,12 @@ def alarms(pair, name: str, tmp_path, planner=None) -> list[str]:
 
 
 @pytest.mark.slow
-def test_length_mix_bug_escapes_per_cell_batches_and_is_caught_by_mixed_ones(eos_pair, tmp_path):
-    assert alarms(eos_pair, "length-mix-buffer", tmp_path, planner=per_cell_outputs) == [], \
+def test_length_mix_bug_escapes_per_cell_batches_and_is_caught_by_mixed_ones(eos_pair, tmp_path, cache):
+    assert alarms(eos_pair, "length-mix-buffer", tmp_path, cache, planner=per_cell_outputs) == [], \
         "per-cell batches never put a long prompt beside a short one: the bug must not show there"
-    assert "equivalence" in alarms(eos_pair, "length-mix-buffer", tmp_path)
+    assert "equivalence" in alarms(eos_pair, "length-mix-buffer", tmp_path, cache)
 
 
 @pytest.mark.slow
-def test_stale_row_map_is_caught_by_mixed_batches(eos_pair, tmp_path):
-    assert "equivalence" in alarms(eos_pair, "stale-row-map", tmp_path)
+def test_stale_row_map_is_caught_by_mixed_batches(eos_pair, tmp_path, cache):
+    assert "equivalence" in alarms(eos_pair, "stale-row-map", tmp_path, cache)
