@@ -96,3 +96,31 @@ def test_settings_carry_both_dtypes_and_the_configured_extra(demo_pair):
     assert seen == {"dtype": "float32", "draft_dtype": "bfloat16", "extra": {"port": 8000}, "bs": 2, "n": 2}
     assert engine.capabilities.refuses(4) == "engines[].max_batch_size is 2" and engine.capabilities.refuses(2) is None
     assert not engine.capabilities.steppable
+
+
+TORCH_FREE = '''\
+import sys
+
+
+def generate(prompt_ids, batch_size, settings):
+    loaded = int(any(m == "torch" or m.startswith(("torch.", "transformers")) for m in sys.modules))
+    return [{"token_ids": [loaded] * n} for n in settings.max_new_tokens]
+'''
+
+
+@pytest.mark.slow  # a worker process (here without torch: under a second)
+def test_a_plugin_that_does_not_use_torch_runs_in_a_worker_without_torch(tmp_path, monkeypatch):
+    """The worker loads the contract's torch-free half only: a plug-in that calls a service or a C++ library does
+    not pay seconds of torch and transformers imports per worker start (and per restart after a crash)."""
+    from gate.engines.plugin import ProcessCallable
+
+    (tmp_path / "torch_free.py").write_text(TORCH_FREE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = ProcessCallable("torch_free:generate", "specguard.yaml", "light", log_path=tmp_path / "light.log")
+    engine = PluginEngine("light", fn, torch.device("cpu"), BASE, vocab_size=50)
+    try:
+        result = engine.generate([Request((1, 2), 3)], GenerationSettings(0.0, 4))
+    finally:
+        fn.stop()
+    assert result.sequences[0].token_ids == [0, 0, 0], "torch or transformers was imported in the worker"
+    assert result.peak_memory_bytes, "the worker's peak memory is still measured"

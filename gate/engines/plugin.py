@@ -19,13 +19,9 @@ after EOS) are left for the checks to find.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import inspect
 import math
 import numbers
 import threading
-from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 
 import torch
 
@@ -39,69 +35,10 @@ from gate.engines.base import (
     SpecCounters,
     open_log,
 )
+from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, load_callable  # noqa: F401 (re-exported)
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
-
-ENTRY_POINT_GROUP = "specguard.engines"
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    """Everything a plug-in needs to generate like the built-in engines."""
-
-    max_new_tokens: list[int]  # per prompt
-    seeds: list[int]  # per prompt, for sampling
-    temperature: float  # 0.0 means greedy
-    num_draft_tokens: int
-    eos_token_ids: list[int]
-    target: str  # local path or hub id of the target model
-    draft: str
-    dtype: str  # the target's dtype as in the config: auto, float32, bfloat16, float16
-    device: str
-    draft_dtype: str = "float32"  # the draft's dtype as in the config
-    extra: dict = field(default_factory=dict)  # engines[].extra from the config, passed through unchanged
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-def load_callable(spec: str, source: str = "config"):
-    """Resolve 'package.module:function' or 'entrypoint:NAME' to a callable."""
-    where = dict(source=source, field="engines[].callable")
-    if spec.startswith("entrypoint:"):
-        name = spec.split(":", 1)[1]
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-        if not found:
-            raise EngineError(Problem(message=f"no entry point {name!r} in group {ENTRY_POINT_GROUP!r}",
-                                      hint="install the package that provides it", **where))
-        fn = found[0].load()
-    else:
-        module_name, _, attr = spec.partition(":")
-        try:
-            obj = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise EngineError(Problem(message=f"cannot import {module_name!r}: {exc}",
-                                      hint="is the module on PYTHONPATH or installed?", **where)) from None
-        try:
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            raise EngineError(Problem(message=f"module {module_name!r} has no attribute {attr!r}", **where)) from None
-        fn = obj
-    if not callable(fn):
-        raise EngineError(Problem(message=f"{spec!r} is not callable", **where))
-    try:
-        signature = inspect.signature(fn)
-        signature.bind([], 1, None)
-    except TypeError:
-        raise EngineError(Problem(message=f"{spec!r} takes {signature}; expected (prompt_ids, batch_size, settings)",
-                                  hint="see docs/engines.md for the contract", **where)) from None
-    except ValueError:
-        pass  # no introspectable signature (a builtin): trust it
-    return fn
-
 
 COUNTER_LISTS = ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos")
 

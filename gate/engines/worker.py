@@ -19,6 +19,7 @@ import pickle
 import signal
 import struct
 import sys
+import types
 
 _LEN = struct.Struct("!Q")
 
@@ -57,6 +58,16 @@ def _die_with_parent() -> None:
         pass
 
 
+def _device(name: str):
+    """What the memory counters need of the device: torch's own only for CUDA; on the CPU the process's RSS is read
+    without torch (a plug-in that does not use torch never loads it)."""
+    if name.startswith("cuda"):
+        import torch
+
+        return torch.device(name)
+    return types.SimpleNamespace(type=name.split(":")[0])
+
+
 def main(argv: list[str]) -> int:
     # Ctrl-C reaches the whole process group: the gate decides what an interrupt means, and ends this worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -75,7 +86,7 @@ def main(argv: list[str]) -> int:
             if req[0] == "load":
                 _, spec, source, path = req
                 sys.path[:0] = [p for p in path if p not in sys.path]
-                from gate.engines.plugin import load_callable
+                from gate.engines.contract import load_callable  # torch-free: a plug-in imports what it needs
                 from gate.errors import SpecguardError
 
                 try:
@@ -84,11 +95,9 @@ def main(argv: list[str]) -> int:
                 except SpecguardError as exc:  # the plug-in's own words: not wrapped in the worker's
                     answer = ("problems", [(p.message, p.hint) for p in exc.problems])
             else:
-                import torch
-
                 from gate.timing import peak_memory_bytes, reset_peak_memory
 
-                device = torch.device(req[2])
+                device = _device(req[2])
                 reset_peak_memory(device)
                 value = fn(*req[1])
                 answer = ("ok", value, peak_memory_bytes(device))  # this process's peak, not the gate's
