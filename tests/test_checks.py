@@ -160,7 +160,9 @@ def bf16_pair():
 def test_bf16_batch_size_changes_are_labelled_near_ties(bf16_pair):
     """Genuine near-ties: bf16 plain decoding changes with batch size on CPU, and only at near-ties."""
     suite = load_suite("gate/suites/default.jsonl")
-    prompts = [tuple(bf16_pair.encode(p.text)) for p in suite.prompts if p.slice != "long-context"]
+    # 16 of the 47 prompts: on the dev CPU 5 near-ties flip at batch size 8 in the noise floor and 5 in the engine
+    # (12 and 11 with all 47), in a third of the time
+    prompts = [tuple(bf16_pair.encode(p.text)) for p in suite.prompts if p.slice != "long-context"][:16]
     ref = ReferenceEngine(bf16_pair.target.model, CPU)
     spec = SpeculativeEngine(bf16_pair.target.model, bf16_pair.draft.model, CPU)
     outs = {("reference", 1): generate(ref, prompts, 1, 32), ("reference", 8): generate(ref, prompts, 8, 32),
@@ -226,7 +228,7 @@ def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
     from gate.checks.scoring import Scorer
     from gate.timing import peak_memory_bytes, reset_peak_memory
 
-    vocab, n_tokens = 128_000, 600
+    vocab, n_tokens = 128_000, 200  # five 40-token items: five chunks at this vocabulary
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256)
