@@ -56,6 +56,7 @@ def test_a_step_summary_of_exactly_the_limit_in_bytes_is_kept_whole_and_one_more
     cut = render_summary(page, details=details, limit=limit - 1)  # the page is one byte over this limit
     assert utf8_size(cut) <= limit - 1 and "## Details" not in cut and "é ✓" in cut
     assert "details left out" in cut and cut.endswith(f"\n{MARKER}\n")
+    assert f"Cut to fit {limit - 1:,} bytes: details left out" in cut, "the note counts what the limit counts"
 
 
 @pytest.mark.parametrize("size", [len, utf8_size])

@@ -37,7 +37,7 @@ def fit(sections: list[Section], limit: int, size: Callable[[str], int] = len) -
     dropped: list[str] = []
     while True:
         body, footer = _split(kept)
-        text = body + _note(limit, dropped) + footer
+        text = body + _note(limit, dropped, size) + footer
         if size(text) <= limit:
             return text
         droppable = [s for s in kept if s.priority < KEEP]
@@ -53,16 +53,17 @@ def _split(sections: list[Section]) -> tuple[str, str]:
             "".join(s.text for s in sections if s.name == FOOTER))
 
 
-def _note(limit: int, dropped: list[str]) -> str:
+def _note(limit: int, dropped: list[str], size: Callable[[str], int]) -> str:
     if not dropped:
         return ""
-    return (f"\n> Cut to fit {limit:,} characters: {', '.join(dropped)} left out. The full report is in the job's "
+    unit = "characters" if size is len else "bytes"  # the comment counts characters; the step summary, bytes
+    return (f"\n> Cut to fit {limit:,} {unit}: {', '.join(dropped)} left out. The full report is in the job's "
             "step summary and the `specguard-report` artifact.\n")
 
 
 def _cut(body: str, footer: str, dropped: list[str], limit: int, size: Callable[[str], int]) -> str:
     """The last resort, when what is never dropped is too long alone: cut the body, then the note and the footer."""
-    note = _note(limit, [*dropped, "the rest of the page"])
+    note = _note(limit, [*dropped, "the rest of the page"], size)
     room = limit - size(note) - size(footer) - size(_FENCE_CLOSE)
     if room <= 0:  # not even the note fits: a plain cut
         return _clip(body + footer, limit, size)
