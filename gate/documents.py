@@ -1,4 +1,5 @@
-"""The one base class of every versioned document the gate writes and reads (results, checks, verdict, baseline).
+"""The one base class of every versioned document the gate writes and reads (results, checks, verdict, baseline),
+and the smallest of them, ``phases.json``.
 
 Unknown fields are refused (a typo in a hand-edited baseline is an error, not a silently ignored key), and fields
 with a JSON alias (``schema``) can be set by name too.
@@ -6,7 +7,7 @@ with a JSON alias (``schema``) can be set by name too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,4 +25,15 @@ def omitted_when_none(default=None) -> Any:
     return Field(default, exclude_if=_is_none)
 
 
-__all__ = ["Document", "omitted_when_none"]
+PHASES_SCHEMA = "specguard.phases/1"
+
+
+class PhasesDoc(Document):
+    """``phases.json``: where one command's time went (its wall time, and the seconds of each named phase)."""
+
+    schema_id: Literal["specguard.phases/1"] = Field(PHASES_SCHEMA, alias="schema")
+    wall_s: float = Field(ge=0)
+    seconds: dict[str, Annotated[float, Field(ge=0)]]
+
+
+__all__ = ["PHASES_SCHEMA", "Document", "PhasesDoc", "omitted_when_none"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gate.documents import PhasesDoc
 from gate.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, Problem, SpecguardError
 from gate.rundir import CHECKS, COMMENT, COMPARED, JUDGED, PHASES, PNG, RESULTS, RUN, SUMMARY, VERDICT, RunDir
 from gate.timing import Phases
@@ -282,14 +283,14 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions) -> i
             results = runner.run(resume=opts.resume)
     except RunInterrupted as stop:
         progress.close()
-        out.write_json(PHASES, phases.to_dict())
+        out.write_json(PHASES, PhasesDoc.model_validate(phases.to_dict()))
         r = stop.results
         where = r.stopped_at.model_dump(exclude_none=True) if r.stopped_at else {}
         session.say(f"interrupted at {where}; {len(r.executions)} finished executions kept in "
                     f"{out / 'records.jsonl'}. Rerun with --resume to continue.")
         return EXIT_INTERRUPTED
     progress.close()
-    out.write_json(PHASES, phases.to_dict())
+    out.write_json(PHASES, PhasesDoc.model_validate(phases.to_dict()))
     n = len(results.executions)
     reused = len(results.cache.get("reused", []))
     session.say(f"wrote {out / RESULTS} ({n} executions"
@@ -409,7 +410,7 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     dest.write_text(COMMENT, render_comment(page))
     if record_phases:  # the whole command's breakdown, before the verdict goes last
         session.phases.add("report", time.perf_counter() - started)
-        out.write_json(PHASES, session.phases.to_dict())
+        out.write_json(PHASES, PhasesDoc.model_validate(session.phases.to_dict()))
     dest.write_json(VERDICT, verdict)  # last: its presence means the verdicts were written
     caveat = retokenized_note(checks)
     if quiet or session.verbosity == 0:

@@ -11,8 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from gate import schemas
 from gate.cli import main
 
 SMALL = """\
@@ -83,6 +85,7 @@ def test_gate_end_to_end(small_run, tmp_path):
     assert verdict["outcome"] == "neutral" and verdict["mode"] == "none"
     # Where the time went: every phase of the command, adding up to its wall time, in a file of its own.
     phases = json.loads((out_dir / "phases.json").read_text())
+    jsonschema.validate(phases, schemas.load("phases"))
     assert {"model load", "calibration", "equivalence outputs: reference", "equivalence outputs: speculative",
             "timing", "sampling", "re-scoring", "statistics and power simulations", "report"} <= set(phases["seconds"])
     assert sum(phases["seconds"].values()) == pytest.approx(phases["wall_s"], rel=0.05)

@@ -69,3 +69,21 @@ def test_a_directory_where_an_output_goes_is_an_error_naming_it(tmp_path):
     with pytest.raises(Exception, match="a directory sits where the gate writes an output file") as caught:
         RunDir(tmp_path).clear()
     assert str(tmp_path / "verdict.json") in str(caught.value)
+
+
+def test_phases_json_is_a_versioned_document_with_a_schema(tmp_path):
+    import jsonschema
+
+    from gate import schemas
+    from gate.documents import PhasesDoc
+    from gate.rundir import PHASES
+    from gate.timing import Phases
+
+    phases = Phases(started=0.0)
+    phases.add("model load", 1.5)
+    out = RunDir(tmp_path)
+    doc = json.loads(out.write_json(PHASES, PhasesDoc.model_validate(phases.to_dict())).read_text())
+    assert doc["schema"] == "specguard.phases/1" and doc["seconds"] == {"model load": 1.5}
+    jsonschema.validate(doc, schemas.load("phases"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**doc, "seconds": {"model load": -1.0}}, schemas.load("phases"))

@@ -11,6 +11,7 @@ results  ``results.json``          ``specguard.results/3``
 checks   ``checks.json``           ``specguard.checks/1``
 baseline ``baselines/<name>/*.json`` ``specguard.baseline/1``
 verdict  ``verdict.json``          ``specguard.verdict/1``
+phases   ``phases.json``           ``specguard.phases/1``
 ======== ========================= =================================
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SCHEMAS = ("results", "checks", "baseline", "verdict")
+SCHEMAS = ("results", "checks", "baseline", "verdict", "phases")
 HERE = Path(__file__).resolve().parent
 
 
@@ -32,6 +33,8 @@ def _model(name: str):
         from gate.baseline import Baseline as model
     elif name == "verdict":
         from gate.verdictdoc import VerdictDoc as model
+    elif name == "phases":
+        from gate.documents import PhasesDoc as model
     else:
         raise KeyError(name)
     return model
