@@ -109,8 +109,8 @@ class Phases:
         return [(k, v, v / wall if wall else 0.0) for k, v in sorted(self.seconds.items(), key=lambda kv: -kv[1])]
 
     def to_dict(self) -> dict:
-        """``phases.json`` (:class:`gate.documents.PhasesDoc`)."""
-        return {"schema": "specguard.phases/1", "wall_s": self.wall(), "seconds": dict(self.seconds)}
+        """The fields of ``phases.json`` (:class:`gate.documents.PhasesDoc` adds its schema)."""
+        return {"wall_s": self.wall(), "seconds": dict(self.seconds)}
 
     def render(self) -> str:
         wall = self.wall()
