@@ -99,7 +99,8 @@ def cmd_validate(args, session: Session) -> int:
 
 def cmd_run(args, session: Session) -> int:
     inputs = pipeline.load_inputs(session, args.config, args.out, args.threads)
-    return pipeline.run(session, inputs, pipeline.load_models(session, inputs), _run_options(args))
+    with pipeline.serving(session, inputs.loaded, inputs.out.path) as servers:
+        return pipeline.run(session, inputs, pipeline.load_models(session, inputs), _run_options(args), servers)
 
 
 def _run_options(args) -> pipeline.RunOptions:
@@ -142,8 +143,9 @@ def cmd_gate(args, session: Session) -> int:
         raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
     inputs = pipeline.load_inputs(session, args.config, args.out, args.threads)
-    models = pipeline.load_models(session, inputs, args.against)
-    code = pipeline.run(session, inputs, models, _run_options(args))
+    with pipeline.serving(session, inputs.loaded, inputs.out.path) as servers:  # torn down once the run is done
+        models = pipeline.load_models(session, inputs, args.against)
+        code = pipeline.run(session, inputs, models, _run_options(args), servers)
     if code != EXIT_OK:
         return code
     loaded, out = inputs.loaded, inputs.out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -254,9 +255,9 @@ class RunOptions:
     run_id: str | None = None
 
 
-def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions) -> int:
-    """Start the servers, clear the earlier outputs, run the engines: results.json and phases.json.  EXIT_OK, or
-    EXIT_INTERRUPTED with the finished work kept."""
+def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> int:
+    """Wait for the launched ``servers`` (:func:`serving`), clear the earlier outputs, run the engines: results.json
+    and phases.json.  EXIT_OK, or EXIT_INTERRUPTED with the finished work kept."""
     import uuid
 
     from gate.cache import ReferenceCache
@@ -270,17 +271,17 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions) -> i
     cache = None if (opts.no_cache or not cache_dir) else ReferenceCache(cache_dir)
     progress = for_terminal(session.say, quiet=session.verbosity == 0)
     try:
-        with contextlib.ExitStack() as servers:
-            with phases("server start"):
-                start_servers(session, loaded, out.path, servers)
-            # Every input loaded and every server answers: from here no output of an earlier run may be judged
-            # as this one's.  (A model that fails to load, or a server that never starts, leaves them as they were.)
-            out.clear(JUDGED + RUN)
-            runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
-                            out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
-                            progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
-                            run_id=opts.run_id or uuid.uuid4().hex)
-            results = runner.run(resume=opts.resume)
+        with phases("server start"):
+            for server in servers:
+                server.wait_ready()
+        # Every input loaded and every server answers: from here no output of an earlier run may be judged as
+        # this one's.  (A model that fails to load, or a server that never starts, leaves them as they were.)
+        out.clear(JUDGED + RUN)
+        runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
+                        out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
+                        progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
+                        run_id=opts.run_id or uuid.uuid4().hex)
+        results = runner.run(resume=opts.resume)
     except RunInterrupted as stop:
         progress.close()
         out.write_json(PHASES, PhasesDoc.model_validate(phases.to_dict()))
@@ -298,28 +299,30 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions) -> i
     return EXIT_OK
 
 
-def start_servers(session: Session, loaded, out: Path, stack: contextlib.ExitStack) -> None:
-    """Launch the serving stacks the config asks the gate to start, side by side, then wait until each answers; the
-    stack tears them down, whatever happens."""
+@contextlib.contextmanager
+def serving(session: Session, loaded, out: Path) -> Iterator[list]:
+    """Launch every serving stack the config asks the gate to start, side by side and before the gate loads its
+    own models (a stack takes minutes to load a model; the gate's load overlaps it); yields the launched servers,
+    which :func:`run` waits for, and tears them all down on leaving, whatever happens."""
     from gate.engines.http import Server
 
-    launched = []
-    for i, e in enumerate(loaded.config.engines):
-        if e.http is None:
-            continue
-        for role in ("server", "reference"):
-            ep = getattr(e.http, role)
-            if ep is None or not ep.launch:
+    with contextlib.ExitStack() as stack:
+        launched = []
+        for i, e in enumerate(loaded.config.engines):
+            if e.http is None:
                 continue
-            session.say(f"starting {e.label} {role}: {' '.join(ep.launch)}")
-            log = loaded.resolve_path(ep.log) if ep.log else out / f"{e.label}-{role}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            server = Server(list(ep.launch), ep.url, ep.health, ep.startup_timeout_s, dict(ep.env),
-                            f"engines[{i}].http.{role}", log_path=log)
-            stack.callback(server.stop)  # registered before the launch: a launch that fails midway is stopped too
-            launched.append(server.launch())
-    for server in launched:
-        server.wait_ready()
+            for role in ("server", "reference"):
+                ep = getattr(e.http, role)
+                if ep is None or not ep.launch:
+                    continue
+                session.say(f"starting {e.label} {role}: {' '.join(ep.launch)}")
+                log = loaded.resolve_path(ep.log) if ep.log else out / f"{e.label}-{role}.log"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                server = Server(list(ep.launch), ep.url, ep.health, ep.startup_timeout_s, dict(ep.env),
+                                f"engines[{i}].http.{role}", log_path=log)
+                stack.callback(server.stop)  # registered before the launch: a launch that fails midway is stopped
+                launched.append(server.launch())
+        yield launched
 
 
 def merge(dirs: list[Path], out: RunDir):
