@@ -476,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.set_defaults(fn=cmd_github_refresh_pr)
 
     s = sub.add_parser("selftest", help="prove the checks catch deliberately broken engines and pass the "
-                                        "correct one (on the demo pair)")
+                                        "correct one (on the demo pair)",
+                       epilog="-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--seeds", type=int, default=20, help="runs of the correct engine (seed and batch order "
                                                          "vary); default 20")
