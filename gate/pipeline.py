@@ -40,6 +40,10 @@ class Session:
         if self.verbosity >= 1:
             print(msg, file=sys.stderr, flush=True)
 
+    def write_phases(self, out: RunDir) -> None:
+        """phases.json: where this command's time went so far."""
+        out.write_json(PHASES, PhasesDoc.model_validate(self.phases.to_dict()))
+
     def quiet_libraries(self) -> None:
         """transformers' weight-loading progress bars would interleave with the gate's own progress; -v keeps
         them."""
@@ -284,14 +288,14 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, serv
         results = runner.run(resume=opts.resume)
     except RunInterrupted as stop:
         progress.close()
-        out.write_json(PHASES, PhasesDoc.model_validate(phases.to_dict()))
+        session.write_phases(out)
         r = stop.results
         where = r.stopped_at.model_dump(exclude_none=True) if r.stopped_at else {}
         session.say(f"interrupted at {where}; {len(r.executions)} finished executions kept in "
                     f"{out / 'records.jsonl'}. Rerun with --resume to continue.")
         return EXIT_INTERRUPTED
     progress.close()
-    out.write_json(PHASES, PhasesDoc.model_validate(phases.to_dict()))
+    session.write_phases(out)
     n = len(results.executions)
     reused = len(results.cache.get("reused", []))
     session.say(f"wrote {out / RESULTS} ({n} executions"
@@ -413,7 +417,7 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     dest.write_text(COMMENT, render_comment(page))
     if record_phases:  # the whole command's breakdown, before the verdict goes last
         session.phases.add("report", time.perf_counter() - started)
-        out.write_json(PHASES, PhasesDoc.model_validate(session.phases.to_dict()))
+        session.write_phases(out)
     dest.write_json(VERDICT, verdict)  # last: its presence means the verdicts were written
     caveat = retokenized_note(checks)
     if quiet or session.verbosity == 0:
