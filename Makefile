@@ -33,8 +33,10 @@ demo-full: $(VENV)/.installed
 demo-baseline: $(VENV)/.installed
 	$(BIN)/specguard baseline refresh gate/demo/specguard.yaml --from specguard-out --dir baselines
 
+# One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
+# and two workers with two threads each on two cores spin against each other (a 10x slowdown, measured).
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
 # act); about a minute on 2 cores. tests/conftest.py fails a fast test that does any of those.

@@ -7,15 +7,17 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one worker per core, one thread each, children included
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch
-from helpers import demo_config
+from helpers import THREADS, demo_config
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _threads():
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(int(THREADS))
 
 
 @pytest.fixture(scope="session")
@@ -111,3 +113,14 @@ def pytest_configure(config):
     gate.models._load_one = load_one
     subprocess.Popen.__init__ = popen_init
 
+
+
+# Under `make test` (pytest-xdist, --dist worksteal) each worker takes its share in this order and an idle one
+# steals from the end of another's: the tests that take minutes go first, the fast tier last, so that no long
+# test starts when the rest of the suite is done.
+LONGEST = ("test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine",
+           "test_lifecycle.py::test_a_baseline_through_its_whole_life")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda i: 0 if i.nodeid.endswith(LONGEST) else 1 if i.get_closest_marker("slow") else 2)

@@ -7,10 +7,15 @@ the engines themselves, which are tested on the real demo pair.
 
 from __future__ import annotations
 
+import os
 import random
 
 from gate.config import LoadedConfig, parse_config
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
+
+# torch threads for the tests' own gates, in process or not: one under `make test` (a pytest-xdist worker per core;
+# more threads per worker oversubscribe the cores), else up to two.
+THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else str(min(2, os.cpu_count() or 1))
 
 DEMO_YAML = """\
 version: 1

@@ -136,6 +136,8 @@ def act(repo: Path, api: FakeGitHub, event: dict, workflow: str, event_name: str
            "--var", f"SPECGUARD_PYTHON={py}", "--var", f"SPECGUARD_PYTHON_HOSTED={HOSTED[0]}",
            "--local-repository", f"{UPLOAD}={stub}", "--env", f"ARTIFACTS={repo.parent / 'artifacts'}",
            "--env", "HF_HUB_OFFLINE=1", "--env", "TOKENIZERS_PARALLELISM=false"]
+    if os.environ.get("OMP_NUM_THREADS"):  # one thread per pytest-xdist worker (tests/conftest.py)
+        cmd += ["--env", f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"]
     for k, v in (variables or {}).items():
         cmd += ["--var", f"{k}={v}"]
     for k, v in event.get("inputs", {}).items():  # workflow_dispatch inputs, as the Actions UI passes them

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from helpers import THREADS
 
 from gate import schemas
 from gate.cli import main
@@ -48,7 +49,7 @@ def small(tmp_path):
 
 def _gate(cfg: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", THREADS, *args], env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -96,7 +97,7 @@ def test_gate_end_to_end(small_run, tmp_path):
     # keyed by, and an earlier test in this process may have left torch at another one.
     again = cfg.parent / "again.yaml"
     again.write_text(TINY.replace("output: {dir: out,", "output: {dir: again,"))
-    code = main(["run", str(again), "--threads", "2", "-q"])
+    code = main(["run", str(again), "--threads", THREADS, "-q"])
     reused = json.loads((cfg.parent / "again" / "results.json").read_text())["cache"]["reused"]
     assert code == 0 and reused and all(r.startswith("outputs/reference/") for r in reused), reused
 

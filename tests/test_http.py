@@ -1,8 +1,14 @@
 """The HTTP engine against real OpenAI-compatible servers on localhost (gate/testing/server.py, the demo pair
-behind FastAPI + uvicorn), launched and torn down by the gate itself; faults; sharding and merging."""
+behind FastAPI + uvicorn); faults; sharding and merging.
+
+Most tests serve on threads of the test process, from one loaded pair, and run the gate in process: a server or a
+gate in a subprocess costs about 9 s of interpreter start and imports, which is what the tests about launching
+(`launch:`), tearing down and killing servers pay, and only they."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -12,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FakeEngine, constant, demo_config
+from helpers import THREADS, FakeEngine, constant, demo_config
 
 from gate.cli import main
 
@@ -64,7 +70,7 @@ batching: {{batch_sizes: [1, 4], compositions: 1}}
 generation: {{max_new_tokens: 8}}
 suite: {{max_prompts_per_slice: 1, slices: [prose, code, questions, grammar]}}
 checks:
-  speedup: {{min_repeats: 2, max_repeats: 2, warmup: 0}}
+  speedup: {{min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, calibration_trials: 3}}
 output: {{dir: out, cache_dir: null}}
 engines:
 """
@@ -73,7 +79,10 @@ engines:
 def config(engine: tuple, reference: tuple | None = None, local_weights: bool = True, timeout: float = 60) -> str:
     """An http engine on engine=(port, launch command or None), with an optional reference server."""
     launch = f", launch: {engine[1]}" if engine[1] else ""
-    ref = f"\n      reference: {{url: 'http://127.0.0.1:{reference[0]}', launch: {reference[1]}}}" if reference else ""
+    ref = ""
+    if reference:
+        ref_launch = f", launch: {reference[1]}" if reference[1] else ""
+        ref = f"\n      reference: {{url: 'http://127.0.0.1:{reference[0]}'{ref_launch}}}"
     return HEAD.format(local_weights=str(local_weights).lower()) + f"""\
   - type: http
     name: served
@@ -84,12 +93,35 @@ def config(engine: tuple, reference: tuple | None = None, local_weights: bool = 
 """
 
 
-def gate(tmp_path: Path, text: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def gate_here(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
+    """`gate` in this process: its exit code and what it printed, without an interpreter to start."""
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(text)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([PY, "-m", "gate", *args, str(cfg), "--threads", "1"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(tmp_path), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, str(cfg), "--threads", THREADS])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The stand-in server's pair (the demo pair, as `python -m gate.testing.server` loads it), loaded once."""
+    from gate.testing.server import load
+
+    return load()
+
+
+@contextlib.contextmanager
+def serving(served, *specs: tuple[str, dict]):
+    """Stand-in servers on threads of this process, one per (mode, make_app keywords); yields their ports."""
+    from gate.testing.server import engine_for, in_thread, make_app
+
+    pair, k = served
+    with contextlib.ExitStack() as stack:
+        ports = free_ports(len(specs))
+        for port, (mode, kw) in zip(ports, specs):
+            stack.enter_context(in_thread(make_app(pair, engine_for(mode, pair), k, **kw), port))
+        yield ports
 
 
 def leftover(port: int) -> list[str]:
@@ -113,19 +145,18 @@ def totals(results: dict, engine: str, batch_size: int) -> tuple[int, int, int]:
 
 
 @pytest.mark.slow
-def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_path):
-    e, r = free_port(), free_port()
+def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_path, served):
     (tmp_path / "http").mkdir()
-    proc = gate(tmp_path / "http", config((e, server(e, "speculative")), (r, server(r, "reference"))), "gate")
+    with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
+        proc = gate_here(tmp_path / "http", config((e, None), (r, None)), "gate")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not leftover(e) and not leftover(r), "the launched servers are torn down"
     served = json.loads((tmp_path / "http" / "out" / "results.json").read_text())
     checks = json.loads((tmp_path / "http" / "out" / "checks.json").read_text())
     assert checks["equivalence"]["served"]["1"]["exact_match"] == 1.0
     assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
     assert checks["equivalence_method"] == "local re-scoring"
     (tmp_path / "local").mkdir()  # the same pair, in process
-    proc = gate(tmp_path / "local", HEAD.format(local_weights="true") + "  - type: speculative\n", "gate")
+    proc = gate_here(tmp_path / "local", HEAD.format(local_weights="true") + "  - type: speculative\n", "gate")
     assert proc.returncode == 0, proc.stderr[-3000:]
     local = json.loads((tmp_path / "local" / "out" / "results.json").read_text())
     local_checks = json.loads((tmp_path / "local" / "out" / "checks.json").read_text())
@@ -136,10 +167,9 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
 
 
 @pytest.mark.slow
-def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_logprobs(tmp_path):
-    e, r = free_port(), free_port()
-    proc = gate(tmp_path, config((e, server(e, "mutant:positions-batch-max")), (r, server(r, "reference")),
-                                 local_weights=False), "gate")
+def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_logprobs(tmp_path, served):
+    with serving(served, ("mutant:positions-batch-max", {}), ("reference", {})) as (e, r):
+        proc = gate_here(tmp_path, config((e, None), (r, None), local_weights=False), "gate")
     assert proc.returncode == 1, proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     assert checks["equivalence_method"] == "server logprobs"
@@ -154,15 +184,15 @@ def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_l
 
 
 @pytest.mark.slow
-def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path):
+def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path, served):
     """vLLM's --enable-force-include-usage ends every stream with a chunk whose choices are [] (the stand-in
     sends it the same way); with http.logprobs 0 the reference still asks for ids (vLLM's logprobs=0)."""
-    e, r = free_port(), free_port()
-    cfg = config((e, server(e, "speculative", None, "--force-include-usage")),
-                 (r, server(r, "reference", None, "--force-include-usage"))).replace(
-        "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      logprobs: 0\n")
-    assert "logprobs: 0" in cfg
-    proc = gate(tmp_path, cfg, "gate")
+    usage = {"force_include_usage": True}
+    with serving(served, ("speculative", usage), ("reference", usage)) as (e, r):
+        cfg = config((e, None), (r, None)).replace(
+            "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      logprobs: 0\n")
+        assert "logprobs: 0" in cfg
+        proc = gate_here(tmp_path, cfg, "gate")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
@@ -173,30 +203,30 @@ def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_reference_that_returns_no_ids_stops_the_run_at_the_first_wave_naming_the_field(tmp_path):
+def test_a_reference_that_returns_no_ids_stops_the_run_at_the_first_wave_naming_the_field(tmp_path, served):
     """The issue's logprobs-0 case as it was: the request carries no logprobs, so vLLM's dialect returns no
     ids.  The gate must not re-tokenize the text (6 of 7 sequences then differ): it stops and names the field."""
-    e, r = free_port(), free_port()
-    cfg = config((e, server(e, "speculative")), (r, server(r, "reference"))).replace(
-        "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      extra_body: {logprobs: null}\n")
     t0 = time.monotonic()
-    proc = gate(tmp_path, cfg, "run")
+    with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
+        cfg = config((e, None), (r, None)).replace(
+            "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      extra_body: {logprobs: null}\n")
+        proc = gate_here(tmp_path, cfg, "run")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "engines[0].http.logprobs: the reference at http://127.0.0.1:" in proc.stderr
     assert "answered with text but no token ids" in proc.stderr and "logprobs >= 0" in proc.stderr
     records = (tmp_path / "out" / "records.jsonl")
     done = [json.loads(x) for x in records.read_text().splitlines()] if records.exists() else []
     assert not [x for x in done if x.get("kind") == "execution"], "stopped at the first wave, nothing recorded"
-    assert time.monotonic() - t0 < 120 and not leftover(e) and not leftover(r)
+    assert time.monotonic() - t0 < 120
 
 
 @pytest.mark.slow
-def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tmp_path):
+def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tmp_path, served):
     """preset: openai asks for no ids, so both sides are re-tokenized text: with local_weights true the gate
     used to re-score those ids and fail a correct engine.  Now: texts compared, the first line says so."""
-    e, r = free_port(), free_port()
-    cfg = config((e, server(e, "speculative")), (r, server(r, "reference"))).replace("preset: vllm", "preset: openai")
-    proc = gate(tmp_path, cfg, "gate")
+    with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
+        cfg = config((e, None), (r, None)).replace("preset: vllm", "preset: openai")
+        proc = gate_here(tmp_path, cfg, "gate")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     method = checks["equivalence_method"]
@@ -216,7 +246,7 @@ def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tm
 @pytest.mark.slow
 def test_a_launch_command_that_fails_is_a_clear_error_quoting_its_output(tmp_path):
     die = "import sys; print('error: cannot bind HTTP server socket', flush=True); sys.exit(3)"
-    proc = gate(tmp_path, config((free_port(), json.dumps([PY, "-c", die]))), "run")
+    proc = gate_here(tmp_path, config((free_port(), json.dumps([PY, "-c", die]))), "run")
     assert proc.returncode == 2
     assert "engines[0].http.server: launch: the server exited with code 3 before it was ready" in proc.stderr
     assert "cannot bind HTTP server socket" in proc.stderr, "the server's last words reach the error"
@@ -229,10 +259,11 @@ def test_a_port_that_already_answers_is_refused_before_launch(tmp_path):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        proc = gate(tmp_path, config((port, json.dumps([PY, "-c", "import time; time.sleep(60)"]))), "run")
+        sleeper = f"import time; time.sleep(60)  # {tmp_path}"  # its own: tests run side by side
+        proc = gate_here(tmp_path, config((port, json.dumps([PY, "-c", sleeper]))), "run")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"engines[0].http.server: url: something already listens on 127.0.0.1:{port}" in proc.stderr
-    assert not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout, "nothing launched"
+    assert not subprocess.run(["pgrep", "-f", sleeper], capture_output=True).stdout, "nothing launched"
 
 
 def test_a_server_log_is_never_written_through_a_planted_symlink(tmp_path):
@@ -267,27 +298,26 @@ def test_a_dead_servers_quoted_output_can_issue_no_workflow_command(tmp_path):
 @pytest.mark.slow
 def test_a_server_that_never_gets_healthy_times_out(tmp_path):
     port = free_port()
-    cmd = json.dumps([PY, "-c", "import time; time.sleep(60)"])
+    sleeper = f"import time; time.sleep(60)  # {tmp_path}"  # its own: tests run side by side
     t0 = time.monotonic()
-    proc = gate(tmp_path, config((port, cmd), timeout=3), "run")
+    proc = gate_here(tmp_path, config((port, json.dumps([PY, "-c", sleeper])), timeout=3), "run")
     assert proc.returncode == 2 and "did not answer" in proc.stderr and "within 3 s" in proc.stderr
     assert time.monotonic() - t0 < 60
-    assert wait_for(lambda: not subprocess.run(["pgrep", "-f", "time.sleep(60)"], capture_output=True).stdout,
+    assert wait_for(lambda: not subprocess.run(["pgrep", "-f", sleeper], capture_output=True).stdout,
                     timeout=10), "no orphan left"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault,message", [("error500", "HTTP 500"), ("truncate", "the stream stopped early")])
-def test_server_faults_are_recorded_with_the_request_and_prompt(tmp_path, fault, message):
-    e = free_port()
-    proc = gate(tmp_path, config((e, server(e, "speculative", fault))), "run")
+def test_server_faults_are_recorded_with_the_request_and_prompt(tmp_path, served, fault, message):
+    with serving(served, ("speculative", {"fault": fault})) as (e,):
+        proc = gate_here(tmp_path, config((e, None)), "run")
     assert proc.returncode == 0, proc.stderr[-3000:]  # `run` records failures; `check` fails on them
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     failed = [ex for ex in results["executions"] if ex["failure"]]
     assert failed and all(ex["engine"] == "served" for ex in failed)
     text = failed[0]["failure"]["message"]
     assert message in text and "load level" in text and "prompt '" in text
-    assert not leftover(e)
 
 
 @pytest.mark.slow

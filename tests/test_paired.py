@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from helpers import THREADS
 from transformers import AutoModelForCausalLM
 
 from gate.cli import main
@@ -53,7 +54,7 @@ def verdict(root, name):
 
 def test_head_equal_to_base_gives_a_ratio_ci_around_1(configs):
     root, base, _ = configs
-    code = main(["gate", str(base), "--against", str(base), "--out", str(root / "same"), "--threads", "2", "-q"])
+    code = main(["gate", str(base), "--against", str(base), "--out", str(root / "same"), "--threads", THREADS, "-q"])
     v = verdict(root, "same")
     assert v["mode"] == "paired" and code == 0, [c["why"] for c in v["checks"] if c["status"] == "fail"]
     pooled = [c for c in v["speedup"] if c["ratio"]["low"] is not None]
@@ -63,7 +64,7 @@ def test_head_equal_to_base_gives_a_ratio_ci_around_1(configs):
 
 def test_a_worse_draft_gives_a_significant_drop_attributed_to_acceptance(configs):
     root, base, head = configs
-    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "worse"), "--threads", "2", "-q"])
+    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "worse"), "--threads", THREADS, "-q"])
     v = verdict(root, "worse")
     assert code == 1 and v["outcome"] == "fail"
     drops = [c for c in v["speedup"] if c["status"] == "fail"]
@@ -80,13 +81,13 @@ def test_a_k_change_under_paired_mode_is_judged_by_the_base_in_this_job(configs)
     the base timed beside the head judges speedup; never exit 3."""
     root, base, _ = configs
     baselines = root / "k-baselines"
-    assert main(["gate", str(base), "--out", str(root / "k4"), "--threads", "2", "-q",
+    assert main(["gate", str(base), "--out", str(root / "k4"), "--threads", THREADS, "-q",
                  "--baselines-dir", str(baselines)]) == 0
     assert main(["baseline", "refresh", str(base), "--from", str(root / "k4"), "--dir", str(baselines)]) == 0
     head = root / "k3.yaml"
     head.write_text(base.read_text().replace("version: 1\n", "version: 1\nspeculation: {num_draft_tokens: 3}\n"
                                                               "baseline: {name: base}\n"))
-    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "k3"), "--threads", "2", "-q",
+    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "k3"), "--threads", THREADS, "-q",
                  "--baselines-dir", str(baselines)])
     v = verdict(root, "k3")
     assert code in (0, 1) and v["mode"] == "paired" and v["baseline"] is not None

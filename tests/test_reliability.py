@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import synthetic as syn
-from helpers import demo_config
+from helpers import THREADS, demo_config
 
 from gate.cli import main
 from gate.config import PACKAGE_DIR
@@ -89,7 +89,7 @@ def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subproc
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": engines})
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    run_args = ["--threads", "2", "--no-cache"] if args[0] != "validate" else []
+    run_args = ["--threads", THREADS, "--no-cache"] if args[0] != "validate" else []
     return subprocess.run([sys.executable, "-m", "gate", *args, str(cfg), *run_args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -207,7 +207,7 @@ def test_an_interrupt_while_a_plugin_runs_exits_130(tmp_path, isolation):
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": plugin("spins", f", isolation: {isolation}")})
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "--no-cache"],
+    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", THREADS, "--no-cache"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while not (tmp_path / "plugin-running").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -228,7 +228,7 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     # The signal arrives while the first mutant's run generates outputs (-v says each run's phases; that phase
     # starts with the reference's generations: seconds): with the bug, the next mutant would start.
     cmd = ["selftest", "--mutant", "positions-batch-max", "--mutant", "accept-off-by-one", "--samples", "100",
-           "--seeds", "1", "--threads", "2", "-v"]
+           "--seeds", "1", "--threads", THREADS, "-v"]
     proc = subprocess.Popen([sys.executable, "-m", "gate", *cmd], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -472,7 +472,7 @@ def test_a_killed_run_leaves_no_earlier_results_to_judge(tmp_path):
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": plugin("raises")})
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2", "--no-cache"],
+    proc = subprocess.Popen([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", THREADS, "--no-cache"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     records = out / "records.jsonl"
     deadline = time.monotonic() + 240
@@ -648,7 +648,7 @@ def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path):
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": plugin("good")})
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    args = [sys.executable, "-m", "gate", "run", str(cfg), "--threads", "2", "--no-cache"]
+    args = [sys.executable, "-m", "gate", "run", str(cfg), "--threads", THREADS, "--no-cache"]
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                           preexec_fn=_limited(10_000))
     assert proc.returncode == 2 and "File too large (EFBIG)" in proc.stderr, proc.stderr[-2000:]

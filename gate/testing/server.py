@@ -25,6 +25,7 @@ timings are not those of a real server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -203,28 +204,59 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
     return app
 
 
-def build(mode: str, config: str | None = None):
-    """(pair, engine, k) for a mode: speculative, reference, or mutant:<name>."""
+def load(config: str | None = None):
+    """The pair to serve: a specguard.yaml's models, or the embedded demo pair."""
     from gate.config import PACKAGE_DIR, load_config, parse_config
-    from gate.engines.reference import ReferenceEngine
-    from gate.engines.speculative import SpeculativeEngine
     from gate.models import load_pair
 
     loaded = load_config(config) if config else parse_config(
         'models: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}, device: cpu}\n',
         PACKAGE_DIR / "server.yaml")
-    pair = load_pair(loaded)
+    return load_pair(loaded), loaded.config.speculation.num_draft_tokens
+
+
+def engine_for(mode: str, pair):
+    """The engine behind a mode: speculative, reference, or mutant:<name> (the self-test's broken engines)."""
+    from gate.engines.reference import ReferenceEngine
+    from gate.engines.speculative import SpeculativeEngine
+
     if mode == "reference":
-        engine = ReferenceEngine(pair.target.model, pair.device)
-    elif mode == "speculative":
-        engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
-    elif mode.startswith("mutant:"):
+        return ReferenceEngine(pair.target.model, pair.device)
+    if mode == "speculative":
+        return SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
+    if mode.startswith("mutant:"):
         from gate.selftest.mutants import MUTANTS
 
-        engine = MUTANTS[mode.split(":", 1)[1]](pair.target.model, pair.draft.model, pair.device)
-    else:
-        raise SystemExit(f"unknown mode {mode!r}: speculative, reference or mutant:<name>")
-    return pair, engine, loaded.config.speculation.num_draft_tokens
+        return MUTANTS[mode.split(":", 1)[1]](pair.target.model, pair.draft.model, pair.device)
+    raise SystemExit(f"unknown mode {mode!r}: speculative, reference or mutant:<name>")
+
+
+def build(mode: str, config: str | None = None):
+    """(pair, engine, k) for a mode: speculative, reference, or mutant:<name>."""
+    pair, k = load(config)
+    return pair, engine_for(mode, pair), k
+
+
+@contextlib.contextmanager
+def in_thread(app, port: int, host: str = "127.0.0.1", timeout_s: float = 30.0):
+    """Serve ``app`` on a thread of this process until the block ends (tests: no interpreter to start and no
+    weights to load per server, so a fault or a dialect is one ``make_app`` call on an already loaded pair)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True, name=f"server-{port}")
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the in-thread server on {host}:{port} did not start within {timeout_s:g} s")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)
 
 
 def main(argv: list[str] | None = None) -> None:
