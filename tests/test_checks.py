@@ -276,3 +276,35 @@ def test_a_draft_position_no_draft_reached_is_none_in_the_checks_not_a_crash():
                 s.counters.num_accepted_tokens_per_pos[-1] = 0
     cells = [c for e in syn.checks_for(r).speedup.engines.values() for c in e.cells.values()]
     assert cells and all(c.acceptance_per_pos[-1] is None for c in cells)
+
+
+def test_noise_is_measured_once_per_question_inside_noise_reused_and_every_time_outside():
+    """The self-test's runs share a pair and a reference: inside `noise_reused` a repeated measurement (same model,
+    sequences and batch size) is not run again, a different one is, and outside the block nothing is kept."""
+    from gate.checks.tolerance import measure_noise, noise_reused
+
+    class CountingScorer:
+        def __init__(self, model):
+            self.model, self.device, self.calls = model, torch.device("cpu"), 0
+
+        def logits_rows(self, items, fn, batch_size=None):
+            self.calls += 1
+            torch.manual_seed(self.calls)  # a different "measurement" each time it really runs
+            return [fn(i, torch.randn(len(out), 8)) for i, (_, out) in enumerate(items)]
+
+    model = torch.nn.Linear(1, 1)
+    scorer = CountingScorer(model)
+    items = [((1, 2), (3, 4, 5)), ((6,), (7, 8))]
+    with noise_reused():
+        first = measure_noise(scorer, items, 4)
+        runs = scorer.calls
+        assert runs > 0 and measure_noise(scorer, items, 4) == first and scorer.calls == runs
+        measure_noise(scorer, items[:1], 4)
+        assert scorer.calls > runs, "other sequences: measured"
+        runs = scorer.calls
+        measure_noise(CountingScorer(torch.nn.Linear(1, 1)), items, 4)
+        measure_noise(scorer, items, 2)
+        assert scorer.calls > runs, "another batch size: measured"
+    runs = scorer.calls
+    measure_noise(scorer, items, 4)
+    assert scorer.calls > runs, "outside the block nothing is reused"

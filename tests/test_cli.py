@@ -150,6 +150,9 @@ def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
     assert all(set(m) == {"name", "caught", "caught_by"} for m in report["mutants"])
     assert set(report["correct_engine"]) == {"passed", "false_alarms", "runs"}
     assert all(m["caught"] for m in report["mutants"]), report
+    by = {m["name"]: m["caught_by"] for m in report["mutants"]}
+    # the batch-composition bugs: mixed batches put long prompts beside short ones and drop finished rows
+    assert "equivalence" in by["length-mix-buffer"] and "equivalence" in by["stale-row-map"], by
     assert report["correct_engine"] == {"passed": True, "false_alarms": 0, "runs": 1}
     assert code == 0
 

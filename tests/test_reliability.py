@@ -94,6 +94,21 @@ def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subproc
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def cli_here(tmp_path: Path, engines: str, *args: str, capfd, monkeypatch) -> subprocess.CompletedProcess:
+    """`cli` with the gate in this process (no interpreter to start): its exit code and everything written to file
+    descriptors 1 and 2 meanwhile, its plug-in workers' included (capfd), so a leak cannot hide."""
+    (tmp_path / "plugins.py").write_text(PLUGINS)
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": engines})
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")  # the workers import the plug-ins from here
+    monkeypatch.chdir(tmp_path)
+    run_args = ["--threads", THREADS, "--no-cache"] if args[0] != "validate" else []
+    capfd.readouterr()
+    code = main([*args, str(cfg), *run_args])
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
 def plugin(name: str, extra: str = "") -> str:
     return f'  - {{type: plugin, name: inhouse, callable: "plugins:{name}"{extra}}}'
 
@@ -106,8 +121,8 @@ def verdict(tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_an_engine_that_raises_is_recorded_and_the_run_goes_on(tmp_path):
-    proc = cli(tmp_path, plugin("raises"), "gate")
+def test_an_engine_that_raises_is_recorded_and_the_run_goes_on(tmp_path, capfd, monkeypatch):
+    proc = cli_here(tmp_path, plugin("raises"), "gate", capfd=capfd, monkeypatch=monkeypatch)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     failed = [ex for ex in results["executions"] if ex["failure"]]
@@ -122,9 +137,9 @@ def test_an_engine_that_raises_is_recorded_and_the_run_goes_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_engine_that_hangs_times_out_and_the_run_finishes(tmp_path):
+def test_an_engine_that_hangs_times_out_and_the_run_finishes(tmp_path, capfd, monkeypatch):
     t0 = time.monotonic()
-    proc = cli(tmp_path, plugin("hangs", ", timeout_s: 2"), "gate", timeout=240)
+    proc = cli_here(tmp_path, plugin("hangs", ", timeout_s: 2"), "gate", capfd=capfd, monkeypatch=monkeypatch)
     assert proc.returncode == 1, proc.stderr[-3000:]
     v = verdict(tmp_path)
     why = next(c["why"] for c in v["checks"] if c["check"] == "engine_failure")
@@ -138,7 +153,7 @@ def test_a_plugin_calling_os_exit_0_is_a_recorded_crash_and_its_output_stays_in_
     a plug-in's stdout, workflow commands included, mixed into the gate's own."""
     from gate import verdictfile
 
-    proc = cli(tmp_path, plugin("exits_hard"), "gate")
+    proc = cli(tmp_path, plugin("exits_hard"), "gate")  # the whole CLI in its own process: its real exit code
     assert proc.returncode == 1, proc.stderr[-3000:]
     why = next(c["why"] for c in verdict(tmp_path)["checks"] if c["check"] == "engine_failure")
     assert "exited with code 0" in why
@@ -155,7 +170,7 @@ IMPORT_TIME = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["validate", "gate"])
-def test_a_plugin_module_that_exits_at_import_cannot_end_the_gate(tmp_path, command):
+def test_a_plugin_module_that_exits_at_import_cannot_end_the_gate(tmp_path, command, capfd, monkeypatch):
     """Bug (issue 19, item 1 again): the gate imported a plug-in's module in its own process to check it, so
     `os._exit(0)` at import ended `specguard gate` with 0 and nothing written.  It is imported in its worker."""
     (tmp_path / "dies_on_import.py").write_text(IMPORT_TIME["dies_on_import"])
@@ -163,17 +178,19 @@ def test_a_plugin_module_that_exits_at_import_cannot_end_the_gate(tmp_path, comm
     out.mkdir()
     for name, text in EARLIER.items():
         (out / name).write_text(text)
-    proc = cli(tmp_path, '  - {type: plugin, name: inhouse, callable: "dies_on_import:generate"}', command)
+    proc = cli_here(tmp_path, '  - {type: plugin, name: inhouse, callable: "dies_on_import:generate"}', command,
+                    capfd=capfd, monkeypatch=monkeypatch)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "engines[0].callable" in proc.stderr and "exited with code 0" in proc.stderr, proc.stderr[-3000:]
     assert {n: (out / n).read_text() for n in EARLIER} == EARLIER, "a run refused at its inputs keeps them"
 
 
 @pytest.mark.slow
-def test_a_plugin_module_that_prints_at_import_speaks_only_to_its_log(tmp_path):
+def test_a_plugin_module_that_prints_at_import_speaks_only_to_its_log(tmp_path, capfd, monkeypatch):
     """Bug (issue 19, item 13 again): output printed while the module is imported reached the gate's own."""
     (tmp_path / "loud_on_import.py").write_text(IMPORT_TIME["loud_on_import"])
-    proc = cli(tmp_path, '  - {type: plugin, name: inhouse, callable: "loud_on_import:generate"}', "validate")
+    proc = cli_here(tmp_path, '  - {type: plugin, name: inhouse, callable: "loud_on_import:generate"}', "validate",
+                    capfd=capfd, monkeypatch=monkeypatch)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "::error" not in proc.stdout + proc.stderr
 

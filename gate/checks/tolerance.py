@@ -20,7 +20,9 @@ A fixed ``checks.equivalence.logit_tolerance`` in the config replaces both.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -63,9 +65,36 @@ def _top2(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return top.indices, top.values[:, 0] - top.values[:, 1]
 
 
+_REUSED: dict | None = None  # measurements kept inside a `noise_reused()` block
+
+
+@contextlib.contextmanager
+def noise_reused() -> Iterator[None]:
+    """Inside the block, a repeated measurement (the same model object, device, sequences and batch size) is
+    answered from the first one.  The self-test's runs share one reference and one pair, so the noise is measured
+    once, not once per mutant and seed; nothing else changes the weights of a loaded pair in between."""
+    global _REUSED
+    outer = _REUSED
+    _REUSED = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _REUSED = outer
+
+
 def measure_noise(scorer: Scorer, items: list[Item], batch_size: int) -> float:
     """Largest change of the top-2 logit gap between scoring each sequence alone and in a padded batch."""
     items = [it for it in items if it[1]]
+    key = (id(scorer.model), str(scorer.device), tuple(items), batch_size)
+    if _REUSED is not None and key in _REUSED:
+        return _REUSED[key]
+    worst = _measure_noise(scorer, items, batch_size)
+    if _REUSED is not None:
+        _REUSED[key] = worst
+    return worst
+
+
+def _measure_noise(scorer: Scorer, items: list[Item], batch_size: int) -> float:
     alone = [scorer.logits_rows([it], lambda _, rows: _top2(rows), batch_size=1)[0] for it in items]
     worst = 0.0
     for start in range(0, len(items), max(batch_size, 2)):

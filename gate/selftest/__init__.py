@@ -25,6 +25,7 @@ import torch
 
 from gate.cache import ReferenceCache
 from gate.checks import run_checks
+from gate.checks.tolerance import noise_reused
 from gate.checksdoc import ChecksDoc
 from gate.config import PACKAGE_DIR, parse_config
 from gate.engines.reference import ReferenceEngine
@@ -89,7 +90,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
     pair = dataclasses.replace(loaded, eos_override=tuple(eos))  # a view with another EOS; the models are shared
     reference = ReferenceEngine(pair.target.model, pair.device)
     out: dict = {"mutants": [], "correct_engine": {}}
-    with tempfile.TemporaryDirectory(prefix="specguard-selftest-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="specguard-selftest-") as tmp, noise_reused():
         cache = ReferenceCache(Path(tmp) / "cache")
         suite = selftest_suite()
         for name in mutants or list(MUTANTS):
