@@ -167,7 +167,9 @@ def output(proc) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_first_run_creates_the_comment_and_the_second_edits_it(tmp_path, api):
+def test_a_first_run_posts_one_comment_and_uploads_the_report(tmp_path, api):
+    """That a second run edits this comment in place (PATCH, nothing posted) is asserted by the baseline's whole
+    life (tests/test_lifecycle.py, step 4), which runs the gate on one PR twice anyway: each act run is a gate."""
     repo = make_repo(tmp_path, speculative_config(4))
     base = git(repo, "rev-parse", "HEAD")
     head = commit(repo, {"specguard.yaml": speculative_config(3)}, "k 4 -> 3")
@@ -180,12 +182,6 @@ def test_first_run_creates_the_comment_and_the_second_edits_it(tmp_path, api):
     assert "speculation.num_draft_tokens: 4 -> 3" in output(first)
     uploaded = {p.name for p in (tmp_path / "artifacts" / "specguard-report-specguard.yaml").iterdir()}
     assert {"results.json", "checks.json", "verdict.json", "comment.md", "summary.md"} <= uploaded
-    second = act(repo, api, pr_event(repo, base, head), "specguard.yml")
-    assert second.returncode == 0, output(second)[-4000:]
-    assert len(api.calls("POST")) == 1, "the second run must not add a comment"
-    patch = api.calls("PATCH")
-    assert [p[1] for p in patch] == [f"/repos/acme/models/issues/comments/{api.comments[7][0]['id']}"]
-    assert len(api.comments[7]) == 1
 
 
 def test_a_broken_plugin_fails_the_job_and_the_comment_says_why(tmp_path, api):

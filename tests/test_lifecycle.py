@@ -136,10 +136,12 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     assert new["reason"] == "a 4x cheaper draft, accepted with its lower acceptance"
     sync_from(api, repo, "weaker-draft")
     head = git(repo, "rev-parse", "HEAD")
+    posts = len(api.calls("POST"))
     proc = act(repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
     assert proc.returncode == 0, failed(tmp_path) or output(proc)[-4000:]
     assert comments(api, 8) and comments(api, 8)[0].startswith("## ✅ specguard: PASS"), comments(api, 8)
-    assert len(comments(api, 8)) == 1
+    assert len(comments(api, 8)) == 1 and len(api.calls("POST")) == posts, "the second run edits, posts nothing"
+    assert api.calls("PATCH")[-1][1] == f"/repos/acme/models/issues/comments/{api.comments[8][0]['id']}"
 
     # 5. PR 7 reverts its guarded change: the comment is edited to say so, nothing new is posted
     git(repo, "checkout", "-q", "feature")
