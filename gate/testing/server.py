@@ -248,7 +248,9 @@ def in_thread(app, port: int, host: str = "127.0.0.1", timeout_s: float = 30.0):
     thread.start()
     deadline = time.monotonic() + timeout_s
     while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
+        if not thread.is_alive():
+            raise RuntimeError(f"the in-thread server on {host}:{port} stopped before serving (is the port taken?)")
+        if time.monotonic() > deadline:
             server.should_exit = True
             raise RuntimeError(f"the in-thread server on {host}:{port} did not start within {timeout_s:g} s")
         time.sleep(0.01)
