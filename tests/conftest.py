@@ -114,7 +114,6 @@ def pytest_configure(config):
     subprocess.Popen.__init__ = popen_init
 
 
-
 # Under `make test` (pytest-xdist, --dist worksteal) each worker takes its share in this order and an idle one
 # steals from the end of another's: the tests that take minutes go first, the fast tier last, so that no long
 # test starts when the rest of the suite is done.

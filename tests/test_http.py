@@ -150,7 +150,7 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
     with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
         proc = gate_here(tmp_path / "http", config((e, None), (r, None)), "gate")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    served = json.loads((tmp_path / "http" / "out" / "results.json").read_text())
+    over_http = json.loads((tmp_path / "http" / "out" / "results.json").read_text())
     checks = json.loads((tmp_path / "http" / "out" / "checks.json").read_text())
     assert checks["equivalence"]["served"]["1"]["exact_match"] == 1.0
     assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
@@ -161,7 +161,7 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
     local = json.loads((tmp_path / "local" / "out" / "results.json").read_text())
     local_checks = json.loads((tmp_path / "local" / "out" / "checks.json").read_text())
     for bs in (1, 4):
-        assert totals(served, "served", bs) == totals(local, "speculative", bs) != (0, 0, 0)
+        assert totals(over_http, "served", bs) == totals(local, "speculative", bs) != (0, 0, 0)
     assert [v["status"] for v in checks["verdicts"] if v["check"] == "equivalence"] == \
         [v["status"] for v in local_checks["verdicts"] if v["check"] == "equivalence"]
 

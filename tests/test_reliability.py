@@ -84,12 +84,17 @@ def spins(prompt_ids, batch_size, settings):
 '''
 
 
-def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def _prepare(tmp_path: Path, engines: str, command: str) -> tuple[Path, list[str]]:
+    """The plug-ins module and the TINY config in tmp_path; the config's path and the command's run arguments."""
     (tmp_path / "plugins.py").write_text(PLUGINS)
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": engines})
+    return cfg, ["--threads", THREADS, "--no-cache"] if command != "validate" else []
+
+
+def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    cfg, run_args = _prepare(tmp_path, engines, args[0])
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    run_args = ["--threads", THREADS, "--no-cache"] if args[0] != "validate" else []
     return subprocess.run([sys.executable, "-m", "gate", *args, str(cfg), *run_args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -97,12 +102,9 @@ def cli(tmp_path: Path, engines: str, *args: str, timeout: int = 300) -> subproc
 def cli_here(tmp_path: Path, engines: str, *args: str, capfd, monkeypatch) -> subprocess.CompletedProcess:
     """`cli` with the gate in this process (no interpreter to start): its exit code and everything written to file
     descriptors 1 and 2 meanwhile, its plug-in workers' included (capfd), so a leak cannot hide."""
-    (tmp_path / "plugins.py").write_text(PLUGINS)
-    cfg = tmp_path / "specguard.yaml"
-    cfg.write_text(TINY % {"engines": engines})
+    cfg, run_args = _prepare(tmp_path, engines, args[0])
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")  # the workers import the plug-ins from here
     monkeypatch.chdir(tmp_path)
-    run_args = ["--threads", THREADS, "--no-cache"] if args[0] != "validate" else []
     capfd.readouterr()
     code = main([*args, str(cfg), *run_args])
     out, err = capfd.readouterr()
