@@ -308,3 +308,33 @@ def test_noise_is_measured_once_per_question_inside_noise_reused_and_every_time_
     runs = scorer.calls
     measure_noise(scorer, items, 4)
     assert scorer.calls > runs, "outside the block nothing is reused"
+
+
+def test_rescoring_batches_are_split_where_padding_would_cost_more_than_a_forward():
+    """Bug: the scorer filled each batch up to its limits in length order, so the short sequences just before a
+    long one were padded to its length (twelve 50-token rows padded to 590 took 4.4 s on the demo pair)."""
+    import random
+
+    from gate.checks.scoring import FORWARD_COST_TOKENS, fill, pack
+
+    def padded(lengths, groups):
+        return sum(FORWARD_COST_TOKENS + (end - start) * lengths[end - 1] for start, end in groups)
+
+    def valid(lengths, groups, limit, budget):
+        assert [g[0] for g in groups] == [0] + [g[1] for g in groups[:-1]] and groups[-1][1] == len(lengths)
+        for start, end in groups:
+            assert 0 < end - start <= limit and (end - start == 1 or lengths[end - 1] * (end - start) <= budget)
+
+    mixed = [52] * 12 + [590] * 3
+    assert pack(mixed, 16, 8192) == [(0, 12), (12, 15)]
+    assert fill(mixed, 16, 8192) == [(0, 13), (13, 15)]  # the old batches: a 52-token row padded beside 590s
+    assert pack([50] * 40, 16, 8192) == [(0, 16), (16, 32), (32, 40)], "equal lengths share forwards"
+    assert pack([10_000], 16, 8192) == fill([10_000], 16, 8192) == [(0, 1)], "one sequence over budget: alone"
+    assert fill([10, 10, 60], 16, 100) == [(0, 2), (2, 3)] and fill([10] * 5, 2, 100) == [(0, 2), (2, 4), (4, 5)]
+    rng = random.Random(0)
+    for _ in range(200):
+        lengths = sorted(rng.choice([rng.randint(1, 80), rng.randint(300, 900)]) for _ in range(rng.randint(1, 60)))
+        limit, budget = rng.randint(1, 16), rng.choice([500, 2000, 8192])
+        for groups in (pack(lengths, limit, budget), fill(lengths, limit, budget)):
+            valid(lengths, groups, limit, budget)
+        assert padded(lengths, pack(lengths, limit, budget)) <= padded(lengths, fill(lengths, limit, budget))
