@@ -479,8 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "correct one (on the demo pair)",
                        epilog="-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name")
     s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.add_argument("--seeds", type=int, default=20, help="runs of the correct engine (seed and batch order "
-                                                         "vary); default 20")
+    s.add_argument("--seeds", type=int, default=20, help="runs of the correct engine: the first on the "
+                   "mutants' own batches and seed, each later one with another seed and batch order; default 20")
     s.add_argument("--samples", type=int, default=600, help="sampled tokens per engine for the distribution "
                                                             "test (default 600)")
     s.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
