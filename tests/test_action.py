@@ -167,23 +167,6 @@ def output(proc) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_a_first_run_posts_one_comment_and_uploads_the_report(tmp_path, api):
-    """That a second run edits this comment in place (PATCH, nothing posted) is asserted by the baseline's whole
-    life (tests/test_lifecycle.py, step 4), which runs the gate on one PR twice anyway: each act run is a gate."""
-    repo = make_repo(tmp_path, speculative_config(4))
-    base = git(repo, "rev-parse", "HEAD")
-    head = commit(repo, {"specguard.yaml": speculative_config(3)}, "k 4 -> 3")
-    first = act(repo, api, pr_event(repo, base, head), "specguard.yml")
-    assert first.returncode == 0, output(first)[-4000:]
-    posts = api.calls("POST")
-    assert [p[1] for p in posts] == ["/repos/acme/models/issues/7/comments"], api.log
-    body = posts[0][2]["body"]
-    assert body.startswith("## ⚪ specguard: NEUTRAL") and "<!-- specguard:models -->" in body
-    assert "speculation.num_draft_tokens: 4 -> 3" in output(first)
-    uploaded = {p.name for p in (tmp_path / "artifacts" / "specguard-report-specguard.yaml").iterdir()}
-    assert {"results.json", "checks.json", "verdict.json", "comment.md", "summary.md"} <= uploaded
-
-
 def test_a_broken_plugin_fails_the_job_and_the_comment_says_why(tmp_path, api):
     cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "broken_engine:generate"}'}
     repo = make_repo(tmp_path, speculative_config(4))
@@ -220,23 +203,6 @@ def test_a_fork_pull_request_is_refused_with_its_explanation(tmp_path, api):
     assert "loading models" not in text
     body = api.comments[7][0]["body"]
     assert "Refused: a fork" in body and "would execute the fork" in body
-
-
-def test_the_refresh_workflow_opens_a_pull_request_with_the_new_baseline(tmp_path, api):
-    repo = make_repo(tmp_path, speculative_config(4))
-    event = {"inputs": {"config": "specguard.yaml", "open-pr": True}, "ref": "refs/heads/main",
-             "repository": {"full_name": "acme/models", "default_branch": "main"}}
-    proc = act(repo, api, event, "specguard-refresh.yml", event_name="workflow_dispatch")
-    assert proc.returncode == 0, output(proc)[-4000:]
-    branch = next(b for b in api.refs if b.startswith("specguard/baseline-models-"))
-    files = {p for (b, p) in api.files if b == branch}
-    assert any(p.startswith("baselines/models/") and p.endswith(".json") for p in files), files
-    baseline = json.loads(next(v for (b, p), v in api.files.items() if b == branch and "/history/" not in p))
-    assert baseline["schema"] == "specguard.baseline/1" and baseline["name"] == "models"
-    pr = api.pulls[0]
-    assert pr["head"] == branch and pr["base"] == "main"
-    assert "mean acceptance length, old → new" in pr["body"] and "| speculative | prose | 1 |" in pr["body"]
-    assert "History" in pr["body"] and "triggers no workflows" not in pr["title"]
 
 
 STOPPED_ENGINE = """\

@@ -2,8 +2,8 @@
 GitHub API (Git Data API commits, comments, pull requests).  The hosted jobs run in an interpreter without
 torch, transformers or numpy.
 
-1. adopt with no baseline: neutral, with a comment;
-2. refresh from main: a PR with the baseline, merged;
+1. adopt with no baseline: neutral, with one comment posted, and the report uploaded;
+2. refresh from main: a PR with the baseline (and what changed, in its body), merged;
 3. a PR with an intended slowdown (a weaker draft) fails against it;
 4. the refresh dispatched on that PR's branch commits the new baseline there, with its reason, and the
    PR's gate then passes;
@@ -106,7 +106,12 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     head = commit(repo, {"specguard.yaml": config().replace("max_new_tokens: 8", "max_new_tokens: 6")})
     proc = act(repo, api, pr_event(repo, base, head), "specguard.yml")
     assert proc.returncode == 0, output(proc)[-4000:]
+    assert "generation.max_new_tokens: 8 -> 6" in output(proc), "the changed job says what it gates"
+    assert [p[1] for p in api.calls("POST")] == ["/repos/acme/models/issues/7/comments"], api.log
     assert comments(api)[0].startswith("## ⚪ specguard: NEUTRAL") and "no baseline" in comments(api)[0]
+    assert "<!-- specguard:models -->" in comments(api)[0]
+    uploaded = {p.name for p in (tmp_path / "artifacts" / "specguard-report-specguard.yaml").iterdir()}
+    assert {"results.json", "checks.json", "verdict.json", "comment.md", "summary.md"} <= uploaded
 
     # 2. refresh from main: a PR with the baseline, then merged
     git(repo, "checkout", "-q", "main")
@@ -114,7 +119,12 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     assert proc.returncode == 0, output(proc)[-4000:]
     refresh = next(b for b in api.refs if b.startswith("specguard/baseline-models-"))
     hw = refresh.removeprefix("specguard/baseline-models-")
-    assert api.pulls and api.pulls[0]["head"] == refresh and api.pulls[0]["base"] == "main"
+    pr = api.pulls[0] if api.pulls else {}
+    assert pr.get("head") == refresh and pr.get("base") == "main", api.pulls
+    assert "mean acceptance length, old → new" in pr["body"] and "| speculative | prose | 1 |" in pr["body"]
+    assert "History" in pr["body"] and "triggers no workflows" not in pr["title"]
+    stored = json.loads(api.tree_of(refresh)[f"baselines/models/{hw}.json"])
+    assert stored["schema"] == "specguard.baseline/1" and stored["name"] == "models"
     sync_from(api, repo, refresh)
     api.refs["main"] = api.refs.pop(refresh)
 
