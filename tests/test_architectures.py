@@ -17,6 +17,8 @@ The support table in ``docs/engines.md`` is generated from this matrix:
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 from pathlib import Path
 
@@ -78,6 +80,35 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+SHARED: list[Path] = []  # the directory every pytest-xdist worker of this session sees (set below)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_rows(tmp_path_factory):
+    """Under `make test` the matrix's rows are computed once per session, by whichever worker asks first: the
+    support-table test needs every row, and the row tests may have run on another worker."""
+    base = tmp_path_factory.getbasetemp()
+    SHARED[:] = [(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "architecture-matrix"]
+    SHARED[0].mkdir(exist_ok=True)
+    yield
+    SHARED.clear()
+
+
+def shared(kind: str, name: str, compute):
+    """``compute()``'s JSON value, computed once per session across workers (a file under a lock)."""
+    if not SHARED:  # `python tests/test_architectures.py`
+        return compute()
+    from filelock import FileLock
+
+    path = SHARED[0] / f"{kind}-{name}.json"
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            return json.loads(path.read_text())
+        value = compute()
+        path.write_text(json.dumps(value))
+        return value
+
+
 @functools.cache
 def pair(name: str):
     return build_pair(name)
@@ -93,6 +124,10 @@ def expected(name: str) -> tuple[tuple[int, ...], ...]:
 @functools.cache
 def check(name: str) -> dict[str, str]:
     """The matrix row: for each engine, 'ok', 'refused' or what differed (the tests assert on it)."""
+    return shared("row", name, lambda: _check(name))
+
+
+def _check(name: str) -> dict[str, str]:
     target, draft = pair(name)
     why = refusal(target.config)
     if why:
@@ -116,6 +151,10 @@ def check(name: str) -> dict[str, str]:
 
 @functools.cache
 def check_assisted(name: str) -> str:
+    return shared("assisted", name, lambda: _check_assisted(name))
+
+
+def _check_assisted(name: str) -> str:
     target, draft = pair(name)
     engine = HFAssistedEngine(target, draft, CPU, 0)
     try:
