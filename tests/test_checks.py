@@ -312,7 +312,7 @@ def test_noise_is_measured_once_per_question_inside_noise_reused_and_every_time_
 
 def test_rescoring_batches_are_split_where_padding_would_cost_more_than_a_forward():
     """Bug: the scorer filled each batch up to its limits in length order, so the short sequences just before a
-    long one were padded to its length (twelve 50-token rows padded to 590 took 4.4 s on the demo pair)."""
+    long one were padded to its length (eleven rows padded to a 590-token one took 4.4 s on the demo pair)."""
     import random
 
     from gate.checks.scoring import FORWARD_COST_TOKENS, fill, pack
