@@ -115,11 +115,26 @@ def pytest_configure(config):
 
 
 # Under `make test` (pytest-xdist, --dist worksteal) each worker takes its share in this order and an idle one
-# steals from the end of another's: the tests that take minutes go first, the fast tier last, so that no long
-# test starts when the rest of the suite is done.
+# steals from the end of another's: the tests that take minutes go first, then the slow modules heaviest first (a
+# module's tests stay together, so its module fixtures are built once), the fast tier last. Then the suite does not
+# end with one worker in a heavy module while the other waits. The order is only a schedule: a module missing
+# from HEAVY_MODULES runs after them, and nothing fails when the weights drift.
 LONGEST = ("test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine",
            "test_lifecycle.py::test_a_baseline_through_its_whole_life")
+# CPU seconds of each module's slow tests under `make test` (cpuprof, 2026-12-02), heaviest first.
+HEAVY_MODULES = ("test_http.py", "test_reliability.py", "test_paired.py", "test_engines.py", "test_cli.py",
+                 "test_checks.py", "test_fuzz.py", "test_action.py", "test_architectures.py", "test_selftest.py",
+                 "test_anchor.py")
+
+
+def _schedule(item) -> tuple[int, int]:
+    if item.nodeid.endswith(LONGEST):
+        return 0, 0
+    if not item.get_closest_marker("slow"):
+        return 3, 0
+    module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    return (1, HEAVY_MODULES.index(module)) if module in HEAVY_MODULES else (2, 0)
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda i: 0 if i.nodeid.endswith(LONGEST) else 1 if i.get_closest_marker("slow") else 2)
+    items.sort(key=_schedule)  # stable: each module's tests keep their order
