@@ -165,7 +165,7 @@ def _syn_run():
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, data):
     import json
@@ -191,7 +191,7 @@ def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, 
 
 
 @pytest.mark.slow
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path, data):
     import json
