@@ -244,8 +244,8 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     # A shell starts background jobs with SIGINT ignored, and Python then installs no KeyboardInterrupt
     # handler: give the child the default disposition, as an interactive terminal or a CI runner does.
-    # The signal arrives while the first mutant's run generates outputs (-v says each run's phases; that phase
-    # starts with the reference's generations: seconds): with the bug, the next mutant would start.
+    # The signal arrives while the first mutant's run anchors its reference (-v says each run's phases; the anchor
+    # decodes three prompts twice: seconds), inside that run: with the bug, the next mutant would start.
     cmd = ["selftest", "--mutant", "positions-batch-max", "--mutant", "accept-off-by-one", "--samples", "100",
            "--seeds", "1", "--threads", THREADS, "-v"]
     proc = subprocess.Popen([sys.executable, "-m", "gate", *cmd], env=env,
@@ -257,7 +257,7 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
     def read_stderr() -> None:
         for line in proc.stderr:
             lines.append(line)
-            if line.startswith("  positions-batch-max: outputs at batch size"):
+            if line.startswith("  positions-batch-max: anchor:"):
                 first_mutant_running.set()
         first_mutant_running.set()  # the output ended: the self-test exited, and the asserts below say how
 
