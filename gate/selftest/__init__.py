@@ -43,7 +43,7 @@ models:
   draft: {path: "specguard:demo/draft", dtype: float32}
   device: cpu
 speculation: {num_draft_tokens: 4}
-batching: {batch_sizes: [1, 4]}
+batching: {batch_sizes: [1, 4], compositions: 1}  # a second composition at 4 changed no mutant's catch
 generation:
   max_new_tokens: 32
   greedy: true
