@@ -661,7 +661,7 @@ def test_a_full_disk_or_read_only_directory_is_exit_2_naming_the_file(tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path):
+def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path, capfd, monkeypatch):
     """records.jsonl torn by EFBIG: exit 2, then `--resume` without the limit reuses the finished batches."""
     (tmp_path / "plugins.py").write_text(PLUGINS)
     cfg = tmp_path / "specguard.yaml"
@@ -673,9 +673,10 @@ def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path):
     assert proc.returncode == 2 and "File too large (EFBIG)" in proc.stderr, proc.stderr[-2000:]
     kept = (tmp_path / "out" / "records.jsonl").read_text().count("\n") - 1
     assert kept >= 1
-    proc = subprocess.run([*args, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"resuming: {kept} finished executions" in proc.stderr
+    # The resume in this process (no limit here): the limited run above is the one that needed its own process.
+    done = cli_here(tmp_path, plugin("good"), "run", "--resume", capfd=capfd, monkeypatch=monkeypatch)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resuming: {kept} finished executions" in done.stderr
 
 
 # --- engine code: any exception, any output ------------------------------------------------------------------
