@@ -35,7 +35,7 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  8.7-9.5 minutes on 2 idle cores, against 17.4 in one process.
+# 4 minutes instead of 19 s).  7 min 46 s on 2 idle cores (.ci/run, fresh clone), against 17.4 in one process.
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
