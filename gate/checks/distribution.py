@@ -126,7 +126,7 @@ def _sample(cdf: torch.Tensor, u: np.ndarray) -> torch.Tensor:
 def _z_pvalue(total: float, variance: float) -> float:
     if variance <= 0:
         return 1.0
-    from scipy import stats as sps  # here, not at the top: scipy.stats costs a greedy-only gate 0.6 s to import
+    from scipy import stats as sps  # here, not at the top: a greedy-only gate never needs scipy.stats
 
     z = total / math.sqrt(variance)
     return float(2 * sps.norm.sf(abs(z)))
