@@ -129,7 +129,7 @@ def test_sigterm_keeps_finished_work_and_resume_completes(tmp_path, capfd, monke
 
     # The resume in this process: the interrupted run above is the one that needed a process of its own.
     monkeypatch.chdir(tmp_path)
-    code = main(["run", str(small), "--no-cache", "--threads", THREADS, "--resume"])
+    code = main([*cmd[3:], "--resume"])  # the same arguments: the thread count is part of the run's setup
     err = capfd.readouterr().err
     assert code == 0, err[-3000:]
     assert f"resuming: {finished} finished executions" in err
