@@ -663,17 +663,15 @@ def test_a_full_disk_or_read_only_directory_is_exit_2_naming_the_file(tmp_path, 
 @pytest.mark.slow
 def test_a_run_stopped_by_a_file_size_limit_resumes(tmp_path, capfd, monkeypatch):
     """records.jsonl torn by EFBIG: exit 2, then `--resume` without the limit reuses the finished batches."""
-    (tmp_path / "plugins.py").write_text(PLUGINS)
-    cfg = tmp_path / "specguard.yaml"
-    cfg.write_text(TINY % {"engines": plugin("good")})
+    cfg, run_args = _prepare(tmp_path, plugin("good"), "run")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    args = [sys.executable, "-m", "gate", "run", str(cfg), "--threads", THREADS, "--no-cache"]
-    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_limited(10_000))
+    proc = subprocess.run([sys.executable, "-m", "gate", "run", str(cfg), *run_args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, preexec_fn=_limited(10_000))
     assert proc.returncode == 2 and "File too large (EFBIG)" in proc.stderr, proc.stderr[-2000:]
     kept = (tmp_path / "out" / "records.jsonl").read_text().count("\n") - 1
     assert kept >= 1
     # The resume in this process (no limit here): the limited run above is the one that needed its own process.
+    # cli_here writes the same plug-ins and config again: the run resumes on identical inputs.
     done = cli_here(tmp_path, plugin("good"), "run", "--resume", capfd=capfd, monkeypatch=monkeypatch)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resuming: {kept} finished executions" in done.stderr
