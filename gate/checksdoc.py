@@ -80,6 +80,9 @@ class EquivalenceSummary(_Doc):
     examples: list[dict[str, Any]] = Field(default_factory=list)
     sequences_with_signatures: list[dict[str, Any]] = Field(default_factory=list)
     first_inconsistencies: list[dict[str, Any]] = Field(default_factory=list)
+    # sequences that loop after a near-tie exactly as the target does from their own prefix (not a signature)
+    target_loops: int = 0
+    target_loop_examples: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Incomplete(_Doc):

@@ -29,14 +29,35 @@ EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check faile
               "2 bad input, 3 the baseline is unusable, 130 interrupted.")
 
 
-def _positive_int(text: str) -> int:
+def _count(low: int, high: int, what: str = ""):
+    """An argparse type: a whole number in [low, high] (every count the CLI takes has a stated range)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high}{what}, got {text!r}"
+                                             ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high}{what}, got {value}")
+        return value
+
+    return parse
+
+
+def _cores() -> int:
+    import os
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# torch's CPU threads: more than the cores only spin against each other (5000 held two cores for minutes; 100000
+# made libgomp try to reserve 25 GB and segfault).
+_threads = _count(1, max(_cores(), 1), " (this machine's cores)")
+THREADS_HELP = "torch CPU threads, 1 to the number of cores (default: torch's choice)"
 
 
 def _hardware_key(text: str) -> str:
@@ -314,7 +335,7 @@ def cmd_selftest(args, session: Session) -> int:
     session.quiet_libraries()
     mutants = args.mutant or None
     report = selftest(seeds=args.seeds, samples=args.samples, mutants=mutants, say=session.say,
-                      detail=session.say if session.verbosity >= 2 else None)
+                      detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype)
     if args.json:
         print(json.dumps({"mutants": [{k: m[k] for k in ("name", "caught", "caught_by")}
                                       for m in report["mutants"]],
@@ -351,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "specguard-out for demo)")
         q.add_argument("--resume", action="store_true", help="reuse finished executions of an interrupted run")
         q.add_argument("--no-cache", action="store_true", help="do not read or write the reference cache")
-        q.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+        q.add_argument("--threads", type=_threads, help=THREADS_HELP)
         q.add_argument("--hardware-key", type=_hardware_key, metavar="KEY",
                        help="the key this runner's baseline is stored and looked up under (default: "
                             "baseline.hardware_key, else read off the hardware, e.g. cuda-nvidia-h100-80gb-hbm3)")
@@ -383,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and summary.md; exit 1 if a check fails")
     c.add_argument("config", help="path to specguard.yaml")
     c.add_argument("--out", help="directory holding results.json (default: output.dir from the config)")
-    c.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    c.add_argument("--threads", type=_threads, help=THREADS_HELP)
     talk(c)
     c.set_defaults(fn=cmd_check)
 
@@ -449,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     ghsub = gh.add_subparsers(dest="github_command", required=True, metavar="ACTION")
     gc = ghsub.add_parser("comment", help="upsert this config's one PR comment (GITHUB_TOKEN, GITHUB_REPOSITORY, "
                                           "GITHUB_API_URL); a failure to post never changes the exit code")
-    gc.add_argument("--pr", type=_positive_int, required=True, help="the pull request number")
+    gc.add_argument("--pr", type=_count(1, 1 << 31), required=True, help="the pull request number")
     gc.add_argument("--when", choices=("always", "on-change", "on-failure", "never"), default="always")
     gc.add_argument("--config", help="the config (its baseline name names the comment's marker)")
     what = gc.add_mutually_exclusive_group(required=True)
@@ -479,12 +500,16 @@ def build_parser() -> argparse.ArgumentParser:
                                         "correct one (on the demo pair)",
                        epilog="-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name")
     s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.add_argument("--seeds", type=int, default=20, help="runs of the correct engine: the first on the "
-                   "mutants' own batches and seed, each later one with another seed and batch order; default 20")
-    s.add_argument("--samples", type=int, default=600, help="sampled tokens per engine for the distribution "
-                                                            "test (default 600)")
-    s.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
-    s.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's choice)")
+    s.add_argument("--seeds", type=_count(0, 1000), default=20, help="runs of the correct engine (0 to 1000): the "
+                   "first on the mutants' own batches and seed, each later one with another seed and batch order; "
+                   "default 20")
+    s.add_argument("--samples", type=_count(100, 1_000_000), default=600, help="sampled tokens per engine for the "
+                                                                               "distribution test (default 600)")
+    s.add_argument("--mutant", action="append", help="only this mutant (repeatable; an unknown name is refused "
+                                                     "with the list, before any model loads)")
+    s.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="the demo pair's dtype (bfloat16 flips near-ties as GPUs do; default float32)")
+    s.add_argument("--threads", type=_threads, help=THREADS_HELP)
     talk(s)
     s.set_defaults(fn=cmd_selftest)
     return p

@@ -481,11 +481,18 @@ def headline(doc: VerdictDoc, results: Results) -> str:
     crashed = sorted({c.engine for c in doc.checks if c.check == "engine_failure" and c.status == "fail"})
     if crashed:
         parts.append(f"{', '.join(crashed)} failed on some batches (crash, hang or broken contract)")
+    eq = [c for c in doc.checks if c.check == "equivalence"]
+    unproven = sorted({c.batch_size for c in eq if c.status == "warn" and c.batch_size})
     if eq_fail:
         bad = sorted({c.batch_size for c in eq_fail if c.batch_size})
         parts.append(f"Merging breaks output equivalence{' at bs ' + _sizes(bad) if bad else ''}")
-    elif results.settings.greedy:
+    elif unproven:  # "equivalent" is said only of equivalence that passed, never of a warning
+        parts.append(f"Merging leaves output equivalence unproven at bs {_sizes(unproven)} (divergences the gate "
+                     "cannot classify)")
+    elif results.settings.greedy and any(c.status == "pass" for c in eq):
         parts.append(f"Merging keeps outputs equivalent at bs {_sizes(sizes)}")
+    elif results.settings.greedy:
+        parts.append("Merging: output equivalence not measured")
     else:
         parts.append("Merging")
     if any(c.status == "fail" and c.check == "distribution" for c in doc.checks):

@@ -135,10 +135,11 @@ class Executor:
             batch_counters=result.counters,
             sequences=[
                 SequenceOutput(prompt_id=self.prompts[i].id, filler=row >= b.n_real, seed=req.seed,
-                               text=self.decode(s.token_ids), token_ids=list(s.token_ids),
-                               stop_reason=s.stop_reason, wall_s=s.wall_s, ttft_s=s.ttft_s,
-                               per_token_s=s.per_token_s, counters=s.counters, top_logprobs=s.top_logprobs,
-                               text_only=s.text_only)
+                               text=s.text if s.text is not None else self.decode(s.token_ids),
+                               token_ids=list(s.token_ids), stop_reason=s.stop_reason, wall_s=s.wall_s,
+                               ttft_s=s.ttft_s, per_token_s=s.per_token_s, counters=s.counters,
+                               top_logprobs=s.top_logprobs, text_only=s.text_only, token_texts=s.token_texts,
+                               top_text_logprobs=s.top_text_logprobs)
                 for row, (i, req, s) in enumerate(zip(b.members, requests, result.sequences))
             ],
         )

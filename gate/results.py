@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gate.config import REFERENCE
-from gate.documents import Document
+from gate.documents import Document, omitted_when_none
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 from gate.rundir import RESULTS, DocumentKind, load_document
@@ -115,6 +115,9 @@ class SequenceOutput(_Record):
     counters: SpecCounters | None = None
     top_logprobs: list[dict[int, float]] | None = None  # a server's top-k logprobs per emitted token
     text_only: bool = False  # the engine gave only text: these ids are its text re-tokenized
+    # a text-only stack's own token pieces and top-k keyed by text (None: not given)
+    token_texts: list[str] | None = omitted_when_none()
+    top_text_logprobs: list[dict[str, float]] | None = omitted_when_none()
 
     _counters = field_validator("counters")(_counters_not_negative)
 

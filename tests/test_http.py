@@ -244,6 +244,36 @@ def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tm
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("logprobs", [5, 0])
+def test_a_text_only_engine_that_diverges_is_failed_on_the_evidence_a_text_stack_gives(tmp_path, served, logprobs):
+    """Issue 30 item 0: a text-only stack (preset: openai) 0% identical to a reference that was 100% identical to
+    itself passed, every equivalence row ✅ and the headline "keeps outputs equivalent".  With the reference's top-k
+    keyed by text (logprobs 5), the divergences are classified, confident ones among them; with none (logprobs 0),
+    the unclassified share is judged against the reference's own noise floor.  Either way: a failure."""
+    with serving(served, ("mutant:kv-no-rollback", {}), ("reference", {})) as (e, r):
+        cfg = config((e, None), (r, None)).replace("preset: vllm", "preset: openai").replace(
+            "      request_timeout_s: 60\n", f"      request_timeout_s: 60\n      logprobs: {logprobs}\n").replace(
+            "max_prompts_per_slice: 1", "max_prompts_per_slice: 3")
+        proc = gate_here(tmp_path, cfg, "gate")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert checks["equivalence_method"].startswith("text comparison of re-tokenized text")
+    assert checks["noise_floor"]["4"]["exact_match"] == 1.0, "the reference is deterministic"
+    failed = {(v["check"], v["batch_size"]) for v in verdict["checks"] if v["status"] == "fail"}
+    assert ("equivalence", 1) in failed and ("equivalence", 4) in failed, verdict["checks"]
+    assert verdict["headline"].startswith("Merging breaks output equivalence at bs 1/4"), verdict["headline"]
+    eq = checks["equivalence"]["served"]["4"]
+    if logprobs:
+        assert eq["divergences"]["confident"] > 0, eq["divergences"]
+    else:
+        assert eq["divergences"]["unclassified"] > 0 and eq["divergences"]["confident"] == 0
+        assert any("noise floor; one-sided Fisher" in v["why"] for v in verdict["checks"])
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "Merging keeps outputs equivalent" not in comment and "| ❌ |" in comment
+
+
+@pytest.mark.slow
 def test_a_launch_command_that_fails_is_a_clear_error_quoting_its_output(tmp_path):
     die = "import sys; print('error: cannot bind HTTP server socket', flush=True); sys.exit(3)"
     proc = gate_here(tmp_path, config((free_port(), json.dumps([PY, "-c", die]))), "run")

@@ -389,11 +389,34 @@ def test_validate_imports_plugin_callables(tmp_path, capsys):
     assert "engines[0].callable: cannot import 'no_such_module'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("threads", ["-1", "0", "two"])
-def test_threads_must_be_a_positive_whole_number(threads, capsys):
+@pytest.mark.parametrize("threads", ["-1", "0", "two", "5000", "100000"])
+@pytest.mark.parametrize("command", ["run", "gate", "check", "selftest"])
+def test_threads_must_be_a_whole_number_up_to_the_cores(command, threads, capsys):
+    """Issue 30 item 8: `--threads 100000` segfaulted in libgomp and 5000 held the cores for minutes."""
+    from gate.cli import _cores
+
     with pytest.raises(SystemExit) as info:
-        main(["run", "x.yaml", "--threads", threads])
-    assert info.value.code == 2 and "expected a whole number >= 1" in capsys.readouterr().err
+        main([command, *(["x.yaml"] if command != "selftest" else []), "--threads", threads])
+    assert info.value.code == 2
+    assert f"expected a whole number from 1 to {_cores()} (this machine's cores)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--seeds", "-1"], ["--seeds", "1001"], ["--samples", "5"],
+                                  ["--dtype", "int8"]])
+def test_selftest_counts_are_bounded(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["selftest", *args])
+    assert info.value.code == 2 and "usage: specguard selftest" in capsys.readouterr().err
+
+
+def test_an_unknown_mutant_is_refused_with_the_list_before_any_model_loads(capsys, monkeypatch):
+    """Issue 30 item 9: `selftest --mutant no-such-mutant` was a KeyError traceback after 20 s of model loading."""
+    import gate.selftest
+
+    monkeypatch.setattr(gate.selftest, "load_pair", lambda *a: pytest.fail("a model was loaded"))
+    assert main(["selftest", "--mutant", "kv-no-rollback", "--mutant", "no-such-mutant"]) == 2
+    err = capsys.readouterr().err
+    assert "--mutant: no mutant named 'no-such-mutant'" in err and "choose from positions-batch-max" in err
 
 
 def test_loose_numbers_are_refused_with_the_field_path(tmp_path, capsys):

@@ -26,9 +26,51 @@ SERVER_FLOOR = 1e-3  # nats: servers round logprobs; no gap finer than this is t
 TEXT_METHOD = "text comparison"  # no logprobs and no local target: divergences are unclassified
 
 
-def _top2_gap(top: dict[int, float]) -> float | None:
+def _top2_gap(top: dict) -> float | None:
     vals = sorted(top.values(), reverse=True)
     return vals[0] - vals[1] if len(vals) > 1 else None
+
+
+def _tops(seq: SequenceOutput) -> tuple[list, list[dict]] | None:
+    """A server's per-token keys and top-k: by id, or (a text-only stack) by the token's text; None: not given."""
+    if seq.top_logprobs:
+        return seq.token_ids, seq.top_logprobs
+    if seq.token_texts and seq.top_text_logprobs:
+        return seq.token_texts, seq.top_text_logprobs
+    return None
+
+
+def text_divergence_gap(ref: SequenceOutput, text: str, tolerance: float,
+                        boundaries: Callable[[str], list[int] | None]) -> tuple[float, float] | None:
+    """(gap, tolerance) where a text-only engine's ``text`` first departs from the reference, from the reference's
+    top-k keyed by text (OpenAI's legacy ``logprobs``); None when that cannot be told (unclassified).
+
+    The reference token covering the first differing character is found from the reference's own token texts; the
+    engine's text from that token's start must begin with one of the top-k texts (then the gap is the logprob of
+    the reference's token minus that one's), or with none (then the top-k's lowest logprob bounds the gap, which
+    proves a confident divergence when it exceeds the tolerance, never a near-tie).  ``boundaries(text)`` gives the
+    character offsets where the engine's text splits into tokens (its re-tokenization): a divergence that starts
+    inside one of its tokens was decided under another prefix, so it is left unclassified."""
+    pieces, tops = ref.token_texts, ref.top_text_logprobs
+    if not pieces or not tops or len(pieces) != len(tops) or "".join(pieces) != ref.text:
+        return None
+    c = next((i for i, (a, b) in enumerate(zip(text, ref.text)) if a != b), None)
+    if c is None:
+        return None  # one text is a prefix of the other: a length difference, not a choice between tokens
+    t, offset = 0, 0
+    while offset + len(pieces[t]) <= c:  # the reference token that covers character c
+        offset += len(pieces[t])
+        t += 1
+    top, mine = tops[t], pieces[t]
+    cuts = boundaries(text)
+    if mine not in top or cuts is None or offset not in cuts:
+        return None
+    rest = text[offset:]
+    candidates = [k for k in top if k and k != mine and rest.startswith(k)]
+    if candidates:
+        return min((top[mine] - top[k] for k in candidates), key=abs), tolerance
+    bound = top[mine] - min(top.values())
+    return (bound, tolerance) if bound > tolerance else None
 
 
 @dataclass
@@ -76,8 +118,12 @@ class CheckContext:
     def method(self) -> str:
         """How divergences are told apart: re-scoring locally, a server's logprobs, or not at all."""
         if self.retokenized:
+            how = ("a divergence is classified from the reference's top-k keyed by text where it gave one; the rest "
+                   "are judged against the reference's own noise floor" if self._text_tops() else
+                   "bugs cannot be told from noise token by token: divergences are judged against the reference's "
+                   "own noise floor")
             return (f"{RETOKENIZED_METHOD}: {', '.join(self.retokenized)} gave text, not token ids, so texts are "
-                    f"compared and bugs cannot be told from noise (local_weights not used for equivalence)")
+                    f"compared; {how} (local_weights not used for equivalence)")
         if self.local:
             return "local re-scoring"
         if any(s.top_logprobs for s in self.canonical.values()):
@@ -107,9 +153,13 @@ class CheckContext:
             self.say(f"tolerance: {self._tolerance.to_dict()['rule']}; measured logit noise {noise}")
         return self._tolerance
 
+    def _text_tops(self) -> bool:
+        return any(s.top_text_logprobs for s in self.canonical.values())
+
     def _server_noise(self) -> float | None:
         """Largest change of the top-2 logprob gap between the reference server's answers to the same prompts
-        sent alone (batch size 1) and at the highest concurrency, over the tokens both agree on."""
+        sent alone (batch size 1) and at the highest concurrency, over the tokens both agree on (top-k keyed by id,
+        or by text from a text-only stack)."""
         sizes = [bs for bs in self.results.greedy_batch_sizes(REFERENCE) if bs > 1]
         if not sizes:
             return None
@@ -117,10 +167,11 @@ class CheckContext:
         worst = None
         for pid, alone in self.canonical.items():
             other = busy.get(pid)
-            if other is None or not alone.top_logprobs or not other.top_logprobs:
+            mine, theirs = _tops(alone), (_tops(other) if other is not None else None)
+            if mine is None or theirs is None:
                 continue
-            for t, (a, b) in enumerate(zip(alone.top_logprobs, other.top_logprobs)):
-                if alone.token_ids[t] != other.token_ids[t]:
+            for t, (a, b) in enumerate(zip(mine[1], theirs[1])):
+                if t >= len(mine[0]) or t >= len(theirs[0]) or mine[0][t] != theirs[0][t]:
                     break
                 ga, gb = _top2_gap(a), _top2_gap(b)
                 if ga is not None and gb is not None:
@@ -171,10 +222,24 @@ class CheckContext:
             server_gap = None
             if not self.local and not text and other is not None:
                 server_gap = self._gap_from_reference(pid, other[0], seq.token_ids[other[0]])
+            elif text and other is not None:
+                server_gap = text_divergence_gap(self.canonical[pid], seq.text, tol.fixed, self._cuts)
             v = analyze_sequence(pid, p.slice, seq.token_ids, canonical[pid], sc, tol, eos,
                                  p.max_new_tokens, seq.stop_reason, server_gap=server_gap, retokenized=text)
             out.setdefault((engine, bs), []).append(Compared(comp, seq, v))
         return out
+
+    def _cuts(self, text: str) -> list[int] | None:
+        """Character offsets where ``text`` splits into the target tokenizer's tokens; None when its tokens'
+        texts do not add up to it (byte-level pieces of one character)."""
+        pieces = [self.pair.decode([t]) for t in self.pair.encode(text)]
+        if "".join(pieces) != text:
+            return None
+        cuts, at = [], 0
+        for piece in pieces:
+            cuts.append(at)
+            at += len(piece)
+        return cuts
 
     def _gap_from_reference(self, pid: str, j: int, token: int) -> tuple[float, float] | None:
         """(logprob of the reference's token - logprob of the engine's, tolerance) at position j, from the

@@ -178,6 +178,11 @@ class SequenceResult:
     counters: SpecCounters | None = None  # speculative engines only
     top_logprobs: list[dict[int, float]] | None = None  # per emitted token, a server's top-k (HTTP engines)
     text_only: bool = False  # the engine gave text, not token ids: these ids are the text re-tokenized
+    text: str | None = None  # the text as the engine gave it (a text-only stack's own, not decoded here)
+    # a text-only stack's own pieces: each emitted token's text, and the top-k keyed by text (OpenAI's legacy
+    # ``logprobs.tokens`` and ``logprobs.top_logprobs``), what lets the gate classify a divergence on text
+    token_texts: list[str] | None = None
+    top_text_logprobs: list[dict[str, float]] | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)

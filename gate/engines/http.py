@@ -61,6 +61,9 @@ class Chunk:
     finish: str | None = None  # "stop" (EOS or a stop string) or "length"; None while streaming
     done: bool = False  # the stream's last event (a route without "[DONE]")
     generated: int | None = None  # tokens the server says it generated so far (llama-server's tokens_predicted)
+    # no ids: each token's text and the top-k keyed by text, as OpenAI's legacy logprobs give them
+    texts: list[str] | None = None
+    top_texts: list[dict[str, float]] | None = None
 
 
 def _as_id(t) -> int | None:
@@ -94,8 +97,15 @@ def parse_openai(event: dict) -> Chunk:
     if lp.get("top_logprobs") is not None:
         tops = [{_as_id(k): float(v) for k, v in (d or {}).items() if _as_id(k) is not None}
                 for d in lp["top_logprobs"]]
+    texts = top_texts = None
+    pieces = lp.get("tokens")
+    if ids is None and isinstance(pieces, list) and all(isinstance(t, str) for t in pieces):
+        texts = list(pieces)
+        raw = lp.get("top_logprobs")
+        if isinstance(raw, list) and len(raw) == len(pieces) and all(isinstance(d, dict) for d in raw):
+            top_texts = [{str(k): float(v) for k, v in d.items() if isinstance(v, (int, float))} for d in raw]
     return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "",
-                 finish=choice.get("finish_reason"))
+                 finish=choice.get("finish_reason"), texts=texts, top_texts=top_texts)
 
 
 def parse_sglang(event: dict) -> Chunk:
@@ -464,6 +474,8 @@ class HttpEngine:
         tops: list[dict[int, float]] = []
         text, finish, done, times, counters, generated = "", None, False, [], None, None
         have_tops = True
+        pieces: list[str] | None = []  # a text-only stack's token texts and text-keyed top-k (None: not all given)
+        text_tops: list[dict[str, float]] | None = []
         try:
             for raw in resp.iter_lines():
                 if not raw or not raw.startswith(b"data:"):
@@ -478,6 +490,15 @@ class HttpEngine:
                     raise self._fail("crash", i, n, req, f"malformed stream chunk: {data[:120]!r}") from None
                 now = time.perf_counter()
                 text += chunk.text
+                if chunk.text and pieces is not None:
+                    if chunk.texts is None or "".join(chunk.texts) != chunk.text:
+                        pieces = text_tops = None
+                    else:
+                        pieces += chunk.texts
+                        if text_tops is not None and chunk.top_texts is not None:
+                            text_tops += chunk.top_texts
+                        else:
+                            text_tops = None
                 if chunk.ids:  # (llama-server's last event carries an empty list)
                     ids += chunk.ids
                     times += [now] * len(chunk.ids)
@@ -507,6 +528,8 @@ class HttpEngine:
         if text_only:  # a text-only stack (tgi, openai): tokenize its text; the checks then compare text
             ids = self.tokenize(text) if self.tokenize else []
             times = [time.perf_counter()] * len(ids)
+        else:
+            pieces = text_tops = None
         ttft = times[0] - start if times else None
         per_token = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
         spec = SpecCounters(num_drafts=0, num_draft_tokens=counters.get("num_draft_tokens", 0),
@@ -515,7 +538,9 @@ class HttpEngine:
                               wall_s=(times[-1] - start) if times else time.perf_counter() - start, ttft_s=ttft,
                               per_token_s=per_token, counters=spec,
                               top_logprobs=tops if have_tops and tops and len(tops) == len(ids) else None,
-                              text_only=text_only)
+                              text_only=text_only, text=text if text_only else None, token_texts=pieces or None,
+                              top_text_logprobs=text_tops if pieces and text_tops and len(text_tops) == len(pieces)
+                              else None)
 
 
 def api_key(env_name: str | None, label: str) -> str | None:

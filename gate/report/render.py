@@ -97,6 +97,7 @@ def _eq_rows(checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None) 
     rows = []
     failed = {(c.engine, c.batch_size) for c in verdict.checks if c.status == "fail"
               and (c.check == "equivalence" or c.check.startswith("signature:"))}
+    unproven = {(c.engine, c.batch_size) for c in verdict.checks if c.status == "warn" and c.check == "equivalence"}
     for engine, per_bs in (checks.equivalence or {}).items():
         for bs, s in per_bs.items():
             base = baseline.equivalence.get(engine, {}).get(bs) if baseline else None
@@ -106,7 +107,8 @@ def _eq_rows(checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None) 
                          "length": s.divergences.length, "incons": s.confident_inconsistencies,
                          "signatures": ", ".join(f"{k}: {n}" for k, n in sorted(s.signatures.items())) or "none",
                          "compositions": s.compositions,
-                         "status": "fail" if (engine, int(bs)) in failed else "pass"})
+                         "status": "fail" if (engine, int(bs)) in failed else
+                         "warn" if (engine, int(bs)) in unproven else "pass"})
     return rows
 
 

@@ -31,6 +31,7 @@ from gate.checksdoc import ChecksDoc
 from gate.config import PACKAGE_DIR, parse_config
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
+from gate.errors import Problem, SpecguardError
 from gate.models import load_pair
 from gate.runner import Runner
 from gate.selftest.mutants import MUTANTS
@@ -39,8 +40,8 @@ from gate.suite import Suite, load_suite
 SELFTEST_CONFIG = """\
 version: 1
 models:
-  target: {path: "specguard:demo/target", dtype: float32}
-  draft: {path: "specguard:demo/draft", dtype: float32}
+  target: {path: "specguard:demo/target", dtype: %(dtype)s}
+  draft: {path: "specguard:demo/draft", dtype: %(dtype)s}
   device: cpu
 speculation: {num_draft_tokens: 4}
 batching: {batch_sizes: [1, 4], compositions: 1}  # a second composition at 4 changed no mutant's catch
@@ -75,15 +76,22 @@ def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
 
 
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
-             say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None) -> dict:
+             say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None,
+             dtype: str = "float32") -> dict:
     """Run the self-test.  ``say`` gets one line per mutant and per seed; ``detail`` (``-v``), when given, also
-    each run's phase lines, prefixed with the run's name."""
+    each run's phase lines, prefixed with the run's name.  ``dtype``: the pair's (bfloat16 flips near-ties, as
+    GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught)."""
+    unknown = sorted(set(mutants or ()) - set(MUTANTS))
+    if unknown:
+        raise SpecguardError(Problem("specguard selftest", f"no mutant named {', '.join(map(repr, unknown))}",
+                                     field="--mutant", hint=f"choose from {', '.join(MUTANTS)}"))
 
     def log_for(name: str) -> Callable[[str], None]:
         return (lambda m: detail(f"  {name}: {m}")) if detail else (lambda m: None)
 
     torch.manual_seed(0)
-    base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples}, PACKAGE_DIR / "selftest.yaml")
+    base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype},
+                        PACKAGE_DIR / "selftest.yaml")
     loaded = load_pair(base)
     eos = loaded.encode(EOS_TEXT)
     if len(eos) != 1:
@@ -106,7 +114,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
         false_alarms, details = 0, []
         for seed in range(seeds):
-            cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples},
+            cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype},
                                PACKAGE_DIR / "selftest.yaml")
             engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
             # run 0: the mutants' order and seed (the control on the batches they were caught in); then shuffled
