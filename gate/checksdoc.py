@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gate.documents import Document, omitted_when_none
+from gate.documents import Document, RunRef, omitted_when_none
 
 STATUSES = ("pass", "fail", "warn", "info")
 # checks.json's equivalence_method starts with this when any side's output was text re-tokenized by the gate;
@@ -43,7 +43,7 @@ class Verdict:
 
 # --- checks.json ---------------------------------------------------------------------------------
 
-CHECKS_SCHEMA = "specguard.checks/1"
+CHECKS_SCHEMA = "specguard.checks/2"
 
 
 _Doc = Document
@@ -291,7 +291,10 @@ class Tolerance(_Doc):
 class ChecksDoc(_Doc):
     """``checks.json``: the findings of each check and the verdict lines."""
 
-    schema_id: Literal["specguard.checks/1"] = Field(CHECKS_SCHEMA, alias="schema")
+    schema_id: Literal["specguard.checks/2"] = Field(CHECKS_SCHEMA, alias="schema")
+    # what these checks were made from: the run, and the exact results.json (its sha256)
+    run: RunRef
+    results_digest: str
     results_status: str | None
     incomplete: Incomplete | None = omitted_when_none()
     engine_failures: dict[str, EngineFailures] | None = omitted_when_none()

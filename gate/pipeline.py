@@ -18,7 +18,20 @@ from typing import TYPE_CHECKING
 
 from gate.documents import PhasesDoc
 from gate.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, Problem, SpecguardError
-from gate.rundir import CHECKS, COMMENT, COMPARED, JUDGED, PHASES, PNG, RESULTS, RUN, SUMMARY, VERDICT, RunDir
+from gate.rundir import (
+    CHECKS,
+    COMMENT,
+    COMPARED,
+    JUDGED,
+    PHASES,
+    PNG,
+    RESULTS,
+    RUN,
+    SUMMARY,
+    VERDICT,
+    RunDir,
+    made_from,
+)
 from gate.timing import Phases
 
 if TYPE_CHECKING:  # torch and transformers load with the stages that need them
@@ -394,19 +407,16 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     from gate.checksdoc import retokenized_note
     from gate.compare import compare as judge
     from gate.report import build_page, print_terminal, render_comment, render_details, render_summary, write_png
-    from gate.verdictdoc import RunRef
-
     started = time.perf_counter()
-    results = out.results()
-    checks = out.checks()
+    results, checks = out.judged()  # checks.json of this very results.json, or exit 2 naming both
     dest = report_dir or out
     name = baseline_name or config.baseline.name or "specguard"
     baseline, path, same, others = find_baseline(results, config, name, baselines_dir)
     dest.clear(COMPARED)  # the inputs loaded: now replace them
     head = summarize(results, checks, config, name)  # the head's measurements, once, as a baseline holds them
     verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, others=others)
-    verdict = verdict.model_copy(update={"run": RunRef(id=results.run_id, config=results.fingerprint.config,
-                                                       suite=results.fingerprint.suite.fingerprint)})
+    verdict = verdict.model_copy(update={"run": results.ref(), "results_digest": results.digest,
+                                         "checks_digest": checks.digest})
     # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
     by_path = bool(baseline_name) and (baseline_name.endswith(".json") or Path(baseline_name).is_file())
     page = build_page(results, checks, verdict, baseline, (config.baseline.name or "specguard") if by_path else name)
@@ -426,16 +436,17 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
         print_terminal(verdict, note=caveat)
     session.say(f"wrote {dest / VERDICT}, {dest / COMMENT} and {dest / SUMMARY}")
     if verdict.exit_code == EXIT_OK:  # a pass is what the file says, read back, not what this process believes
-        return read_back(results, dest) or EXIT_OK
+        return read_back(results, checks, dest) or EXIT_OK
     return verdict.exit_code
 
 
-def read_back(results, dest: RunDir) -> int | None:
-    """None when ``verdict.json`` in ``dest`` is this run's and passed; else the exit code to return instead."""
+def read_back(results, checks, dest: RunDir) -> int | None:
+    """None when ``verdict.json`` in ``dest`` is this run's (judged from these results and checks) and passed; else
+    the exit code to return instead."""
     from gate.verdictfile import read_verdict
 
-    fp = results.fingerprint
-    got = read_verdict(dest / VERDICT, {"id": results.run_id, "config": fp.config, "suite": fp.suite.fingerprint})
+    got = read_verdict(dest / VERDICT, results.ref().model_dump(), digests={"results_digest": results.digest,
+                                                                            "checks_digest": checks.digest})
     if got.passed:
         return None
     if got.outcome != "fail":
@@ -453,7 +464,9 @@ def write_baseline(loaded, results, run_dir: RunDir, root: Path, force: bool, re
     if force and not reason:
         raise SpecguardError(Problem("specguard", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
-    baseline = derive(results, run_dir.checks(), loaded.config, loaded.baseline_name,
+    checks = run_dir.checks()
+    made_from(checks, results, run_dir / CHECKS, run_dir / RESULTS)
+    baseline = derive(results, checks, loaded.config, loaded.baseline_name,
                       force_reason=reason if force else None, reason=reason)
     store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
     path = store.write(baseline)

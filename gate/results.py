@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gate.config import REFERENCE
-from gate.documents import Document, omitted_when_none
+from gate.documents import Document, RunRef, omitted_when_none, serialized
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 from gate.rundir import RESULTS, DocumentKind, load_document
@@ -334,6 +334,10 @@ class RunHeader(_Record):
     shard: tuple[int, int] | None = None  # (index, count) of a sharded run; None for a whole run
     run_id: str | None = None  # this invocation's id: verdict.json names it, so a stale verdict is never judged
 
+    def ref(self) -> RunRef:
+        """How the documents derived from this run name it."""
+        return RunRef(id=self.run_id, config=self.fingerprint.config, suite=self.fingerprint.suite.fingerprint)
+
 
 class PairedRun(Document):
     """Paired mode: the base config's speculative engine, timed beside the head's, interleaved, in one run."""
@@ -537,10 +541,8 @@ def _named(exc: OSError, path: Path) -> OSError:
     return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
-def atomic_write_json(path: Path, obj) -> None:
-    if isinstance(obj, BaseModel):
-        obj = obj.model_dump(mode="json", by_alias=True)
-    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+def atomic_write_json(path: Path, obj: BaseModel | dict) -> None:
+    atomic_write_text(path, serialized(obj).decode("utf-8"))
 
 
 class RecordLog:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.checksdoc import CHECKS_SCHEMA, ChecksDoc
+from gate.documents import digest_of
 from gate.errors import MAX_INPUT_BYTES, Problem, SpecguardError, parse_json, read_input
 
 RESULTS = "results.json"  # the run (`run`, `merge`)
@@ -70,6 +71,7 @@ def load_document(path: str | Path, kind: DocumentKind, raw: bool = False):
                                  hint=kind.schema_hint or kind.hint))
     if kind.screen is not None:
         kind.screen(doc, source)
+    digest = digest_of(text.encode("utf-8"))  # the file's bytes (read as strict UTF-8, so they encode back)
     if kind.schema is not None:
         found = doc.get("schema")
         if found in kind.older and kind.migrate is not None:
@@ -79,6 +81,7 @@ def load_document(path: str | Path, kind: DocumentKind, raw: bool = False):
                                      hint=kind.schema_hint or kind.hint))
     try:
         model = kind.model().model_validate(doc)
+        model._digest = digest
     except RecursionError:
         raise kind.error(Problem(source, f"the {kind.name} is nested too deeply to read", hint=kind.hint)) from None
     except ValidationError as exc:
@@ -93,6 +96,22 @@ CHECKS_DOC = DocumentKind("checks file", SpecguardError, lambda: ChecksDoc,  # a
                           "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it",
                           schema=CHECKS_SCHEMA, invalid="corrupt checks: {msg}",
                           allow_nan=True)  # the checks record an estimate they could not make as NaN
+
+
+def _short(digest: str | None) -> str:
+    return (digest or "none").removeprefix("sha256:")[:12]
+
+
+def made_from(checks: ChecksDoc, results, checks_path, results_path) -> None:
+    """Refuse ``checks`` unless they name ``results``: its run (id, config, suite) and the sha256 of its bytes."""
+    if checks.run == results.ref() and checks.results_digest == results.digest:
+        return
+    raise SpecguardError(Problem(
+        str(checks_path), f"made from another run's results: it names run {checks.run.id!r} (results.json "
+        f"{_short(checks.results_digest)}), but {results_path} is run {results.run_id!r} "
+        f"({_short(results.digest)})", field="results_digest",
+        hint="rerun `specguard check CONFIG --out DIR` on this run's directory, or keep each run in its own "
+             "directory"))
 
 
 class RunDir:
@@ -144,11 +163,17 @@ class RunDir:
         """checks.json, validated against its schema (:class:`gate.checksdoc.ChecksDoc`)."""
         return load_document(self.path / CHECKS, CHECKS_DOC)
 
-    def verdict_outcome(self) -> str | None:
-        """What verdict.json says (pass, neutral, fail), or None when there is none that reads as a verdict."""
-        from gate.verdictdoc import VerdictDoc
+    def judged(self):
+        """(results, checks) of this directory, refused (exit 2, naming both files) unless checks.json was made
+        from this very results.json: a stale or foreign checks.json must never be judged as this run's."""
+        results, checks = self.results(), self.checks()
+        made_from(checks, results, self / CHECKS, self / RESULTS)
+        return results, checks
 
-        try:
-            return VerdictDoc.model_validate_json((self.path / VERDICT).read_bytes()).outcome
-        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
-            return None
+    def verdict_outcome(self) -> str | None:
+        """What verdict.json says (pass, neutral, fail) when it is this run's verdict, judged from the results.json
+        and checks.json beside it (:func:`gate.verdictfile.check`); None otherwise."""
+        from gate.verdictfile import check
+
+        got = check(self.path)
+        return None if got.outcome == "error" else got.outcome

@@ -9,9 +9,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from gate.documents import Document
+from gate.documents import Document, RunRef
 
-SCHEMA = "specguard.verdict/1"
+SCHEMA = "specguard.verdict/2"
 Status = Literal["pass", "fail", "warn", "neutral"]
 EXIT_PASS, EXIT_FAIL = 0, 1
 
@@ -101,16 +101,8 @@ class BaselineRef(_Doc):
     forced: bool = False
 
 
-class RunRef(_Doc):
-    """The run a verdict belongs to: ``python -m gate.verdictfile RUN_DIR`` matches it with results.json."""
-
-    id: str | None
-    config: str  # the run's config digest (results.fingerprint.config)
-    suite: str  # the run's suite fingerprint
-
-
 class VerdictDoc(_Doc):
-    schema_id: Literal["specguard.verdict/1"] = Field(SCHEMA, alias="schema")
+    schema_id: Literal["specguard.verdict/2"] = Field(SCHEMA, alias="schema")
     outcome: Literal["pass", "fail", "neutral"]
     exit_code: int
     headline: str
@@ -123,7 +115,11 @@ class VerdictDoc(_Doc):
     speedup: list[SpeedupChange] = Field(default_factory=list)
     changed: list[Changed] = Field(default_factory=list)
     run_status: str
+    # the run it belongs to, and the exact documents it was judged from (``python -m gate.verdictfile`` checks all
+    # three against the files beside it)
     run: RunRef | None = None
+    results_digest: str | None = None
+    checks_digest: str | None = None
 
     def failed(self) -> list[CheckVerdict]:
         return [c for c in self.checks if c.status == "fail"]

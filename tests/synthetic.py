@@ -123,7 +123,8 @@ def checks_for(results: Results, exact: dict | None = None, confident: dict | No
     repro = reproducibility.measure(results, None)
     speed = analyze_speedup(results, 200)
     verdicts += [v.to_dict() for v in verdicts_for(speed, None)]
-    doc = {"schema": "specguard.checks/1", "results_status": results.status, "equivalence": equivalence,
+    doc = {"schema": "specguard.checks/2", "run": results.ref(), "results_digest": results.digest,
+           "results_status": results.status, "equivalence": equivalence,
            "noise_floor": {"4": _summary(n, 1.0)}, "reproducibility": repro, "speedup": speed,
            "tolerance": {"dtype": "float32", "eps": 1.1920928955078125e-07, "measured_noise": 1e-6, "fixed": None,
                          "noise_factor": 4.0, "ulp_factor": 2.0,
@@ -133,6 +134,13 @@ def checks_for(results: Results, exact: dict | None = None, confident: dict | No
 
 
 HOSTILE = "</details><img src=x onerror=alert(1)> @org/team #1 | `rm -rf /` [x](http://evil)"
+
+
+def results_json(results: Results) -> str:
+    """``results.json`` as the gate writes it: the bytes whose digest checks.json names."""
+    from gate.documents import serialized
+
+    return serialized(results).decode("utf-8")
 
 
 def checks_json(doc: ChecksDoc) -> str:

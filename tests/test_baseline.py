@@ -34,7 +34,7 @@ baseline: {dir: perf/baselines}
 def write_run(run_dir: Path, results=None, checks=None) -> Path:
     results = results or syn.run()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "results.json").write_text(results.model_dump_json(by_alias=True))
+    (run_dir / "results.json").write_text(syn.results_json(results))
     (run_dir / "checks.json").write_text(syn.checks_json(checks or syn.checks_for(results)))
     return run_dir
 

@@ -208,7 +208,7 @@ def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path,
     doc, _ = _mutated(base, data)
     out = tmp_path / "run"
     out.mkdir(exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results_doc))
+    (out / "results.json").write_text(json.dumps(results_doc, indent=1) + "\n")  # as the gate writes it
     (out / "checks.json").write_text(syn.checks_json(checks))
     (tmp_path / "base.json").write_text(json.dumps(doc))
     assert run_cli(["compare", str(out), "--baseline", str(tmp_path / "base.json"), "-q"]) in (0, 1, 3)
@@ -257,7 +257,7 @@ def test_special_files_as_inputs_are_refused_at_once(tmp_path, kind, role):
     results_doc, checks = _syn_run()
     out = tmp_path / "run"
     out.mkdir()
-    for name, text in (("results", json.dumps(results_doc)), ("checks", syn.checks_json(checks))):
+    for name, text in (("results", json.dumps(results_doc, indent=1) + "\n"), ("checks", syn.checks_json(checks))):
         if role == name:
             (out / f"{name}.json").symlink_to(special)
         else:
@@ -314,3 +314,43 @@ def test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean(tmp
     finally:
         timer.cancel()
         fn.stop()
+
+
+def test_documents_mixed_from_two_runs_never_pass(tmp_path):
+    """Issue 30 item 1: a failing run's results.json beside another run's passing checks.json turned `fail` into
+    `pass` in `compare`, and `verdictfile` agreed.  Every mix of results, checks and verdict from a passing run A
+    and a failing run B (with distinct run ids, and with the same id, where only the documents' digests tell them
+    apart): `verdictfile` passes only A's own three, and `compare` passes only A's results with A's checks,
+    refusing (exit 2) a checks.json made from other results."""
+    import itertools
+    import shutil
+
+    import synthetic as syn
+
+    from gate import verdictfile
+
+    def make(name: str, run_id: str, failing: bool):
+        results = syn.run(speedup={("code", 4): 0.6} if failing else None).model_copy(update={"run_id": run_id})
+        out = tmp_path / name
+        out.mkdir()
+        (out / "results.json").write_text(syn.results_json(results))
+        (out / "checks.json").write_text(syn.checks_json(syn.checks_for(results, confident={4: 2} if failing
+                                                                        else None)))
+        code = run_cli(["compare", str(out), "--baselines-dir", str(tmp_path / "none"), "-q"])
+        assert code == (1 if failing else 0) and (out / "verdict.json").is_file()
+        return out
+
+    files = ("results.json", "checks.json", "verdict.json")
+    for shared in (False, True):
+        runs = {"A": make(f"A{shared}", "same" if shared else "run-a", False),
+                "B": make(f"B{shared}", "same" if shared else "run-b", True)}
+        for mix in itertools.product("AB", repeat=3):
+            mixed = tmp_path / f"mix-{shared}-{''.join(mix)}"
+            mixed.mkdir()
+            for name, who in zip(files, mix):
+                shutil.copy(runs[who] / name, mixed / name)
+            got = verdictfile.check(mixed)
+            assert got.passed == (mix == ("A", "A", "A")), (shared, mix, got)
+            code = run_cli(["compare", str(mixed), "--baselines-dir", str(tmp_path / "none"), "-q"])
+            assert code == {("A", "A"): 0, ("B", "B"): 1}.get(mix[:2], 2), (shared, mix, code)
+            assert verdictfile.check(mixed).passed == (mix[:2] == ("A", "A")), (shared, mix)

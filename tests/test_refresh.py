@@ -52,7 +52,7 @@ def setup(tmp_path, httpserver, monkeypatch):
     run = tmp_path / "out"
     run.mkdir()
     results = syn.run()
-    (run / "results.json").write_text(results.model_dump_json(by_alias=True))
+    (run / "results.json").write_text(syn.results_json(results))
     (run / "checks.json").write_text(syn.checks_json(syn.checks_for(results)))
     monkeypatch.setattr(gate.baseline, "datetime", Clock())
     for k, v in {"GITHUB_TOKEN": api.token, "GITHUB_REPOSITORY": api.repo, "GITHUB_API_URL": api.base_url}.items():

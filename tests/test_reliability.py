@@ -286,7 +286,7 @@ def test_check_refuses_results_of_another_config_before_loading_a_model(tmp_path
 
     run = tmp_path / "out"
     run.mkdir()
-    (run / "results.json").write_text(syn.run().model_dump_json(by_alias=True))
+    (run / "results.json").write_text(syn.results_json(syn.run()))
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(TINY % {"engines": "  - type: speculative"})
 
@@ -508,7 +508,7 @@ def test_a_killed_run_leaves_no_earlier_results_to_judge(tmp_path):
     `check` and `compare` then exited 0 judging the old run."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "results.json").write_text(syn.run().model_dump_json(by_alias=True))
+    (out / "results.json").write_text(syn.results_json(syn.run()))
     (out / "checks.json").write_text(syn.checks_json(syn.checks_for(syn.run())))
     (tmp_path / "plugins.py").write_text(PLUGINS)
     cfg = tmp_path / "specguard.yaml"
@@ -577,8 +577,8 @@ def _run_dir(tmp_path, edit=None):
     out = tmp_path / "run"
     out.mkdir(exist_ok=True)
     r = syn.run().model_copy(update={"run_id": "r1"})
-    text = r.model_dump_json(by_alias=True)
-    (out / "results.json").write_text(edit(text) if edit else text)
+    # compact for the edits below (an edited file names no checks.json any more); else as the gate writes it
+    (out / "results.json").write_text(edit(r.model_dump_json(by_alias=True)) if edit else syn.results_json(r))
     (out / "checks.json").write_text(syn.checks_json(syn.checks_for(r)))
     return out
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import synthetic as syn
+import yaml
 
 from gate import verdictfile
 from gate.cli import main
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def write_run(run_dir: Path, run_id: str | None = "run-1", results=None) -> Path:
     results = (results or syn.run()).model_copy(update={"run_id": run_id})
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "results.json").write_text(results.model_dump_json(by_alias=True))
+    (run_dir / "results.json").write_text(syn.results_json(results))
     (run_dir / "checks.json").write_text(syn.checks_json(syn.checks_for(results)))
     return run_dir
 
@@ -88,3 +89,28 @@ def test_the_entry_point_prints_one_word_and_imports_nothing_heavy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, env=env,
                           timeout=60)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_checks_of_another_run_are_refused_naming_both_files(tmp_path, capsys):
+    """Issue 30 item 1: checks.json carries the run and the digest of the results.json it was made from; compare and
+    baseline refresh refuse another run's (exit 2), naming both files, and leave the outputs as they were."""
+    run = write_run(tmp_path / "out")
+    other = syn.run(speedup={("code", 4): 0.6}).model_copy(update={"run_id": "run-1"})  # the same id, other bytes
+    (run / "checks.json").write_text(syn.checks_json(syn.checks_for(other)))
+    assert compare(run, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'checks.json'}: results_digest: made from another run's results" in err
+    assert f"but {run / 'results.json'} is run 'run-1'" in err and not (run / "verdict.json").exists()
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(yaml.safe_dump(syn.config().model_dump(mode="json")))
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run), "--dir", str(tmp_path / "b")]) == 2
+    assert "made from another run's results" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_a_verdict_judged_from_other_documents_is_an_error(tmp_path):
+    run = write_run(tmp_path / "out")
+    assert compare(run, tmp_path) == 0
+    checks = syn.checks_for(syn.run().model_copy(update={"run_id": "run-1"}))
+    (run / "checks.json").write_text(syn.checks_json(checks).replace("\n", "\n "))  # same content, other bytes
+    got = verdictfile.check(run)
+    assert got.outcome == "error" and "was judged from another checks.json" in got.reason

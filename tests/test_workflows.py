@@ -66,12 +66,16 @@ def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, v
 
 
 def write_run(out, outcome: str, run_id: str = "42-1", verdict_run_id: str | None = None) -> None:
+    from gate.documents import digest_of
+
     out.mkdir(exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"run_id": run_id, "fingerprint": {
-        "config": "c0ffee", "suite": {"fingerprint": "5eed"}}}))
+    results = json.dumps({"run_id": run_id, "fingerprint": {"config": "c0ffee", "suite": {"fingerprint": "5eed"}}})
+    (out / "results.json").write_text(results)
+    (out / "checks.json").write_text("{}")
     (out / "verdict.json").write_text(json.dumps({
         "outcome": outcome, "exit_code": 0 if outcome in ("pass", "neutral") else 1,
-        "run": {"id": verdict_run_id or run_id, "config": "c0ffee", "suite": "5eed"}}))
+        "run": {"id": verdict_run_id or run_id, "config": "c0ffee", "suite": "5eed"},
+        "results_digest": digest_of(results.encode()), "checks_digest": digest_of(b"{}")}))
 
 
 def test_exit_0_without_a_passing_verdict_file_is_an_error_not_a_pass(tmp_path):

@@ -2,7 +2,7 @@
 
 Each check is a module with ``run(results, ctx) -> (findings, verdicts)`` and its
 verdict rule beside it; this module only lists them.  ``run_checks`` returns a
-:class:`gate.checksdoc.ChecksDoc` (written as ``checks.json``, ``specguard.checks/1``):
+:class:`gate.checksdoc.ChecksDoc` (written as ``checks.json``, ``specguard.checks/2``):
 
 * ``engine_failures`` — batches on which an engine crashed, hung, ran out of memory
   or broke the contract (findings about the engine, recorded as failed executions);
@@ -58,7 +58,7 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
         verdicts += found
     analysis_s = time.perf_counter() - started
     return ChecksDoc(  # validated against its schema (gate/schemas/checks.schema.json) as it is made
-        results_status=results.status,
+        run=results.ref(), results_digest=results.digest, results_status=results.status,
         incomplete=Incomplete(missing_canonical=missing) if missing else None,
         **sections,
         tolerance=Tolerance.model_validate(ctx.tolerance.to_dict()) if ctx.canonical else None,
