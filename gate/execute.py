@@ -98,12 +98,9 @@ class Executor:
             self.current = None
             return rec
         cache_key = self.cache_key(b, job.repeat, settings) if (self.cache and job.cacheable) else None
-        cached = self.cache.get(cache_key) if cache_key else None
+        cached = self._from_cache(self.cache.get(cache_key), engine, job) if cache_key else None
         if cached is not None:
-            rec = cached.model_copy(update={"phase": job.phase, "engine": engine.name, "mode": job.mode,
-                                            "composition": b.composition, "batch": b.index,
-                                            "repeat": job.repeat, "slice": b.slice, "bucket": b.bucket,
-                                            "cached": True})
+            rec = cached
             self.reused.append(key.label())
         else:
             rec = self._generate(engine, job, settings)
@@ -115,6 +112,22 @@ class Executor:
         self.records.append(rec)
         self.current = None
         return rec
+
+    def _from_cache(self, cached: Execution | None, engine: Engine, job: Job) -> Execution | None:
+        """A cached reference execution as this job's, or None (a miss).  The key is the batch's content (token
+        ids, budgets, settings), never its prompts' names: the rows take this run's names, and an entry whose shape
+        does not fit the batch (another size or another row count) is a miss, not a crash."""
+        b = job.batch
+        if cached is None or cached.failure is not None or cached.batch_size != b.batch_size \
+                or len(cached.sequences) != len(b.members) or cached.n_real != b.n_real:
+            return None
+        names = [self.prompts[i].id for i in b.members]
+        rows = [s.model_copy(update={"prompt_id": name, "filler": row >= b.n_real})
+                for row, (name, s) in enumerate(zip(names, cached.sequences))]
+        return cached.model_copy(update={"phase": job.phase, "engine": engine.name, "mode": job.mode,
+                                         "composition": b.composition, "batch": b.index, "repeat": job.repeat,
+                                         "slice": b.slice, "bucket": b.bucket, "prompts": names, "sequences": rows,
+                                         "cached": True})
 
     def _generate(self, engine: Engine, job: Job, settings: GenerationSettings) -> Execution:
         b = job.batch

@@ -364,6 +364,9 @@ def check(session: Session, loaded, pair, out: RunDir) -> int:
     from gate.report import render_text
 
     results = out.results()
+    bad = results.vocabulary_problem(pair.target.vocab_size, str(out / RESULTS))
+    if bad is not None:  # an id the target cannot score would be an IndexError deep in re-scoring
+        raise SpecguardError(bad)
     out.clear()  # after the results loaded: a refused input leaves the earlier outputs alone
     session.say("analysing: re-scoring with the target, statistics, power simulations")
     checks = run_checks(results, pair, loaded.config, say=session.say)

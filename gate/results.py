@@ -30,7 +30,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from gate.config import REFERENCE
 from gate.documents import Document, RunRef, omitted_when_none, serialized
@@ -350,6 +350,9 @@ class PairedRun(Document):
     source: str | None = None  # the base config's file
 
 
+VOCAB_HINT = "these results were not made with this config's target, or were edited; rerun `specguard run`"
+
+
 class Results(RunHeader):
     """``results.json``: the header, every execution, and how the run ended."""
 
@@ -367,6 +370,36 @@ class Results(RunHeader):
     # The reference checked against transformers.generate; None when the reference is a serving stack.
     anchor: AnchorRecord | None = None
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _rows_name_this_runs_prompts(self) -> Results:
+        """Every batch and row names one of this run's prompts: the checks look each one up."""
+        known = {p.id for p in self.prompts}
+        for i, ex in enumerate(self.executions):
+            for j, pid in enumerate(ex.prompts):
+                if pid not in known:
+                    raise ValueError(f"executions[{i}].prompts[{j}]: {pid!r} is not one of this run's prompts")
+            for j, seq in enumerate(ex.sequences):
+                if seq.prompt_id not in known:
+                    raise ValueError(f"executions[{i}].sequences[{j}].prompt_id: {seq.prompt_id!r} is not one of "
+                                     "this run's prompts")
+        return self
+
+    def vocabulary_problem(self, vocab_size: int, source: str) -> Problem | None:
+        """The first token id (of a prompt or an output) the target's vocabulary does not hold, as a Problem."""
+        for i, p in enumerate(self.prompts):
+            bad = next((k for k, t in enumerate(p.prompt_ids) if t >= vocab_size), None)
+            if bad is not None:
+                return Problem(source, f"token id {p.prompt_ids[bad]} is outside the target's vocabulary (size "
+                                       f"{vocab_size})", field=f"prompts[{i}].prompt_ids[{bad}]", hint=VOCAB_HINT)
+        for i, ex in enumerate(self.executions):
+            for j, seq in enumerate(ex.sequences):
+                bad = next((k for k, t in enumerate(seq.token_ids) if t >= vocab_size), None)
+                if bad is not None:
+                    return Problem(source, f"token id {seq.token_ids[bad]} is outside the target's vocabulary "
+                                           f"(size {vocab_size})", field=f"executions[{i}].sequences[{j}].token_ids"
+                                                                         f"[{bad}]", hint=VOCAB_HINT)
+        return None
 
     # --- queries ----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ the schema (migrating an older one), validate; every failure is the kind's own e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +87,13 @@ def load_document(path: str | Path, kind: DocumentKind, raw: bool = False):
         raise kind.error(Problem(source, f"the {kind.name} is nested too deeply to read", hint=kind.hint)) from None
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
-        msg = "required field is missing" if e["type"] == "missing" else e["msg"]
-        raise kind.error(Problem(source, kind.invalid.format(msg=msg),
-                                 field=".".join(str(x) for x in e["loc"]) or "(top level)", hint=kind.hint)) from None
+        msg = "required field is missing" if e["type"] == "missing" else e["msg"].removeprefix("Value error, ")
+        where = ".".join(str(x) for x in e["loc"])
+        named = re.fullmatch(r"([\w.\[\]]+): (.*)", msg, re.S) if not where else None
+        if named:  # a rule over the whole document names its own field
+            where, msg = named.groups()
+        raise kind.error(Problem(source, kind.invalid.format(msg=msg), field=where or "(top level)",
+                                 hint=kind.hint)) from None
     return doc if raw else model
 
 

@@ -874,3 +874,43 @@ def test_an_engine_message_cannot_drive_the_terminal():
     text = safe_message(RuntimeError("\x1b[2J\x1b]0;owned\x07 cleared \u202eevil\nnext"))
     assert text == "\\x1b[2J\\x1b]0;owned\\x07 cleared \\u202eevil next"
     assert text.isprintable()
+
+
+@pytest.mark.parametrize("where", ["prompts", "sequences"])
+def test_rows_that_name_no_prompt_of_the_run_are_refused_with_the_field(tmp_path, capsys, where):
+    """Issue 30 item 3: a reference execution whose prompt_id is not in `prompts` was a KeyError traceback."""
+    r = syn.run().model_copy(update={"run_id": "r1"})
+    doc = r.model_dump(mode="json", by_alias=True)
+    ex = doc["executions"][0]
+    if where == "prompts":
+        ex["prompts"][0] = "nowhere"
+    else:
+        ex["sequences"][0]["prompt_id"] = "nowhere"
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps(doc))
+    (out / "checks.json").write_text(syn.checks_json(syn.checks_for(r)))
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    field = "executions[0].prompts[0]" if where == "prompts" else "executions[0].sequences[0].prompt_id"
+    assert f"results.json: {field}: corrupt" not in err and f"{field}: 'nowhere' is not one of this run's" in err, err
+
+
+@pytest.mark.slow
+def test_a_token_id_beyond_the_vocabulary_is_refused_before_any_rescoring(tmp_path, demo_pair, capsys):
+    """Issue 30 item 3: a token id >= the vocabulary was an IndexError traceback from `specguard check`."""
+    from gate import pipeline
+    from gate.errors import SpecguardError
+    from gate.rundir import RunDir
+
+    r = syn.run()
+    vocab = demo_pair.target.vocab_size
+    r.executions[2].sequences[0].token_ids[3] = vocab
+    out = RunDir(tmp_path / "run")
+    out.write_json("results.json", r)
+    with pytest.raises(SpecguardError) as info:
+        pipeline.check(pipeline.Session(verbosity=0), demo_config(), demo_pair, out)
+    assert info.value.exit_code == 2
+    assert str(info.value.problems[0]).startswith(f"{out / 'results.json'}: executions[2].sequences[0].token_ids[3]: "
+                                                 f"token id {vocab} is outside the target's vocabulary")
+    assert not (out / "checks.json").exists()

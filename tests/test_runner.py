@@ -367,3 +367,46 @@ def test_calibration_never_speaks_for_a_plugin(demo_pair, tmp_path):
     sp = analyze_speedup(doc).engines
     assert sp["speculative"].load_curve["1"].expected is not None and sp["speculative"].expected_note is None
     assert sp["inhouse"].load_curve["1"].expected is None and "not measured" in sp["inhouse"].expected_note
+
+
+def test_a_renamed_prompt_reuses_the_cache_under_its_new_name_and_a_misfit_entry_is_a_miss(tmp_path):
+    """Issue 30 item 2: a suite whose prompt id was renamed (same text) with a warm cache crashed with a KeyError:
+    the cached rows kept the old names.  The cache is keyed by content; a hit takes this run's names, and an
+    entry that does not fit the batch is a miss, never a crash."""
+    from gate.engines.base import GenerationSettings
+    from gate.execute import Executor
+    from gate.plan import Job, PlannedBatch
+    from gate.results import Phase, RecordLog
+
+    def executor(names, log):
+        prompts = [PromptInfo(i, name, "s", "0-127", (5 + i, 6, 7), 3) for i, name in enumerate(names)]
+        return Executor(prompts, lambda ids: " ".join(map(str, ids)), RecordLog(tmp_path / log), cache=cache)
+
+    cache = ReferenceCache(tmp_path / "cache")
+    job = Job(Phase.OUTPUTS, "reference", "greedy", PlannedBatch(2, 0, (0, 1), 2), cacheable=True)
+    settings = GenerationSettings(0.0, 4)
+    engine = FakeEngine("reference", False)
+    first = executor(["a", "b"], "1.jsonl")
+    first.log.start(_header())
+    assert [s.prompt_id for s in first.run(engine, job, settings).sequences] == ["a", "b"] and engine.calls == 1
+    again = executor(["a-renamed", "b"], "2.jsonl")
+    again.log.start(_header())
+    rec = again.run(engine, job, settings)
+    assert engine.calls == 1 and rec.cached, "the same content: reused"
+    assert rec.prompts == ["a-renamed", "b"] and [s.prompt_id for s in rec.sequences] == ["a-renamed", "b"]
+    key = again.cache_key(job.batch, 0, settings)
+    broken = rec.model_copy(update={"sequences": rec.sequences[:1]})  # one row for a batch of two
+    cache.put(key, broken)
+    third = executor(["a", "b"], "3.jsonl")
+    third.log.start(_header())
+    assert not third.run(engine, job, settings).cached and engine.calls == 2, "a misfit entry is a miss"
+
+
+def _header():
+    from gate.results import RunHeader
+
+    return RunHeader.model_validate({
+        "fingerprint": {"hardware": {}, "hardware_key": "h", "libraries": {}, "models": {}, "config": "c",
+                        "suite": {"name": "s", "fingerprint": "f", "prompts": 2, "slices": ["s"]}},
+        "settings": {"num_draft_tokens": 4, "batch_sizes": [2], "max_new_tokens": 3, "eos_token_ids": [],
+                     "greedy": True, "engines": [], "engine_version": "t"}, "prompts": []})
