@@ -16,7 +16,9 @@ GPU runners keep state and bring their own CUDA build of torch, so:
   every mode, so a job whose setup fails can still say why on the PR;
 * ``mode: changed`` needs only those, for a cheap job on a GitHub-hosted runner.
 
-Writes ``pythonpath=...`` and, on failure, ``error=...`` to $GITHUB_OUTPUT.  A
+Writes ``pythonpath=...`` (the Action, its dependency cache, then the runner's own PYTHONPATH),
+``own-pythonpath=...`` (the first two: what servers the gate launches do not inherit) and, on failure,
+``error=...`` to $GITHUB_OUTPUT.  A
 virtualenv is not used: a venv made from a venv's interpreter cannot see that
 venv's packages (the runner's torch), and a venv with its own torch is what must
 not happen.
@@ -164,8 +166,11 @@ def main() -> int:
                      "never installs torch itself")
         else:
             error = ensure(heavy, cache, extra)
-    parts = [str(ACTION)] + ([str(cache)] if cache.is_dir() else [])
-    write_outputs(pythonpath=os.pathsep.join(parts))
+    own = [str(ACTION)] + ([str(cache)] if cache.is_dir() else [])
+    runner = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in own]
+    # The gate's steps: specguard first, then the runner's own PYTHONPATH.  own-pythonpath: what servers the gate
+    # launches must not inherit (a `vllm serve` importing specguard's copy of transformers).
+    write_outputs(pythonpath=os.pathsep.join(own + runner), **{"own-pythonpath": os.pathsep.join(own)})
     if error:
         print(f"::error title=specguard::{error}")
         write_outputs(error=error)

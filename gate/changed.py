@@ -66,14 +66,61 @@ def _git(repo: Path, *args: str) -> str:
     return proc.stdout
 
 
+MAX_LINKS = 16  # symbolic links followed while resolving one path (a loop is cut here)
+
+
+def _entry(repo: Path, rev: str, path: str) -> tuple[str, str] | None:
+    """(mode, object id) of a path in a commit's tree, or None."""
+    proc = subprocess.run(["git", "-C", str(repo), "ls-tree", "-z", rev, "--", path], capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout:
+        return None
+    meta = proc.stdout.split("\t", 1)[0].split()
+    return (meta[0], meta[2]) if len(meta) == 3 else None
+
+
+def resolve(repo: Path, rev: str, path: str) -> str | None:
+    """``path`` in the commit with every symbolic link on the way followed (as ``open`` would on a checkout), as a
+    repository-relative path; None when it leads outside the repository, loops, or is not there."""
+    parts = _norm(path).split("/")
+    done: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        here = "/".join([*done, part])
+        entry = _entry(repo, rev, here)
+        if entry is None:
+            return None
+        if entry[0] == "120000":  # a symbolic link: its blob is the target
+            hops += 1
+            target = _blob(repo, entry[1])
+            if hops > MAX_LINKS or target is None or target.startswith("/"):
+                return None
+            joined = _norm("/".join([*done, target]), strict=True)
+            if joined is None:
+                return None  # above the repository root
+            parts = [p for p in joined.split("/") if p] + parts
+            done = []
+            continue
+        done.append(part)
+    return "/".join(done)
+
+
+def _blob(repo: Path, oid: str) -> str | None:
+    proc = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", oid], capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def _show(repo: Path, rev: str, path: str) -> str | None:
-    proc = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{path}"], capture_output=True, text=True)
+    real = resolve(repo, rev, path)
+    if real is None:
+        return None
+    proc = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{real}"], capture_output=True, text=True)
     return proc.stdout if proc.returncode == 0 else None
 
 
 def _exists(repo: Path, rev: str, path: str) -> bool:
-    proc = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{rev}:{path}"], capture_output=True)
-    return proc.returncode == 0
+    real = resolve(repo, rev, path)
+    return real is not None and _entry(repo, rev, real) is not None
 
 
 def _flatten(d, prefix: str = "") -> dict[str, object]:
@@ -143,13 +190,61 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
     return names
 
 
-def plugin_files(repo: Path, rev: str, cfg: Config, config_path: str) -> list[str]:
+def _pyproject_roots(repo: Path, rev: str) -> list[str]:
+    """Where pyproject.toml says the repository's packages live: setuptools' ``package-dir`` and
+    ``packages.find.where``, Poetry's ``packages[].from``, Hatch's wheel ``packages``."""
+    text = _show(repo, rev, "pyproject.toml")
+    if text is None:
+        return []
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the fixed roots (and "src") still apply, and an unfound module fails closed
+        return []
+    try:
+        doc = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError):
+        return []
+    tool = doc.get("tool") if isinstance(doc.get("tool"), dict) else {}
+    st = tool.get("setuptools") if isinstance(tool.get("setuptools"), dict) else {}
+    out: list = []
+    if isinstance(st.get("package-dir"), dict):
+        out += list(st["package-dir"].values())
+    find = (st.get("packages") or {}).get("find") if isinstance(st.get("packages"), dict) else None
+    if isinstance(find, dict) and isinstance(find.get("where"), list):
+        out += find["where"]
+    poetry = tool.get("poetry") if isinstance(tool.get("poetry"), dict) else {}
+    for pkg in poetry.get("packages") or [] if isinstance(poetry.get("packages"), list) else []:
+        if isinstance(pkg, dict) and isinstance(pkg.get("from"), str):
+            out.append(pkg["from"])
+    wheel = ((tool.get("hatch") or {}).get("build") or {}).get("targets", {}).get("wheel", {}) \
+        if isinstance(tool.get("hatch"), dict) else {}
+    for pkg in wheel.get("packages") or [] if isinstance(wheel, dict) else []:
+        if isinstance(pkg, str):
+            out.append(str(PurePosixPath(pkg).parent))
+    return [_norm(p) for p in out if isinstance(p, str)]
+
+
+def import_roots(repo: Path, rev: str, cfg: Config, config_path: str) -> list[str]:
+    """Repository-relative folders a plug-in's modules can come from: the runtime's own roots
+    (:meth:`gate.config.LoadedConfig.import_roots`: ``engines[].pythonpath``, the config's folder, the repository
+    root), plus where the repository's packaging puts its packages (``src/``, pyproject.toml), for a plug-in
+    installed from this repository (``pip install -e .``)."""
+    here = PurePosixPath(config_path).parent
+    roots = [_norm(str(here / p)) for e in cfg.engines for p in e.pythonpath
+             if not p.startswith(("/", "~", BUILTIN_PREFIX)) and _norm(str(here / p), strict=True) is not None]
+    roots += [_norm(str(here)), "", "src", *_pyproject_roots(repo, rev)]
+    return list(dict.fromkeys(roots))
+
+
+def plugin_files(repo: Path, rev: str, cfg: Config, config_path: str) -> tuple[list[str], list[str]]:
     """Files a plug-in engine runs at ``rev``: its module, its package's directory and the local modules it
-    imports, transitively.  Imports are found statically (no code runs); only modules inside the repository
-    count.  Import roots: the repository root and the config's directory."""
-    roots = sorted({"", _norm(str(PurePosixPath(config_path).parent))})
-    todo = [e.callable.split(":", 1)[0] for e in cfg.engines
-            if e.callable and not e.callable.startswith("entrypoint:")]
+    imports, transitively; and the plug-in modules found nowhere under the import roots (:func:`import_roots`).
+    Imports are found statically (no code runs); only modules inside the repository count."""
+    roots = import_roots(repo, rev, cfg, config_path)
+    named = [e.callable.split(":", 1)[0] for e in cfg.engines
+             if e.callable and not e.callable.startswith("entrypoint:")]
+    missing = [m for m in dict.fromkeys(named) if not _module_files(repo, rev, m, roots)]
+    todo = list(named)
     seen: set[str] = set()
     files: set[str] = set()
     while todo and len(seen) < MAX_IMPORTED_MODULES:
@@ -164,16 +259,20 @@ def plugin_files(repo: Path, rev: str, cfg: Config, config_path: str) -> list[st
                          if p.endswith("/__init__.py"))
             text = _show(repo, rev, path) or ""
             todo += sorted(_imports(text, module, path.endswith("/__init__.py")) - seen)
-    return sorted(files)
+    return sorted(files), missing
 
 
-def _norm(p: str) -> str:
+def _norm(p: str, strict: bool = False):
+    """A repository-relative path with ``.`` and ``..`` worked out; with ``strict``, None when it climbs above the
+    root (else it stops there)."""
     parts: list[str] = []
     for part in PurePosixPath(p).parts:
         if part == "..":
             if parts:
                 parts.pop()
-        elif part != ".":
+            elif strict:
+                return None
+        elif part not in (".", "/"):
             parts.append(part)
     return "/".join(parts)
 
@@ -199,17 +298,24 @@ def merge_base(repo: Path, base: str, head: str) -> str:
 
 def detect(repo: Path, config_path: str, base: str, head: str = "HEAD") -> Change:
     repo = Path(repo)
-    config_path = _norm(config_path)
+    named = _norm(config_path)
     for rev in (base, head):
         _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     fork_point = merge_base(repo, base, head)
+    # A config reached through a symbolic link is read, and its relative paths resolved, where the link leads (as
+    # the gate's own load does); a link out of the repository cannot be read from a commit.
+    config_path = resolve(repo, head, named) or named
+    if _entry(repo, head, named) is not None and resolve(repo, head, named) is None:
+        raise SpecguardError(Problem(named, f"the config at {head} is a symbolic link that leads outside the "
+                                            "repository (or loops)", hint="commit the config itself, or a link "
+                                                                          "to a file inside the repository"))
     head_cfg, head_err = _config_at(repo, head, config_path)
     if head_err:
         raise SpecguardError(Problem(config_path, f"the config at {head} is invalid: {head_err}",
                                      hint="fix it: the gate cannot run on it"))
     if head_cfg is None:
         raise SpecguardError(Problem(config_path, f"no config at {head}", hint="pass --config with its path"))
-    base_cfg, base_err = _config_at(repo, fork_point, config_path)
+    base_cfg, base_err = _config_at(repo, fork_point, resolve(repo, fork_point, named) or named)
     if base_cfg is None:
         why = f"the config is invalid at {fork_point}" if base_err else f"the config is new (not at {fork_point})"
         return Change(True, [why])
@@ -223,8 +329,16 @@ def detect(repo: Path, config_path: str, base: str, head: str = "HEAD") -> Chang
     watched = {w: "read by the gate" for w in _repo_relative(base_cfg, config_path) + _repo_relative(head_cfg,
                                                                                                         config_path)}
     for rev, cfg in ((fork_point, base_cfg), (head, head_cfg)):
-        for w in plugin_files(repo, rev, cfg, config_path):
+        found, missing = plugin_files(repo, rev, cfg, config_path)
+        for w in found:
             watched.setdefault(w, "run by a plug-in engine")
+        if rev == head:  # fail closed: a plug-in whose code cannot be found may have changed
+            for module in missing:
+                where = ", ".join(f"{r}/" if r else "the repository root" for r in import_roots(repo, rev, cfg,
+                                                                                                config_path))
+                reasons.append(f"the plug-in module {module!r} is not in the repository at {rev[:12]} under its "
+                               f"import roots ({where}): its changes cannot be seen, so the gate runs (add its "
+                               "folder to engines[].pythonpath, or name an installed plug-in with entrypoint:)")
     patterns = sorted(set(base_cfg.watch) | set(head_cfg.watch))
     spec = _globs(patterns)
     for f in files:

@@ -150,10 +150,13 @@ def cmd_check(args, session: Session) -> int:
 
 def cmd_compare(args, session: Session) -> int:
     from gate.baseline import baselines_root
+    from gate.config import load_config
 
     out = RunDir(args.run_dir)
-    return pipeline.compare(session, out, pipeline.config_of(out.results()), args.baseline,
-                            baselines_root(args.baselines_dir, args.config), RunDir(args.out) if args.out else None,
+    loaded = load_config(args.config) if args.config else None
+    name = args.baseline or (loaded.baseline_name if loaded is not None else None)  # else the run's own
+    return pipeline.compare(session, out, pipeline.config_of(out.results()), name,
+                            baselines_root(args.baselines_dir, loaded=loaded), RunDir(args.out) if args.out else None,
                             quiet=args.quiet)
 
 
@@ -291,16 +294,12 @@ def cmd_github_comment(args, session: Session) -> int:
 
 def _comment_name(config: str | None) -> str:
     """The config's baseline name: it names the comment's marker. An unreadable config still gets its stem."""
-    from gate.config import load_config
+    from gate.config import Config, baseline_name, load_config
 
-    if not config:
-        return "specguard"
     try:
-        return load_config(config).baseline_name
+        return load_config(config).baseline_name if config else "specguard"
     except SpecguardError:
-        import re
-
-        return re.sub(r"[^A-Za-z0-9_.-]", "-", Path(config).stem)[:64] or "specguard"
+        return baseline_name(Config.model_construct(), config)
 
 
 def cmd_github_refresh_pr(args, session: Session) -> int:
@@ -512,7 +511,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=_threads, help=THREADS_HELP)
     talk(s)
     s.set_defaults(fn=cmd_selftest)
+    _name_parsers(p)
     return p
+
+
+def _name_parsers(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)command's parser records itself as ``args.parser``: the innermost one given wins."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(parser=sub)
+                _name_parsers(sub)
 
 
 def _on_sigterm(signum, frame):
@@ -533,7 +542,10 @@ def _interruptions() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> int:
     import signal
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the subcommand that was given them, with its own usage (not the top level's)
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     # The wall clock of this command starts now.
     session = Session(verbosity=0 if getattr(args, "quiet", False) else (2 if getattr(args, "verbose", False) else 1))
     try:  # SIGTERM (timeout, a cancelled CI job) ends the whole command, like Ctrl-C

@@ -38,7 +38,7 @@ import numpy as np
 
 from gate.baseline import Baseline, Comparability, SpeedupCell, cell_key, comparability
 from gate.checksdoc import ChecksDoc
-from gate.config import REFERENCE, Config
+from gate.config import REFERENCE, Config, baseline_name
 from gate.report.numbers import signed_pct, times
 from gate.results import PairedRun, Results
 from gate.stats import alpha_from_mean_accepted
@@ -150,7 +150,7 @@ def _interval(cell: SpeedupCell | None) -> Interval:
 
 def compare(head: Baseline, baseline: Baseline | None, results: Results, checks: ChecksDoc, config: Config,
             baseline_path: str | None = None, same_hardware: bool = True, say: Callable[[str], None] = lambda m: None,
-            others: list[str] | tuple[str, ...] = ()) -> VerdictDoc:
+            others: list[str] | tuple[str, ...] = (), name: str | None = None) -> VerdictDoc:
     """The head's summary (:func:`gate.baseline.summarize` of ``results`` and ``checks``) against the stored
     baseline, or in paired mode (``results.paired``) its speedup against the base's engine timed beside it.
     ``results`` gives only what is not a measurement: the run's status, its config and, in paired mode, the
@@ -176,7 +176,8 @@ def compare(head: Baseline, baseline: Baseline | None, results: Results, checks:
     acc_changes: list[AcceptanceChange] = []
     sp_changes: list[SpeedupChange] = []
     if baseline is None:
-        verdicts.append(_missing_baseline(config, results, baseline_path, others, paired is not None))
+        verdicts.append(_missing_baseline(config, results, baseline_path, others, paired is not None,
+                                          name or run_baseline_name(results, config)))
     if baseline is not None:
         comp = comparability(baseline, head)
         verdicts += [CheckVerdict(check="baseline", status="neutral", why=note) for note in comp.notes()]
@@ -216,15 +217,16 @@ def compare(head: Baseline, baseline: Baseline | None, results: Results, checks:
     return doc
 
 
-def results_name(config: Config, baseline_path: str | None) -> str:
-    return config.baseline.name or (baseline_path or "this config")
+def run_baseline_name(results: Results, config: Config) -> str:
+    """The baseline name a run was made under (recorded in results.json), else the config's rule without a file."""
+    return results.baseline_name or baseline_name(config, None)
 
 
-def _missing_baseline(config: Config, results: Results, path: str | None, others, paired: bool) -> CheckVerdict:
+def _missing_baseline(config: Config, results: Results, path: str | None, others, paired: bool,
+                      name: str) -> CheckVerdict:
     """No baseline for this hardware key: neutral (or, under ``baseline.on_missing: fail``, a failure) that says
     which keys do have one and how to make this one."""
     hw = results.fingerprint.hardware_key
-    name = results_name(config, None)
     why = f"no baseline '{name}' for hardware {hw}" + (f" ({path})" if path else "")
     if others:
         why += (f"; baselines exist for {', '.join(others)}, but none is used by chance: set the `hardware-key` "

@@ -185,6 +185,10 @@ class EngineConfig(_Strict):
     # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md).
     # Not part of the config's digest (exclude): it changes how a failure is contained, not what is measured.
     isolation: Literal["process", "thread"] | None = Field(None, exclude=True)
+    # plugin: more folders its modules import from (relative to the config's folder), before the config's folder
+    # and the repository root; `specguard changed` watches the same roots
+    # (left out of the config's digest while empty: configs written before it existed keep their digest)
+    pythonpath: list[str] = Field(default_factory=list, max_length=32, exclude_if=lambda v: not v)
     http: HttpConfig | None = None
 
     @field_validator("name")
@@ -212,6 +216,8 @@ class EngineConfig(_Strict):
                 raise ValueError(f"only plugin engines take 'timeout_s' (this engine is {self.type!r})")
             if self.isolation is not None:
                 raise ValueError(f"only plugin engines take 'isolation' (this engine is {self.type!r})")
+            if self.pythonpath:
+                raise ValueError(f"only plugin engines take 'pythonpath' (this engine is {self.type!r})")
         return self
 
     @field_validator("callable")
@@ -345,6 +351,15 @@ class Config(_Strict):
         return v
 
 
+def baseline_name(config: Config, source: str | Path | None) -> str:
+    """The one rule for a baseline's name, which every command uses (and the PR comment's marker): ``baseline.name``,
+    else the config file's name without its extension (``tiny.yaml`` -> ``tiny``), else ``specguard``."""
+    if config.baseline.name:
+        return config.baseline.name
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(source).stem)[:64] if source else ""
+    return stem or "specguard"
+
+
 class LoadedConfig(BaseModel):
     """A validated config plus where it came from, for resolving relative paths."""
 
@@ -355,8 +370,7 @@ class LoadedConfig(BaseModel):
 
     @property
     def baseline_name(self) -> str:
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "-", self.source.stem)[:64] or "specguard"
-        return self.config.baseline.name or stem
+        return baseline_name(self.config, self.source)
 
     def resolve_path(self, value: str) -> Path:
         """A path from the config: package-relative, absolute, or relative to the config file."""
@@ -364,6 +378,22 @@ class LoadedConfig(BaseModel):
             return PACKAGE_DIR / value[len(BUILTIN_PREFIX):]
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.source.parent / p)
+
+    def import_roots(self, engine: EngineConfig) -> list[Path]:
+        """Where a plug-in engine's modules are imported from, first to last: its ``pythonpath`` entries, the
+        config's folder, and the repository that holds the config (never the working directory: a model
+        repository's own ``gate.py`` must not stand in for specguard's).  ``specguard changed`` watches these."""
+        roots = [self.resolve_path(p) for p in engine.pythonpath] + [self.source.parent]
+        repo = repository_root(self.source.parent)
+        return list(dict.fromkeys(roots + ([repo] if repo is not None else [])))
+
+
+def repository_root(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds ``.git`` (a checkout or a worktree), or None."""
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return None
 
 
 # --- error reporting -------------------------------------------------------------------------
@@ -608,6 +638,7 @@ def check_paths(source: str | Path) -> list[Problem]:
     base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw=raw)
     problems = []
     models = raw.get("models") if isinstance(raw.get("models"), dict) else {}
+    weights_needed = models.get("local_weights", True) is not False
     for role in ("target", "draft"):
         spec = models.get(role) if isinstance(models.get(role), dict) else {}
         value = spec.get("path")
@@ -615,18 +646,25 @@ def check_paths(source: str | Path) -> list[Problem]:
             continue
         where = ("models", role, "path")
         p = base.resolve_path(value)
-        looks_local = value.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(value)
+        looks_local = looks_like_local_path(value, base)
         at = dict(field=dotted(where), line=lines.get(where))
         if p.exists() and not p.is_dir():
             problems.append(Problem(str(source), f"{str(p)!r} is a file, not a model directory",
                                     hint="point it at the directory that holds config.json and the weights", **at))
         elif looks_local and not p.is_dir():
-            problems.append(Problem(str(source), f"model directory {str(p)!r} does not exist",
+            why = "" if not is_hub_id(value) or value.startswith((".", "/", "~")) else \
+                f" (its first folder, {value.split('/')[0]}/, is here, so this is a local path, not a hub id)"
+            problems.append(Problem(str(source), f"model directory {str(p)!r} does not exist{why}",
                                     hint="point it at a directory holding config.json and weights, "
                                          "or at a hub id such as 'org/name'", **at))
-        elif looks_local and not (p / "config.json").is_file():
+        elif p.is_dir() and not (p / "config.json").is_file():
             problems.append(Problem(str(source), f"{str(p)!r} has no config.json",
                                     hint="is this a transformers model directory?", **at))
+        elif p.is_dir() and weights_needed and not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
+            problems.append(Problem(str(source), f"{str(p)!r} holds no weights ({', '.join(WEIGHT_FILES)})",
+                                    hint="are the weights in Git LFS and not pulled (check out with lfs: true)? "
+                                         "or set models.local_weights: false when the models run behind servers",
+                                    **at))
         elif not p.is_dir() and os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True", "YES", "yes"):
             revision = spec.get("revision") if isinstance(spec.get("revision"), str) else None
             if not hub_cached(value, revision):
@@ -665,11 +703,23 @@ def model_notes(source: str | Path) -> list[str]:
     for role in ("target", "draft"):
         spec = models.get(role) if isinstance(models.get(role), dict) else {}
         value = spec.get("path")
-        if isinstance(value, str) and is_hub_id(value) and not value.startswith(BUILTIN_PREFIX) \
+        if isinstance(value, str) and not looks_like_local_path(value, base) \
                 and not base.resolve_path(value).is_dir():
             notes.append(f"models.{role}.path: {value!r} is not a local directory; treating it as a hub id "
                          f"(revision {spec.get('revision') or 'main'})")
     return notes
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def looks_like_local_path(value: str, loaded: LoadedConfig) -> bool:
+    """A model path that names a local folder: the package's own, explicitly relative or absolute, not a hub id
+    in form, or a hub id in form whose first folder exists beside the config (``models/x`` where ``models/``
+    is there: a missing local model must be an error, never an attempt at the hub)."""
+    if value.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(value):
+        return True
+    return "/" in value and loaded.resolve_path(value.split("/")[0]).is_dir()
 
 
 def is_hub_id(value: str) -> bool:

@@ -88,8 +88,19 @@ class ModelPair:
 
 
 def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
+    """A local model directory, or a hub id.  A path that names a local folder (``./x``, ``models/x`` where
+    ``models/`` exists) and is not there is an error, never a download of whatever the hub holds under that name."""
+    from gate.config import looks_like_local_path
+
     p = loaded.resolve_path(spec.path)
-    return str(p) if p.is_dir() else spec.path
+    if p.is_dir():
+        return str(p)
+    if looks_like_local_path(spec.path, loaded):
+        role = "target" if spec is loaded.config.models.target else "draft"
+        raise ModelError(Problem(str(loaded.source), f"model directory {str(p)!r} does not exist",
+                                 field=f"models.{role}.path", hint="point it at a directory holding config.json and "
+                                                                   "weights, or at a hub id such as 'org/name'"))
+    return spec.path
 
 
 _FINGERPRINTS: dict[tuple, str] = {}  # (dtype, directory, every file's name, size and mtime) -> content hash

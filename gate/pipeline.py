@@ -122,7 +122,7 @@ def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
     that calls ``os._exit`` or prints workflow commands at import cannot end or speak for the gate.  Workers
     that loaded are kept in ``started`` (by engine label) for the run to use; without it they are stopped.
     """
-    from gate.engines.plugin import EngineFailure, ProcessCallable, load_callable
+    from gate.engines.plugin import EngineFailure, ProcessCallable, load_in_process
 
     problems = []
     for i, e in enumerate(loaded.config.engines):
@@ -132,7 +132,8 @@ def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
         try:
             if (e.isolation or "process") == "process":
                 fn = ProcessCallable(e.callable, str(loaded.source), e.label,
-                                     log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None)
+                                     log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None,
+                                     roots=loaded.import_roots(e))
                 try:
                     fn.start()
                 except (EngineFailure, SpecguardError) as exc:
@@ -149,7 +150,7 @@ def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
                 else:
                     started[e.label] = fn
             else:
-                load_callable(e.callable, str(loaded.source))
+                load_in_process(e.callable, str(loaded.source), loaded.import_roots(e))
         except SpecguardError as exc:
             problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
     return problems
@@ -390,16 +391,22 @@ def find_baseline(results, config, name: str | None, baselines_dir: Path):
     that do have one).  Another k or suite is no reason to refuse it (see ``gate.baseline.Comparability``);
     only an unusable baseline is (exit 3: ``gate.baseline.load_baseline``)."""
     from gate.baseline import BaselineStore, load_baseline
+    from gate.compare import run_baseline_name
 
     hw = results.fingerprint.hardware_key
-    if name and (name.endswith(".json") or Path(name).is_file()):
+    if name and is_baseline_file(name):
         baseline = load_baseline(name)
         return baseline, str(name), baseline.hardware_key == hw, []
-    store = BaselineStore(baselines_dir, name or config.baseline.name or "specguard", config.baseline.history)
+    store = BaselineStore(baselines_dir, name or run_baseline_name(results, config), config.baseline.history)
     path = store.find(hw)
     if path is None:
         return None, str(store.path_for(hw)), True, store.others(hw)
     return load_baseline(path), str(path), True, []
+
+
+def is_baseline_file(name: str) -> bool:
+    """``--baseline`` names a file (a path) rather than a baseline looked up by name."""
+    return name.endswith(".json") or Path(name).is_file()
 
 
 def compare(session: Session, out: RunDir, config, baseline_name: str | None, baselines_dir: Path,
@@ -412,17 +419,22 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     from gate.report import build_page, print_terminal, render_comment, render_details, render_summary, write_png
     started = time.perf_counter()
     results, checks = out.judged()  # checks.json of this very results.json, or exit 2 naming both
+    from gate.compare import run_baseline_name
+
     dest = report_dir or out
-    name = baseline_name or config.baseline.name or "specguard"
-    baseline, path, same, others = find_baseline(results, config, name, baselines_dir)
+    # The config's baseline name (what refresh writes under), even when --baseline names a file: it also names the
+    # comment's marker.
+    name = run_baseline_name(results, config) if not baseline_name or is_baseline_file(baseline_name) \
+        else baseline_name
+    baseline, path, same, others = find_baseline(results, config, baseline_name or name, baselines_dir)
     dest.clear(COMPARED)  # the inputs loaded: now replace them
     head = summarize(results, checks, config, name)  # the head's measurements, once, as a baseline holds them
-    verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, others=others)
+    verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, others=others,
+                    name=name)
     verdict = verdict.model_copy(update={"run": results.ref(), "results_digest": results.digest,
                                          "checks_digest": checks.digest})
     # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
-    by_path = bool(baseline_name) and (baseline_name.endswith(".json") or Path(baseline_name).is_file())
-    page = build_page(results, checks, verdict, baseline, (config.baseline.name or "specguard") if by_path else name)
+    page = build_page(results, checks, verdict, baseline, name)
     dest.write_text(SUMMARY, render_summary(page, details=render_details(results, checks)))
     note = write_png(checks, dest / PNG)
     if note:

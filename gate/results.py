@@ -15,7 +15,8 @@ runner's protocol.
 
 Schema history, every older version loading through :func:`migrate`:
 ``specguard.results/1`` (flat dicts, no ``composition``); ``specguard.results/2``
-(no ``anchor``: the reference was not checked against ``transformers.generate``).
+(no ``anchor``: the reference was not checked against ``transformers.generate``); ``specguard.results/3``
+(no ``baseline_name``, no text-keyed top-k of a text-only stack).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from gate.engines.base import SpecCounters
 from gate.errors import Problem, SpecguardError, parse_json, read_input, split_lines
 from gate.rundir import RESULTS, DocumentKind, load_document
 
-SCHEMA = "specguard.results/3"
-OLDER_SCHEMAS = ("specguard.results/1", "specguard.results/2")
+SCHEMA = "specguard.results/4"
+OLDER_SCHEMAS = ("specguard.results/1", "specguard.results/2", "specguard.results/3")
 
 Mode = Literal["greedy", "sampling"]
 Status = Literal["complete", "interrupted", "failed"]
@@ -333,6 +334,9 @@ class RunHeader(_Record):
     batches: list[BatchPlanRecord] = Field(default_factory=list)
     shard: tuple[int, int] | None = None  # (index, count) of a sharded run; None for a whole run
     run_id: str | None = None  # this invocation's id: verdict.json names it, so a stale verdict is never judged
+    # the baseline name the run was made under (gate.config.baseline_name of its config file), so that `compare`
+    # without the config looks up the same baseline as `baseline refresh` with it
+    baseline_name: str | None = None
 
     def ref(self) -> RunRef:
         """How the documents derived from this run name it."""
@@ -673,7 +677,10 @@ def migrate(doc: dict) -> dict:
         doc.setdefault("settings", {}).setdefault("compositions", 1)
         doc["schema"] = "specguard.results/2"
     if doc.get("schema") == "specguard.results/2":
-        doc = {**doc, "anchor": None, "schema": SCHEMA}  # made before the anchor existed: not anchored
+        doc = {**doc, "anchor": None, "schema": "specguard.results/3"}  # made before the anchor: not anchored
+    if doc.get("schema") == "specguard.results/3":
+        # made before the text-only top-k and the recorded baseline name: neither is known
+        doc = {**doc, "schema": SCHEMA}
     return doc
 
 

@@ -197,7 +197,7 @@ class Runner:
             compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
         )
         return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings, shard=self.shard,
-                         run_id=self.run_id,
+                         run_id=self.run_id, baseline_name=self.loaded.baseline_name,
                          config=cfg.model_dump(mode="json"),
                          prompts=[p.record() for p in self.prompts],
                          batches=[b.record(self.prompts) for b in self.plan.batches])

@@ -66,7 +66,7 @@ def _heavy(argv) -> str | None:
     if argv and os.path.basename(argv[0]) == "act":
         return "runs act"
     for i, a in enumerate(argv[:-1]):
-        if a == "-m" and argv[i + 1] == "gate.engines.worker":
+        if (a == "-m" and argv[i + 1] == "gate.engines.worker") or (a == "-c" and "gate.engines.worker" in argv[i + 1]):
             return "starts a plug-in worker process (an interpreter importing torch: seconds)"
         if a == "-m" and argv[i + 1] == "gate" and i + 2 < len(argv) and argv[i + 2] in HEAVY_COMMANDS:
             return f"starts `specguard {argv[i + 2]}` in a subprocess"

@@ -77,6 +77,7 @@ def make_repo(root: Path, config: str, extra: dict[str, str] | None = None) -> P
     (repo / "specguard.yaml").write_text(config)
     (repo / "README.md").write_text("models\n")
     for name, text in (extra or {}).items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "remote", "add", "origin", "https://github.com/acme/models.git")

@@ -278,3 +278,29 @@ def test_a_cells_speedup_ci_is_the_checks_own_not_a_second_bootstrap():
     default = analyze_speedup(run).engines
     assert all(alone[e][k].low == default[e].cells[k].speedup.low
                for e in alone for k in alone[e] if default[e].cells[k].speedup.n > 1)
+
+
+def test_refresh_and_compare_find_one_baseline_by_one_name_rule(tmp_path, capsys):
+    """Issue 30 item 16: `baseline refresh tiny.yaml --from RUN --dir B` wrote B/tiny/<hw>.json (the config's
+    name), then `compare RUN --config tiny.yaml --baselines-dir B` looked for B/specguard/<hw>.json and said "no
+    baseline 'this config'".  One rule names a baseline (gate.config.baseline_name), and results.json records it."""
+    from gate.config import BaselineConfig
+
+    cfg = syn.config().model_copy(update={"baseline": BaselineConfig()})  # no baseline.name: the file's name rules
+    r = syn.run().model_copy(update={"config": cfg.model_dump(mode="json"), "run_id": "r1", "baseline_name": "tiny"})
+    run = write_run(tmp_path / "out", r, syn.checks_for(r))
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    b = tmp_path / "B"
+    assert main(["baseline", "refresh", str(tmp_path / "tiny.yaml"), "--from", str(run), "--dir", str(b)]) == 0
+    written = sorted(p.relative_to(b).as_posix() for p in b.rglob("*.json"))
+    assert written == [f"tiny/{r.fingerprint.hardware_key}.json"], written
+    for args in (["--config", str(tmp_path / "tiny.yaml")], []):
+        capsys.readouterr()
+        assert main(["compare", str(run), "--baselines-dir", str(b), "-q", *args]) == 0
+        verdict = json.loads((run / "verdict.json").read_text())
+        assert verdict["mode"] == "stored" and verdict["baseline"]["name"] == "tiny", (args, verdict["checks"])
+    nameless = r.model_copy(update={"baseline_name": None, "run_id": "r2"})  # a run from before the field existed
+    run2 = write_run(tmp_path / "old", nameless, syn.checks_for(nameless))
+    assert main(["compare", str(run2), "--baselines-dir", str(b), "-q"]) == 0
+    why = next(c["why"] for c in json.loads((run2 / "verdict.json").read_text())["checks"] if c["check"] == "baseline")
+    assert "no baseline 'specguard' for hardware" in why and "this config" not in why, why

@@ -179,3 +179,57 @@ def test_changed_imports_nothing_heavy(repo, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gate", "changed", "--repo", str(root), "--base", base],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "serving/spec.py changed" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["src", "pyproject", "pythonpath"])
+def test_a_plugin_outside_the_fixed_roots_is_watched_where_it_lives(tmp_path, capsys, monkeypatch, layout):
+    """Issue 30 item 4: a plug-in in a src layout (`mypkg.spec`, the package under src/ or where pyproject.toml
+    puts it, or a folder named in engines[].pythonpath) was edited and `changed` said "unchanged"."""
+    folder = {"src": "src", "pyproject": "lib/python", "pythonpath": "engines"}[layout]
+    cfg = CONFIG.replace('callable: "serving.spec:generate"', 'callable: "mypkg.spec:generate"'
+                         + (", pythonpath: [engines]" if layout == "pythonpath" else ""))
+    files = {"specguard.yaml": cfg, f"{folder}/mypkg/__init__.py": "", f"{folder}/mypkg/spec.py": "x = 1\n",
+             f"{folder}/mypkg/kernels.py": ""}
+    if layout == "pyproject":
+        files["pyproject.toml"] = '[tool.setuptools.packages.find]\nwhere = ["lib/python"]\n'
+    root = tmp_path / "r"
+    root.mkdir()
+    git(root, "init", "-q")
+    base = write(root, files)
+    write(root, {f"{folder}/mypkg/kernels.py": "y = 2\n"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and f"{folder}/mypkg/kernels.py changed (run by a plug-in engine" in text, text
+
+
+def test_a_plugin_module_found_nowhere_fails_closed_with_the_reason(repo, capsys, monkeypatch, tmp_path):
+    root, _ = repo
+    base = write(root, {"specguard.yaml": CONFIG.replace("serving.spec", "elsewhere.spec")})
+    write(root, {"README.md": "docs only"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true", text
+    assert "the plug-in module 'elsewhere.spec' is not in the repository" in text and "pythonpath" in text
+
+
+def test_a_config_reached_through_a_symlink_is_read_where_it_leads(tmp_path, capsys, monkeypatch):
+    """Issue 30 item 11: `changed` read a symlinked config's link text as YAML (exit 2)."""
+    out_dir, tmp_path = tmp_path, tmp_path / "r"
+    tmp_path.mkdir()
+    git(tmp_path, "init", "-q")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "real.yaml").write_text(CONFIG.replace("models/", "../models/").replace(
+        "suites/", "../suites/").replace("kernels/", "../kernels/"))
+    (tmp_path / "specguard.yaml").symlink_to("configs/real.yaml")
+    base = write(tmp_path, {"README.md": "x", "models/draft/config.json": "{}", "serving/spec.py": "",
+                            "suites/prompts.jsonl": ""})
+    write(tmp_path, {"README.md": "docs only"})
+    out, text = changed(tmp_path, base, capsys, monkeypatch, out_dir)
+    assert out == "changed=false", text
+    write(tmp_path, {"models/draft/config.json": '{"x": 1}'})
+    out, text = changed(tmp_path, base, capsys, monkeypatch, out_dir)
+    assert out == "changed=true" and "models/draft/config.json changed (read by the gate" in text, text
+    (tmp_path / "specguard.yaml").unlink()
+    (tmp_path / "specguard.yaml").symlink_to("../../outside.yaml")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "link out")
+    assert main(["changed", "--repo", str(tmp_path), "--base", base]) == 2
+    assert "a symbolic link that leads outside the repository" in capsys.readouterr().err

@@ -226,6 +226,11 @@ def test_terminal_report_is_plain_text_when_not_a_terminal(base_run):
     text = buf.getvalue()
     assert text.startswith("specguard: PASS — Merging keeps outputs equivalent at bs 1/4")
     assert "\x1b[" not in text, "no colour codes in CI logs"
+    # Issue 30 item 15: rich box tables wrapped at 80 columns in CI logs; one unwrapped line per verdict instead
+    assert not set("│┃┏┗━─") & set(text), text
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(v.checks) + len(v.speedup) and all(len(line) > 20 for line in lines)
+    assert any(line.startswith("pass    acceptance") for line in lines), lines
 
 
 # --- a PR that changes k or the suite is gated, not refused (issue 18) ------------------------------------

@@ -723,3 +723,16 @@ def test_launched_servers_start_side_by_side_and_are_all_torn_down(tmp_path):
             with socket.create_connection(("127.0.0.1", port), timeout=5):
                 pass  # both answer
     assert wait_for(lambda: not subprocess.run(["pgrep", "-f", str(a)], capture_output=True).stdout, timeout=10)
+
+
+def test_a_launched_server_does_not_inherit_specguards_own_import_paths():
+    """Issue 30 item 6: launched servers inherited the Action's PYTHONPATH (specguard's checkout and its dependency
+    cache), so `vllm serve` could import specguard's transformers instead of its own."""
+    from gate.engines.http import launch_env
+
+    env = {"PATH": "/bin", "PYTHONPATH": "/action:/cache:/runner/own", "SPECGUARD_PYTHONPATH": "/action:/cache"}
+    got = launch_env(env, {})
+    assert got["PYTHONPATH"] == "/runner/own" and "SPECGUARD_PYTHONPATH" not in got and got["PATH"] == "/bin"
+    assert "PYTHONPATH" not in launch_env({**env, "PYTHONPATH": "/action:/cache"}, {})
+    assert launch_env(env, {"PYTHONPATH": "/mine"})["PYTHONPATH"] == "/mine", "the endpoint's env: wins"
+    assert launch_env({"PYTHONPATH": "/x"}, {})["PYTHONPATH"] == "/x", "outside the Action nothing is removed"

@@ -49,8 +49,21 @@ output: {cache_dir: null}
 
 
 
+# Issue 30 item 5: a model repository's own gate.py and gate/ must never run in specguard's place (`python -m gate`
+# from the workspace imported them, with the step's token in the environment).
+HIJACK = ("import pathlib, sys\npathlib.Path(__file__).resolve().parent.joinpath('HIJACKED').write_text('x')\n"
+          "print('user gate imported instead of specguard')\nsys.exit(0)\n")
+PLANTED = {"gate.py": HIJACK, "gate/__init__.py": HIJACK, "gate/cli.py": HIJACK, "gate/verdictfile.py": HIJACK}
+
+
 def config(draft: str = "specguard:demo/draft", engines: str = "  - type: speculative", baseline: str = "") -> str:
     return CONFIG % {"draft": draft, "engines": engines, "baseline": baseline}
+
+
+def _act(seen: list[str], *args, **kwargs):
+    proc = act(*args, **kwargs)
+    seen.append(output(proc))
+    return proc
 
 
 def weak_draft(repo: Path) -> dict[str, str]:
@@ -98,13 +111,14 @@ def comments(gh, number: int = 7) -> list[str]:
 
 
 def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fixture)
-    repo = make_repo(tmp_path, config())
+    repo = make_repo(tmp_path, config(), extra=PLANTED)
+    seen: list[str] = []  # every act run's output: the planted gate must print nowhere
 
     # 1. adopt: a PR that touches the models, no baseline yet -> neutral, one comment
     base = first = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-qb", "feature")
     head = commit(repo, {"specguard.yaml": config().replace("max_new_tokens: 8", "max_new_tokens: 6")})
-    proc = act(repo, api, pr_event(repo, base, head), "specguard.yml")
+    proc = _act(seen, repo, api, pr_event(repo, base, head), "specguard.yml")
     assert proc.returncode == 0, output(proc)[-4000:]
     assert "generation.max_new_tokens: 8 -> 6" in output(proc), "the changed job says what it gates"
     assert [p[1] for p in api.calls("POST")] == ["/repos/acme/models/issues/7/comments"], api.log
@@ -116,6 +130,7 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     # 2. refresh from main: a PR with the baseline, then merged
     git(repo, "checkout", "-q", "main")
     proc = dispatch(repo, api, "main")
+    seen.append(output(proc))
     assert proc.returncode == 0, output(proc)[-4000:]
     refresh = next(b for b in api.refs if b.startswith("specguard/baseline-models-"))
     hw = refresh.removeprefix("specguard/baseline-models-")
@@ -133,13 +148,14 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     git(repo, "checkout", "-qb", "weaker-draft")
     weak_draft(repo)
     head = commit(repo, {"specguard.yaml": config(draft="models/draft")}, "a smaller, weaker draft")
-    proc = act(repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
+    proc = _act(seen, repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
     assert proc.returncode != 0, output(proc)[-4000:]
     assert comments(api, 8)[0].startswith("## ❌ specguard: FAIL") and "acceptance" in comments(api, 8)[0]
 
     # 4. accept it: the refresh dispatched on the PR's branch commits the baseline there; the gate then passes
     api.refs["weaker-draft"] = api.refs["main"]
     proc = dispatch(repo, api, "weaker-draft", reason="a 4x cheaper draft, accepted with its lower acceptance")
+    seen.append(output(proc))
     assert proc.returncode == 0, output(proc)[-4000:]
     assert len(api.pulls) == 1, "no second PR: the baseline lands in the PR that needs it"
     new = json.loads(api.tree_of("weaker-draft")[f"baselines/models/{hw}.json"])
@@ -147,7 +163,7 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     sync_from(api, repo, "weaker-draft")
     head = git(repo, "rev-parse", "HEAD")
     posts = len(api.calls("POST"))
-    proc = act(repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
+    proc = _act(seen, repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
     assert proc.returncode == 0, failed(tmp_path) or output(proc)[-4000:]
     assert comments(api, 8) and comments(api, 8)[0].startswith("## ✅ specguard: PASS"), comments(api, 8)
     assert len(comments(api, 8)) == 1 and len(api.calls("POST")) == posts, "the second run edits, posts nothing"
@@ -157,7 +173,7 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     git(repo, "checkout", "-q", "feature")
     posts = len(api.calls("POST"))
     head = commit(repo, {"specguard.yaml": config()}, "revert")
-    proc = act(repo, api, pr_event(repo, first, head), "specguard.yml")
+    proc = _act(seen, repo, api, pr_event(repo, first, head), "specguard.yml")
     assert proc.returncode == 0, output(proc)[-4000:]
     assert len(comments(api)) == 1 and "SKIPPED" in comments(api)[0], comments(api)
     assert len(api.calls("POST")) == posts
@@ -167,8 +183,9 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     git(repo, "checkout", "-qb", "strict")
     base = git(repo, "rev-parse", "HEAD")
     head = commit(repo, {"specguard.yaml": config(baseline=", on_missing: fail")})
-    proc = act(repo, api, pr_event(repo, base, head, number=9), "specguard.yml",
+    proc = _act(seen, repo, api, pr_event(repo, base, head, number=9), "specguard.yml",
                variables={"SPECGUARD_HARDWARE_KEY": "gpu-runner-b"})
     assert proc.returncode != 0, output(proc)[-4000:]
     body = comments(api, 9)[0]
     assert "specguard: FAIL" in body and "gpu-runner-b" in body and hw in body, body
+    assert not list(repo.rglob("HIJACKED")) and not any("instead of specguard" in text for text in seen)

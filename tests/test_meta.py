@@ -81,5 +81,41 @@ def test_the_tier_guard_knows_what_is_slow():
     assert _heavy([py, "-m", "gate", "gate", "c.yaml"]) and _heavy([py, "-m", "gate", "selftest"])
     assert _heavy([py, "-m", "gate", "run", "c.yaml"]) and _heavy(["/venv/bin/specguard", "demo"])
     assert _heavy([py, "-m", "gate.engines.worker", "3", "4"]) and _heavy(["/opt/act/act", "pull_request"])
+    from gate.engines.plugin import WORKER_MAIN
+
+    assert _heavy([py, "-c", WORKER_MAIN, "3", "4"]), "the worker as the gate starts it"
     assert not _heavy([py, "-m", "gate", "compare", "out"]) and not _heavy([py, "-m", "gate", "validate", "c.yaml"])
     assert not _heavy(["git", "init"]) and not _heavy("bash")
+
+
+def test_every_third_party_import_of_gate_is_declared_in_pyproject():
+    """Issue 30 item 7: `rich` was imported by gate/ but not declared (it arrived through transformers).  Every
+    module gate/ imports that is neither the standard library nor gate itself belongs to a distribution named in
+    pyproject.toml's dependencies or an extra."""
+    import importlib.metadata
+    import re
+    import sys
+
+    import tomllib
+
+    root = TESTS.parent
+    imported: dict[str, str] = {}
+    for path in sorted((root / "gate").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "gate":
+                    imported.setdefault(top, str(path.relative_to(root)))
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    declared = {norm(re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0]) for r in requirements}
+    provides = importlib.metadata.packages_distributions()
+    missing = {module: where for module, where in imported.items()
+               if not {norm(d) for d in provides.get(module, [module])} & declared}
+    assert imported and not missing, f"imported by gate/ but not declared in pyproject.toml: {missing}"

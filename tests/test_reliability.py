@@ -914,3 +914,117 @@ def test_a_token_id_beyond_the_vocabulary_is_refused_before_any_rescoring(tmp_pa
     assert str(info.value.problems[0]).startswith(f"{out / 'results.json'}: executions[2].sequences[0].token_ids[3]: "
                                                  f"token id {vocab} is outside the target's vocabulary")
     assert not (out / "checks.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_plugins_import_from_their_roots_and_a_planted_gate_never_stands_in_for_specguard(tmp_path, isolation):
+    """Issue 30 items 4 and 5: a plug-in imports from engines[].pythonpath, the config's folder and the repository
+    root, never from the working directory; a gate.py or gate/ there (or in the config's folder) is never
+    imported in specguard's place, by the gate or by its plug-in worker."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "engines" / "mine").mkdir(parents=True)
+    (repo / "engines" / "mine" / "__init__.py").write_text("")
+    (repo / "engines" / "mine" / "spec.py").write_text(PLUGINS)
+    (repo / "top_level.py").write_text(PLUGINS)
+    (repo / "configs").mkdir()
+    hijack = "import pathlib\npathlib.Path(__file__).resolve().parent.joinpath('HIJACKED').write_text('x')\n"
+    for where in (repo, repo / "configs", tmp_path):
+        (where / "gate").mkdir(exist_ok=True)
+        (where / "gate" / "__init__.py").write_text(hijack)
+        (where / "gate.py").write_text(hijack)
+    engines = (f"  - {{type: plugin, name: a, callable: 'mine.spec:good', pythonpath: [../engines], "
+               f"isolation: {isolation}}}\n  - {{type: plugin, name: b, callable: 'top_level:good', "
+               f"isolation: {isolation}}}")
+    cfg = repo / "configs" / "specguard.yaml"
+    cfg.write_text(TINY % {"engines": engines})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "action" / "specguard.py"), "validate", str(cfg)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list(tmp_path.rglob("HIJACKED")), "a planted gate was imported"
+    (repo / "engines" / "mine" / "spec.py").unlink()
+    proc = subprocess.run([sys.executable, str(ROOT / "action" / "specguard.py"), "validate", str(cfg)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "engines[0].callable" in proc.stderr and "mine.spec" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("setup,path,message", [
+    (lambda d: (d / "models").mkdir(), "models/x", "does not exist (its first folder, models/, is here, so this is a "
+                                                   "local path, not a hub id)"),
+    (lambda d: (d / "models" / "x").mkdir(parents=True), "models/x", "has no config.json"),
+    (lambda d: ((d / "models" / "x").mkdir(parents=True), (d / "models" / "x" / "config.json").write_text("{}")),
+     "models/x", "holds no weights"),
+    (lambda d: None, "./models/x", "does not exist"),
+])
+def test_a_local_model_path_that_is_missing_or_empty_is_an_error_not_a_hub_id(tmp_path, capsys, monkeypatch, setup,
+                                                                              path, message):
+    """Issue 30 item 12: `models/x` that did not exist was only a note ("treating it as a hub id", exit 0) while
+    `./models/x` was an error; an empty local folder passed `validate`.  At load the same path is an error too,
+    never a hub download under that name."""
+    from gate.config import load_config
+    from gate.errors import ModelError
+    from gate.models import _location
+
+    setup(tmp_path)
+    text = TINY.replace('target: {path: "specguard:demo/target"}', f'target: {{path: "{path}"}}')
+    err = _validate(tmp_path, capsys, text % {"engines": "  - {type: speculative}"})
+    assert "c.yaml:3: models.target.path: " in err and f"x' {message}" in err, err
+    loaded = load_config(tmp_path / "c.yaml")
+    if "does not exist" in message:
+        with pytest.raises(ModelError, match="does not exist"):
+            _location(loaded, loaded.config.models.target)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    (tmp_path / "hub.yaml").write_text(TINY.replace('"specguard:demo/target"', '"org/name"') % {"engines": "  - "
+                                                                                             "{type: speculative}"})
+    assert main(["validate", str(tmp_path / "hub.yaml")]) == 0
+    assert "'org/name' is not a local directory; treating it as a hub id" in capsys.readouterr().out
+
+
+def _table_widths(markdown: str) -> list[list[int]]:
+    """The cell count of each line of each Markdown table (consecutive lines that start with a pipe)."""
+    tables, current = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line.strip().strip("|").count("|") + 1)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+@pytest.mark.parametrize("case", ["full", "no-sampling", "no-timing", "power_trials 0", "plugin without counters",
+                                  "greedy: false"])
+def test_every_table_of_every_page_has_as_many_cells_in_each_row_as_in_its_header(case):
+    """Issue 30 item 14: the step summary's Distribution table had 5 header cells against 8 in its rows (the test
+    names, joined with `|`, were escaped to one cell), so GitHub did not render it."""
+    from gate.checks.distribution import TESTS
+    from gate.checksdoc import Distribution
+    from gate.report import build_page, render_comment, render_details, render_summary
+
+    run, variants = _variants()
+    checks = variants.get(case) or syn.checks_for(run).model_copy(update={"distribution": Distribution.model_validate(
+        {"alpha": 0.01, "num_samples": 100, "temperature": 1.0, "tests": list(TESTS),
+         "engines": {"speculative": {"1": {"n": 100, "pvalues": dict.fromkeys(TESTS, 0.5), "rejected": False,
+                                           "control": False}}}})})
+    assert case != "full" or len(checks.distribution.tests) > 1
+    v = syn.judge(run, checks, syn.config())
+    page = build_page(run, checks, v, None, "demo")
+    for name, text in (("comment", render_comment(page)),
+                       ("summary", render_summary(page, details=render_details(run, checks)))):
+        tables = _table_widths(text)
+        assert tables, name
+        for widths in tables:
+            assert len(set(widths)) == 1, (name, widths)
+
+
+@pytest.mark.parametrize("argv,usage", [(["gate", "x.yaml", "--bogus"], "usage: specguard gate "),
+                                        (["baseline", "refresh", "c.yaml", "--from", "r", "--bogus"],
+                                         "usage: specguard baseline refresh ")])
+def test_an_unknown_option_is_refused_with_the_subcommands_own_usage(argv, usage, capsys):
+    """Issue 30 item 15: `gate --bogus` printed the top-level usage, not the subcommand's."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err, err

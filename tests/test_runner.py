@@ -61,13 +61,13 @@ def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
     doc = make(demo_pair, tmp_path).run()
     assert doc.status == "complete" and doc.stopped_at is None
     on_disk = load_results(tmp_path / "out")
-    assert on_disk.schema_id == "specguard.results/3"
+    assert on_disk.schema_id == "specguard.results/4"
     assert {(e.phase.value, e.mode) for e in on_disk.executions} == {
         ("outputs", "greedy"), ("timing", "greedy"), ("sampling", "sampling")}
     fpr = on_disk.fingerprint
     assert fpr.models["target"].fingerprint and fpr.libraries["torch"] and fpr.hardware["cpu_count"]
     header, records = read_records(tmp_path / "out" / "records.jsonl")
-    assert header.schema_id == "specguard.results/3" and len(records) == len(on_disk.executions)
+    assert header.schema_id == "specguard.results/4" and len(records) == len(on_disk.executions)
     assert not on_disk.calibration, "fake engines cannot be stepped: no calibration of the real pair"
 
 
@@ -173,9 +173,9 @@ def test_corrupt_results_name_the_file(tmp_path):
     with pytest.raises(ResultsError, match=r"results.json:1: not valid JSON"):
         load_results(tmp_path)
     (tmp_path / "results.json").write_text('{"schema": "other/9"}')
-    with pytest.raises(ResultsError, match=r"schema: expected schema 'specguard.results/3', got 'other/9'"):
+    with pytest.raises(ResultsError, match=r"schema: expected schema 'specguard.results/4', got 'other/9'"):
         load_results(tmp_path)
-    (tmp_path / "results.json").write_text('{"schema": "specguard.results/3", "status": "complete"}')
+    (tmp_path / "results.json").write_text('{"schema": "specguard.results/4", "status": "complete"}')
     with pytest.raises(ResultsError, match=r"results.json: fingerprint: required field is missing"):
         load_results(tmp_path)
 
@@ -327,7 +327,7 @@ def test_results_of_schema_1_load_through_the_migration(tmp_path):
         "skipped": [], "cache": {"reused": []}}
     (tmp_path / "results.json").write_text(json.dumps(old))
     doc = load_results(tmp_path)
-    assert doc.schema_id == "specguard.results/3"
+    assert doc.schema_id == "specguard.results/4"
     ex = doc.executions[0]
     assert ex.composition == 0 and ex.sequences[0].counters.num_accepted_tokens == 1
     assert doc.calibrated_engines == ["speculative"]
@@ -338,7 +338,7 @@ def test_results_of_schema_1_load_through_the_migration(tmp_path):
     two = doc.model_dump(mode="json", by_alias=True, exclude={"anchor"}) | {"schema": "specguard.results/2"}
     (tmp_path / "results.json").write_text(json.dumps(two))
     doc = load_results(tmp_path)
-    assert doc.schema_id == "specguard.results/3" and doc.anchor is None
+    assert doc.schema_id == "specguard.results/4" and doc.anchor is None
 
 
 @pytest.mark.slow

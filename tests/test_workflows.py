@@ -46,7 +46,7 @@ def _run_step(tmp_path, code: int, mode: str = "check", baseline: str = "") -> s
     out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
     env = {"PATH": "/usr/bin:/bin", "CODE": str(code), "REFUSED": "false", "OUT": str(tmp_path / "o"),
            "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), "MODE": mode, "BASELINE": baseline,
-           "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "RUN_ID": "42-1"}
+           "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "RUN_ID": "42-1", "ACTION_PATH": str(ROOT)}
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return dict(line.split("=", 1) for line in out.read_text().splitlines())["verdict"]
@@ -143,11 +143,43 @@ def test_the_pr_workflows_serve_a_merge_queue_and_name_their_required_check(name
         assert checkout["with"]["lfs"] is True, "LFS weights must not arrive as pointer files"
 
 
-def test_the_sharded_workflow_refuses_forks_before_any_gpu_job():
-    wf = _workflow("specguard-sharded.yml")
-    steps = wf["jobs"]["changed"]["steps"]
-    assert any("fork" in s.get("name", "").lower() for s in steps)
-    assert wf["jobs"]["shard"]["needs"] == "changed"
+@pytest.mark.parametrize("name", ["specguard.yml", "specguard-sharded.yml"])
+def test_the_pr_workflows_refuse_forks_in_the_hosted_job_before_any_gpu_job(name):
+    """Issue 30 item 13: the main workflow refused a fork only on the GPU runner, after an LFS checkout of its
+    code.  The hosted `changed` job's action refuses it (changed mode refuses whatever the runner), every GPU job
+    needs that job, and two workflows (two configs) never share a concurrency group."""
+    wf = _workflow(name)
+    step = next(s for s in wf["jobs"]["changed"]["steps"] if s.get("with", {}).get("mode") == "changed")
+    assert step["with"]["allow-fork-prs"] == "${{ vars.SPECGUARD_ALLOW_FORK_PRS || 'false' }}"
+    assert all("changed" in str(j["needs"]) for j in wf["jobs"].values() if "self-hosted" in str(j["runs-on"]))
+    assert "${{ github.workflow }}" in wf["concurrency"]["group"]
+
+
+@pytest.mark.parametrize("mode,runner,refused", [("changed", "github-hosted", "true"), ("check", "github-hosted",
+                                                                                          "false"),
+                                                 ("check", "self-hosted", "true"), ("changed", "self-hosted", "true")])
+def test_the_action_refuses_a_forks_pr_in_changed_mode_on_any_runner(tmp_path, mode, runner, refused):
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "fork")
+    out = tmp_path / "out.txt"
+    env = {"PATH": "/usr/bin:/bin", "HEAD_REPO": "someone/fork", "BASE_REPO": "acme/models", "ALLOW": "false",
+           "MODE": mode, "RUNNER_ENVIRONMENT": runner, "GITHUB_OUTPUT": str(out)}
+    subprocess.run(["bash", "-e", "-c", step["run"]], env=env, check=True, capture_output=True)
+    assert out.read_text().strip() == f"refused={refused}"
+    assert subprocess.run(["bash", "-e", "-c", step["run"]], env={**env, "ALLOW": "true"}, check=True,
+                          capture_output=True) and out.read_text().strip().endswith("refused=false")
+
+
+def test_every_step_runs_specguard_by_path_never_as_python_m_gate():
+    """Issue 30 item 5: `python -m gate` from the workspace ran a model repository's own gate.py or gate/."""
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    runs = [s.get("run", "") for s in action["runs"]["steps"]]
+    for path in (ROOT / "action" / "workflows").glob("*.yml"):
+        runs += [s.get("run", "") for j in _workflow(path.name)["jobs"].values() for s in j.get("steps", [])]
+    assert [r for r in runs if "specguard.py" in r] and not [r for r in runs if "-m gate" in r]
+    for step in action["runs"]["steps"]:
+        if "specguard.py" in step.get("run", ""):
+            assert step["env"]["ACTION_PATH"] == "${{ github.action_path }}", step["name"]
 
 
 def test_artifacts_are_named_per_config_and_paired_mode_prunes_stale_worktrees():
@@ -177,8 +209,8 @@ def test_the_sharded_merge_job_needs_this_runs_verdict_and_keeps_checks_errors(t
     wf = _workflow("specguard-sharded.yml")
     step = next(s for s in wf["jobs"]["merge"]["steps"] if s.get("name", "").startswith("Merge"))
     fake = tmp_path / "python"
-    fake.write_text('#!/bin/bash\ncase "$2 $3" in "gate check") exit "$CHECK" ;; "gate compare") exit "$COMPARE" ;;\n'
-                    '  gate.verdictfile*) echo "$WORD"; exit 0 ;; *) exit 0 ;; esac\n')
+    fake.write_text('#!/bin/bash\ncase "$2" in check) exit "$CHECK" ;; compare) exit "$COMPARE" ;;\n'
+                    '  verdictfile) echo "$WORD"; exit 0 ;; *) exit 0 ;; esac\n')
     fake.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "PR": "", "GITHUB_STEP_SUMMARY": str(tmp_path / "s"),
            "CHECK": str(check), "COMPARE": str(compare), "WORD": word}

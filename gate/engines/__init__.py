@@ -72,15 +72,16 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_
         engine = HFAssistedEngine(pair.target.model, pair.draft.model, pair.device,
                                   pad if pad is not None else 0)
     else:
-        from gate.engines.plugin import PluginEngine, PluginSettings, ProcessCallable, load_callable
+        from gate.engines.plugin import PluginEngine, PluginSettings, ProcessCallable, load_in_process
 
         if callable_ is not None:
             fn = callable_
         elif (spec.isolation or "process") == "process":
             fn = ProcessCallable(spec.callable, str(loaded.source), spec.label,
-                                 log_path=Path(log_dir) / f"{spec.label}.log" if log_dir else None)
+                                 log_path=Path(log_dir) / f"{spec.label}.log" if log_dir else None,
+                                 roots=loaded.import_roots(spec))
         else:
-            fn = load_callable(spec.callable, str(loaded.source))
+            fn = load_in_process(spec.callable, str(loaded.source), loaded.import_roots(spec))
         models = loaded.config.models
         base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=0,
                               eos_token_ids=[], target=pair.target.location, draft=pair.draft.location,

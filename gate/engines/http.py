@@ -231,6 +231,21 @@ def _tail(path, lines: int = 8, limit: int = 2000) -> str:
     return "\n".join("    | " + visible(line) for line in text.strip().splitlines()[-lines:])[-limit:]
 
 
+def launch_env(environ, overrides: dict[str, str]) -> dict[str, str]:
+    """The environment a launched server gets: the gate's, without the import paths specguard itself runs from
+    (``SPECGUARD_PYTHONPATH``, set by the Action: its checkout and its dependency cache), so that ``vllm serve``
+    imports its own transformers, not specguard's copy; then the endpoint's ``env:``, which wins (name
+    ``PYTHONPATH`` there to give a server one of your own)."""
+    env = dict(environ)
+    own = {p for p in env.pop("SPECGUARD_PYTHONPATH", "").split(os.pathsep) if p}
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in own]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        env.pop("PYTHONPATH", None)
+    return {**env, **overrides}
+
+
 class Server:
     """A server the gate starts in its own process group, waits on, and always tears down."""
 
@@ -256,7 +271,7 @@ class Server:
         log = open_log(self.log_path) if self.log_path else subprocess.DEVNULL
         self._log = log
         try:
-            self.proc = subprocess.Popen(self.command, env={**os.environ, **self.env}, stdout=log, stderr=log,
+            self.proc = subprocess.Popen(self.command, env=launch_env(os.environ, self.env), stdout=log, stderr=log,
                                          start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
             self.stop()

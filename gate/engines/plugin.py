@@ -133,6 +133,21 @@ def call_with_deadline(fn, args: tuple, timeout_s: float | None, label: str):
     return box["out"]
 
 
+# The worker's entry: not `-m gate.engines.worker`, which puts the working directory (a model repository, in the
+# Action) first on sys.path, where its own gate.py or gate/ would be imported instead of specguard's.
+# (run as `-m` would run it, so that __main__ is the worker module, as a plug-in may check)
+WORKER_MAIN = ("import runpy, sys; sys.path.pop(0); "
+               "runpy.run_module('gate.engines.worker', run_name='__main__', alter_sys=True)")
+
+
+def load_in_process(spec: str, source: str, roots: list) -> object:
+    """``isolation: thread``: the callable imported in the gate's own process, its import roots first."""
+    import sys
+
+    sys.path[:0] = [str(r) for r in roots if str(r) not in sys.path]
+    return load_callable(spec, source)
+
+
 class ProcessCallable:
     """A plug-in callable run in its own worker process (:mod:`gate.engines.worker`): the isolation default.
 
@@ -142,11 +157,12 @@ class ProcessCallable:
     ``log_path``, never to the gate's own output (so it cannot issue workflow commands).
     """
 
-    def __init__(self, spec: str, source: str, label: str, log_path=None):
+    def __init__(self, spec: str, source: str, label: str, log_path=None, roots: list | None = None):
         self.spec = spec
         self.source = source
         self.label = label
         self.log_path = log_path
+        self.roots = [str(r) for r in (roots or [])]  # where the plug-in's modules import from, first
         self._proc = None
         self._pipes = None
         self._registered = False
@@ -180,7 +196,7 @@ class ProcessCallable:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get(
                 "PYTHONPATH")])]), "PYTHONUNBUFFERED": "1"}
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "gate.engines.worker", str(to_child_r), str(from_child_w)],
+                [sys.executable, "-c", WORKER_MAIN, str(to_child_r), str(from_child_w)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(to_child_r, from_child_w), env=env,
                 start_new_session=False)
         finally:
@@ -188,7 +204,7 @@ class ProcessCallable:
             os.close(to_child_r)
             os.close(from_child_w)
         self._pipes = (os.fdopen(to_child_w, "wb"), os.fdopen(from_child_r, "rb"))
-        reply = self._ask(("load", self.spec, self.source, list(sys.path)), timeout_s=600.0)
+        reply = self._ask(("load", self.spec, self.source, self.roots + list(sys.path)), timeout_s=600.0)
         if reply[0] == "problems":
             self.stop()
             raise EngineError([Problem(self.source, message, field="engines[].callable", hint=hint)

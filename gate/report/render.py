@@ -162,7 +162,18 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
     style = {"pass": "green", "fail": "bold red", "warn": "yellow", "neutral": "dim", "info": "dim"}
     first = f"specguard: {verdict.outcome.upper()}" + (f" · {note}" if note else "")
     console.print(Text.assemble(terminal(first, style.get(verdict.outcome, "")), " — ", terminal(verdict.headline)),
-                  highlight=False)
+                  highlight=False, soft_wrap=not console.is_terminal)
+    if not console.is_terminal:  # a CI log: one unwrapped line per verdict and per speedup change, no box drawing
+        for c in verdict.checks:
+            console.print(terminal(f"{c.status:<7} {c.check:<24} {c.engine or '–':<14} "
+                                   f"{('bs ' + str(c.batch_size)) if c.batch_size else '–':<6} {c.why}"),
+                          highlight=False, soft_wrap=True)
+        for c in verdict.speedup:
+            console.print(terminal(f"speedup {c.engine} {c.slice or '–'} bs {c.batch_size} context {c.bucket or '–'}: "
+                                   f"{times(c.base.estimate)} → {times(c.head.estimate)} {_change(c)} {c.status}"
+                                   + (f" ({c.explanation.sentence})" if c.explanation else "")),
+                          highlight=False, soft_wrap=True)
+        return
     table = Table(show_header=True, header_style="bold")
     for col in ("status", "check", "engine", "batch size", "why"):
         table.add_column(col, overflow="fold")
@@ -175,14 +186,19 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
         for col in ("engine", "slice", "batch size", "context", "base", "head", "change (95% CI)", "cause"):
             sp.add_column(col, overflow="fold")
         for c in verdict.speedup:
-            ci = (f"{signed_pct(c.ratio.estimate - 1 if c.ratio.estimate is not None else None)} "
-                  f"({signed_pct(c.ratio.low - 1 if c.ratio.low is not None else None)} to "
-                  f"{signed_pct(c.ratio.high - 1 if c.ratio.high is not None else None)})")
             sp.add_row(*(terminal(x) for x in (c.engine, c.slice or "–", c.batch_size, c.bucket or "–",
                                                times(c.base.estimate), times(c.head.estimate))),
-                       terminal(ci, style.get(c.status, "")),
+                       terminal(_change(c), style.get(c.status, "")),
                        terminal(c.explanation.sentence if c.explanation else "–"))
         console.print(sp)
+
+
+def _change(c) -> str:
+    """A speedup change as the terminal shows it: the head/base ratio minus one, with its 95% CI."""
+    def pct(x):
+        return signed_pct(x - 1 if x is not None else None)
+
+    return f"{pct(c.ratio.estimate)} ({pct(c.ratio.low)} to {pct(c.ratio.high)})"
 
 
 # --- the chart ----------------------------------------------------------------------------------
