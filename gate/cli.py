@@ -564,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         import errno
 
         code = errno.errorcode.get(exc.errno, "")
-        print(f"error: {exc.filename or 'a file'}: {exc.strerror or exc}" + (f" ({code})" if code else "")
+        print(f"error: {exc.filename or 'an output or log file (the system named none)'}: {exc.strerror or exc}"
+              + (f" ({code})" if code else "")
               + ": free disk space, make the output directory writable or raise the file size limit, then rerun "
                 "(`--resume` keeps the finished batches)", file=sys.stderr)
         return EXIT_USAGE

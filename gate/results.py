@@ -537,11 +537,17 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that readers see the old one or the new one, never half of one (:func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write a file so that readers see the old one or the new one, never half of one.
 
     Temp file in the same directory, fsync, rename, directory fsync.  The file gets
     the permissions a plain ``open()`` would give (the umask is respected), so an
-    artifact upload or a second user on the runner can read it.
+    artifact upload or a second user on the runner can read it.  Every failure (a full
+    disk, a read-only directory, a size limit) names ``path``, never the temp file.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -549,8 +555,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     except OSError as exc:
         raise _named(exc, path) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())

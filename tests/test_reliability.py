@@ -1028,3 +1028,25 @@ def test_an_unknown_option_is_refused_with_the_subcommands_own_usage(argv, usage
         main(argv)
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err, err
+
+
+def test_a_disk_that_fills_while_the_chart_is_written_names_the_chart(tmp_path, capsys, monkeypatch):
+    """Issue 30 item 10: a full disk mid-run said "a file: No space left on device": the chart went to disk through
+    matplotlib's own unnamed write.  Every output is now written by one atomic writer that names its file."""
+    import errno
+
+    import gate.results
+
+    out = _run_dir(tmp_path)
+    real = os.fsync
+
+    def full_at_the_chart(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1].startswith(".speedup.png."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(gate.results.os, "fsync", full_at_the_chart)
+    assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {out / 'speedup.png'}: No space left on device (ENOSPC)" in err, err
+    assert not list(out.glob(".speedup.png.*")), "no temp file left behind"

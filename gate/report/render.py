@@ -231,9 +231,14 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
         ax.set_title(f"{engine}: median speedup, 95% CI")
         ax.legend(fontsize="small")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    import io
+
+    from gate.results import atomic_write_bytes
+
+    png = io.BytesIO()  # drawn in memory, then written like every output: atomically, a failure naming the file
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
     return None
 
 
