@@ -26,7 +26,7 @@ def test_missing_model_names_the_field(tmp_path):
     with pytest.raises(ModelError) as info:
         load_pair(cfg(tmp_path, str(DEMO / "target"), str(tmp_path / "nowhere")))
     [p] = info.value.problems
-    assert p.field == "models.draft.path" and "cannot load draft model" in p.message
+    assert p.field == "models.draft.path" and p.message == f"model directory '{tmp_path / 'nowhere'}' does not exist"
 
 
 def test_hub_id_offline_says_why(tmp_path, monkeypatch):
