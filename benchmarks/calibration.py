@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 
 from gate.checks import distribution as dist
-from gate.checks import run_checks
-from gate.checks.scoring import Scorer
-from gate.config import PACKAGE_DIR, parse_config
+from gate.checks.analysis import run_checks
 from gate.engines.base import GenerationSettings, Request
 from gate.engines.reference import ReferenceEngine
+from gate.engines.scoring import Scorer
 from gate.engines.speculative import SpeculativeEngine
-from gate.models import load_pair
-from gate.suite import load_suite
+from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.inputs.models import load_pair
+from gate.inputs.suite import load_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from helpers import results_doc

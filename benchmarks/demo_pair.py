@@ -22,10 +22,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gate.engines.base import GenerationSettings, Request, SpecCounters
+from gate.engines.clock import Clock, Stopwatch
 from gate.engines.layout import RaggedBatch, right_align
 from gate.engines.speculative import SpeculativeEngine
-from gate.suite import load_suite
-from gate.timing import Clock, Stopwatch
+from gate.inputs.suite import load_suite
 
 DEMO = Path(__file__).resolve().parent.parent / "gate" / "demo"
 SUITE = DEMO.parent / "suites" / "default.jsonl"

@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 
 from gate.checks.speedup import analyze_speedup
-from gate.config import PACKAGE_DIR, parse_config
 from gate.engines import build_engine, build_reference
-from gate.models import load_pair
-from gate.runner import Runner
+from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.inputs.models import load_pair
+from gate.inputs.suite import suite_for
+from gate.run.runner import Runner
 from gate.stats import bootstrap_median_ci
-from gate.suite import suite_for
 
 CONFIG = """\
 version: 1

@@ -27,14 +27,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from gate.cache import ReferenceCache
-from gate.checks import run_checks
-from gate.config import PACKAGE_DIR, parse_config
+from gate.checks.analysis import run_checks
 from gate.engines import build_engine, build_reference
-from gate.models import load_pair
-from gate.report import render_text
-from gate.runner import Runner
-from gate.suite import suite_for
+from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.inputs.models import load_pair
+from gate.inputs.suite import suite_for
+from gate.report.render import render_text
+from gate.run.cache import ReferenceCache
+from gate.run.runner import Runner
 
 DEMO = PACKAGE_DIR / "demo"
 

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
-from gate.config import PACKAGE_DIR, parse_config
 from gate.engines.base import GenerationSettings, Request
 from gate.engines.http import PRESETS, HttpEngine, Server
 from gate.engines.speculative import SpeculativeEngine
-from gate.models import load_pair
+from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.inputs.models import load_pair
+from gate.inputs.suite import suite_for
 from gate.stats import bootstrap_median_ci
-from gate.suite import suite_for
 
 CONFIG = """\
 version: 1

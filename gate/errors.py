@@ -1,8 +1,9 @@
-"""User-facing errors.
+"""Every error class of the gate, in one place, and the exit codes.
 
 Every error the CLI prints names where the problem is (file, line, dotted field
 path), what was wrong, and what to do about it.  Programming errors stay plain
-exceptions with tracebacks.
+exceptions with tracebacks.  This module imports nothing of the gate: every stage
+may raise what it defines.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Problem:
 class Interrupted(BaseException):
     """The run was asked to stop (SIGTERM; SIGINT arrives as KeyboardInterrupt).
 
-    Here, not in :mod:`gate.execute`, so the CLI can catch it without importing torch."""
+    Here, not in :mod:`gate.run.execute`, so the CLI can catch it without importing torch."""
 
 
 class SpecguardError(Exception):
@@ -62,102 +63,86 @@ class EngineError(SpecguardError):
     """An engine was misconfigured or returned something malformed."""
 
 
+class ResultsError(SpecguardError):
+    """A results file is missing, corrupt or from another schema version."""
+
+
+class MergeError(SpecguardError):
+    """The shards do not belong to one run."""
+
+
+class ResumeError(SpecguardError):
+    """``--resume`` was asked for a log from a different run setup."""
+
+
+class AnchorError(SpecguardError):
+    """The gate's reference confidently disagrees with transformers' generate() on this target."""
+
+
+class BaselineError(SpecguardError):
+    """The baseline cannot be used: corrupt, or another schema (exit code 3).  Another suite or k is compared
+    where it can be (:class:`gate.verdict.baseline.Comparability`), not refused."""
+
+    exit_code = 3
+
+
+class RefreshRefused(SpecguardError):
+    """A refresh from a run that failed equivalence or distribution, without --force (exit code 1)."""
+
+    exit_code = 1
+
+
+class GitError(SpecguardError):
+    """git could not answer (a missing commit: check out with fetch-depth: 0)."""
+
+
+class GitHubError(SpecguardError):
+    """A GitHub API call failed; the text names the call, the HTTP status and what to do, never the token."""
+
+    def __init__(self, problems, *, status: int | None = None, github_message: str | None = None):
+        super().__init__(problems)
+        self.status = status  # HTTP status, None when no answer came back
+        self.github_message = github_message  # the ``message`` field of GitHub's JSON body, if any
+
+
+class ReadOnlyToken(GitHubError):
+    """403 "Resource not accessible by integration": the token may not write (e.g. a fork PR's GITHUB_TOKEN)."""
+
+
+class NotFound(GitHubError):
+    """404: the repository, pull request, branch or file does not exist, or the token cannot see it."""
+
+
+class RateLimited(GitHubError):
+    """Still rate limited when the next wait would have gone past ``max_total_wait_s``."""
+
+
+class EngineFailure(Exception):
+    """The engine under test failed on a batch (crash, timeout, out of memory, broken contract).
+
+    Not an error of the gate: a finding about the engine, recorded as a failed execution and judged as a failing
+    check; the run goes on with other batches.  (Re-exported by :mod:`gate.engines.base` for plug-ins.)"""
+
+    def __init__(self, kind: str, type_: str, message: str):
+        super().__init__(f"{type_}: {message}")
+        self.kind = kind
+        self.type = type_
+        self.message = message
+
+
+class RunInterrupted(BaseException):  # like KeyboardInterrupt: no `except Exception` may swallow it
+    """The run was interrupted; its finished work is on disk (``results``, status ``interrupted``).
+
+    Raised, not returned, so that every caller that runs several runs (the self-test, benchmarks,
+    paired mode) stops too instead of going on with the next one."""
+
+    def __init__(self, results):
+        super().__init__(results.stopped_at.reason if results.stopped_at else "interrupted")
+        self.results = results
+
+
 # The exit codes (the table is in gate/cli.py's docstring, the README and `--help`).
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BASELINE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-MAX_INPUT_BYTES = 1 << 30  # no input the gate reads (results of a large run included) comes near this
-
-
-def read_bytes(path, error: type[SpecguardError], kind: str, hint: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """A user file's bytes; a FIFO, a device or a directory, or a file over ``limit``, is ``error``.
-
-    Opened without blocking and checked on the open descriptor, so a FIFO planted where a file belongs
-    cannot hang the gate, and a file swapped after the check is still the one that was checked.
-    """
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise error(Problem(str(path), f"{kind} not found", hint=hint)) from None
-    except OSError as exc:
-        raise error(Problem(str(path), f"cannot read {kind}: {exc.strerror or exc}", hint=hint)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
-            raise error(Problem(str(path), f"the {kind} is {what}", hint=hint))
-        if st.st_size > limit:
-            raise error(Problem(str(path), f"the {kind} is {st.st_size:,} bytes, over the limit of {limit:,}",
-                                hint=hint))
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
-        if len(data) > limit:
-            raise error(Problem(str(path), f"the {kind} grew over the limit of {limit:,} bytes while read",
-                                hint=hint))
-        return data
-    except OSError as exc:
-        raise error(Problem(str(path), f"cannot read {kind}: {exc.strerror or exc}", hint=hint)) from None
-    finally:
-        os.close(fd)
-
-
-def read_input(path, error: type[SpecguardError], kind: str, hint: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """A user file's text, or ``error`` naming the file and saying what to do."""
-    data = read_bytes(path, error, kind, hint, limit)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(Problem(str(path), f"cannot read {kind}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                            hint=hint)) from None
-
-
-def parse_json(text: str, error: type[SpecguardError], source: str, kind: str, hint: str, line: int | None = None,
-               allow_nan: bool = False, not_json: str = "not valid JSON: {msg} at column {col}"):
-    """One JSON document; invalid or over-deep JSON (a RecursionError in the parser) is ``error`` (``not_json``
-    says what was wrong), and so is a NaN or an infinity unless ``allow_nan`` (the gate's own checks.json
-    records an estimate it could not make as NaN)."""
-    import json
-
-    seen = []
-
-    def constant(name: str) -> float:  # NaN, Infinity, -Infinity: not JSON, and never a measurement
-        seen.append(name)
-        return float(name)
-
-    try:
-        doc = json.loads(text, parse_constant=constant)
-        if seen and not allow_nan:
-            raise error(Problem(source, f"{seen[0]} is not a number JSON allows (a non-finite value)",
-                                field=_path_of_nan(doc), line=line, hint=hint))
-        return doc
-    except json.JSONDecodeError as exc:
-        raise error(Problem(source, not_json.format(msg=exc.msg, col=exc.colno),
-                            line=line if line is not None else exc.lineno, hint=hint)) from None
-    except RecursionError:
-        raise error(Problem(source, f"{kind} is nested too deeply to read", line=line, hint=hint)) from None
-
-
-def _path_of_nan(doc, path: str = "") -> str | None:
-    """The dotted path of the first NaN or infinity in a parsed document."""
-    stack = [(doc, path)]
-    while stack:
-        node, where = stack.pop()
-        if isinstance(node, float) and (node != node or node in (float("inf"), float("-inf"))):
-            return where or "(top level)"
-        if isinstance(node, dict):
-            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(list(node.items())))
-        elif isinstance(node, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(node))))
-    return None
-
-
-def split_lines(text: str) -> list[str]:
-    """JSON Lines: split on newline only. ``str.splitlines`` also splits on U+2028, U+2029, \\x0b, \\x0c and
-    \\x85, which a JSON string may hold unescaped."""
-    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
-
 
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The closest known spelling of ``word``, for 'did you mean' hints."""

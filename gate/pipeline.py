@@ -1,9 +1,10 @@
-"""The gate's stages, each a function: load inputs → load models → run (results.json) → check (checks.json) →
-compare (verdict.json, the page) → or refresh (the baseline).
+"""The gate's commands as stages: load inputs → load models → run (results.json) → check (checks.json) → compare
+(verdict.json, the page) → or refresh (the baseline) → deliver (the PR comment, the refresh PR).
 
-The CLI parses arguments, calls these and maps what they return to exit codes.  What one command shares across
-stages (how much it says, where its time went) is a :class:`Session`, passed in, never a module global.  Files
-are named and written by :class:`gate.rundir.RunDir`.
+Each stage returns a typed outcome; :func:`exit_code` is the one rule that turns outcomes into the command's exit
+code (the table is in ``gate/cli.py``).  The CLI parses arguments and calls these.  What one command shares across
+stages (how much it says, where its time went) is a :class:`Session`, passed in, never a module global.  Files are
+named and written by :class:`gate.io.rundir.RunDir`, each by one stage only.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from gate.documents import PhasesDoc
 from gate.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, Problem, SpecguardError
-from gate.rundir import (
+from gate.io.documents import PhasesDoc
+from gate.io.rundir import (
     CHECKS,
+    CHECKS_MD,
     COMMENT,
     COMPARED,
     JUDGED,
@@ -30,15 +34,16 @@ from gate.rundir import (
     SUMMARY,
     VERDICT,
     RunDir,
-    made_from,
 )
-from gate.timing import Phases
+from gate.run.phases import Phases
 
 if TYPE_CHECKING:  # torch and transformers load with the stages that need them
-    from gate.config import LoadedConfig
-    from gate.models import ModelPair
-    from gate.runner import PairedBase
-    from gate.suite import Suite
+    from gate.engines.plugin import ProcessCallable
+    from gate.inputs.config import Config, LoadedConfig
+    from gate.inputs.models import ModelPair
+    from gate.inputs.suite import Suite
+    from gate.run.results import Results
+    from gate.run.runner import PairedBase
 
 
 @dataclass
@@ -74,6 +79,74 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+# --- outcomes and the exit-code rule ---------------------------------------------------------------
+
+
+class Ran(Enum):
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Checked:
+    failing: bool  # a check failed, or the run is incomplete
+
+
+@dataclass(frozen=True)
+class Compared:
+    outcome: Literal["pass", "neutral", "fail"]
+    read_back: bool  # verdict.json, read back, is this run's and says what this process believes
+
+
+def exit_code(*outcomes: Ran | Checked | Compared | Path | None) -> int:
+    """The one rule: interrupted is 130; a failing check, a failing verdict, or a verdict that did not read back as
+    this run's pass is 1; anything else that got this far (verdicts written and passed, a baseline written and read
+    back) is 0.  Bad input never gets here: it is an exception, and the CLI maps each to its exit code."""
+    for o in outcomes:
+        if o is Ran.INTERRUPTED:
+            return EXIT_INTERRUPTED
+    for o in outcomes:
+        if (isinstance(o, Checked) and o.failing) or (isinstance(o, Compared) and (o.outcome == "fail"
+                                                                                   or not o.read_back)):
+            return EXIT_FAIL
+    return EXIT_OK
+
+
+# --- validate --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Validation:
+    problems: list[Problem]
+    notes: list[str]
+    summary: str  # "N prompts in M slices: a, b" when valid
+
+
+def validate(config: str) -> Validation:
+    """Every problem of a config at once: its schema, its paths, its suite, its plug-ins (imported in their own
+    workers)."""
+    from gate.engines.plugin import plugin_problems
+    from gate.inputs.config import check_paths, load_config, model_notes
+    from gate.inputs.suite import suite_for
+
+    problems, suite, loaded = [], None, None
+    try:
+        loaded = load_config(config)
+    except SpecguardError as exc:
+        problems += exc.problems
+    problems += check_paths(config)
+    if loaded is not None and not any(p.field == "suite.path" for p in problems):
+        try:
+            suite = suite_for(loaded)
+        except SpecguardError as exc:
+            problems += exc.problems
+    if loaded is not None:
+        problems += plugin_problems(loaded)
+    summary = (f"{len(suite.prompts)} prompts in {len(suite.slices)} slices: {', '.join(suite.slices)}"
+               if suite is not None and not problems else "")
+    return Validation(problems, model_notes(config) if not problems else [], summary)
+
+
 # --- load inputs ---------------------------------------------------------------------------------
 
 
@@ -85,7 +158,7 @@ class Inputs:
     loaded: LoadedConfig
     suite: Suite
     out: RunDir
-    workers: dict = field(default_factory=dict)
+    workers: dict[str, ProcessCallable] = field(default_factory=dict)
 
 
 def out_dir(loaded, flag: str | None) -> RunDir:
@@ -96,13 +169,14 @@ def load_inputs(session: Session, config: str, out: str | None, threads: int | N
     """The config, its suite and the plug-ins, checked before minutes of model loading."""
     with session.phases("setup (imports, config, suite)"):
         # The imports a run needs (torch, transformers) count as setup, not as the first phase that uses them.
-        import gate.cache
         import gate.engines
-        import gate.models
-        import gate.progress
-        import gate.runner  # noqa: F401
-        from gate.config import load_config
-        from gate.suite import suite_for
+        import gate.inputs.models
+        import gate.run.cache
+        import gate.run.progress
+        import gate.run.runner  # noqa: F401
+        from gate.engines.plugin import plugin_problems
+        from gate.inputs.config import load_config
+        from gate.inputs.suite import suite_for
 
         set_threads(threads)
         loaded = load_config(config)
@@ -115,90 +189,14 @@ def load_inputs(session: Session, config: str, out: str | None, threads: int | N
     return Inputs(loaded, suite, rundir, workers)
 
 
-def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
-    """Import every plug-in callable and check its signature (or that its entry point exists).
+def config_of(results: Results) -> Config:
+    """The config a run was made with (``compare`` needs no config file); for a run made before results.json kept
+    it, the default rules over its models."""
+    from gate.inputs.config import Config
 
-    A plug-in isolated in a process (the default) is imported in its own worker, never in the gate: a module
-    that calls ``os._exit`` or prints workflow commands at import cannot end or speak for the gate.  Workers
-    that loaded are kept in ``started`` (by engine label) for the run to use; without it they are stopped.
-    """
-    from gate.engines.plugin import EngineFailure, ProcessCallable, load_in_process
-
-    problems = []
-    for i, e in enumerate(loaded.config.engines):
-        if e.type != "plugin":
-            continue
-        where = f"engines[{i}].callable"
-        try:
-            if (e.isolation or "process") == "process":
-                fn = ProcessCallable(e.callable, str(loaded.source), e.label,
-                                     log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None,
-                                     roots=loaded.import_roots(e))
-                try:
-                    fn.start()
-                except (EngineFailure, SpecguardError) as exc:
-                    said = _keep_log_if_written(Path(fn.log_path))  # a refused run adds no empty log to OUT
-                    if isinstance(exc, SpecguardError):
-                        raise
-                    problems.append(Problem(str(loaded.source), f"the plug-in {e.callable!r} does not load: "
-                                            f"{exc.message}", field=where,
-                                            hint=f"its output is in {fn.log_path}" if said else
-                                            "import it by hand to see why"))
-                    continue
-                if started is None:
-                    fn.stop()
-                else:
-                    started[e.label] = fn
-            else:
-                load_in_process(e.callable, str(loaded.source), loaded.import_roots(e))
-        except SpecguardError as exc:
-            problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
-    return problems
-
-
-def _keep_log_if_written(log: Path) -> bool:
-    """True when the log holds output; an empty one is removed."""
-    if log.is_file() and log.stat().st_size > 0:
-        return True
-    log.unlink(missing_ok=True)
-    return False
-
-
-def results_belong_to(loaded, results, source: str) -> None:
-    """Refuse results.json made with another config, suite or models, before loading any model (exit 2)."""
-    from gate import fingerprint as fp
-    from gate.models import _location, fingerprint_model, resolve_device, resolve_dtype
-    from gate.suite import suite_for
-
-    differs = []
-    if fp.digest(loaded.config.model_dump(mode="json")) != results.fingerprint.config:
-        differs.append("config (its settings differ from the ones the run used)")
-    suite = suite_for(loaded)
-    if suite.fingerprint() != results.fingerprint.suite.fingerprint:
-        differs.append(f"suite ({suite.name} {suite.fingerprint()} vs the run's {results.fingerprint.suite.name} "
-                       f"{results.fingerprint.suite.fingerprint})")
-    device = resolve_device(loaded.config.models.device)
-    for role in ("target", "draft"):
-        spec = getattr(loaded.config.models, role)
-        ran = results.fingerprint.models.get(role)
-        location = _location(loaded, spec)
-        dtype = resolve_dtype(spec.dtype, device)
-        if ran is None or fingerprint_model(location, spec, dtype) != ran.fingerprint:
-            differs.append(f"{role} model ({location} is not the model the run used)")
-    if differs:
-        raise SpecguardError(Problem(source, "these results were not made with this config: " + "; ".join(differs),
-                                     hint="run `specguard gate CONFIG` (or pass the --out of a run of this config)"))
-
-
-def config_of(results):
-    """The config a run was made with (``compare`` needs no config file)."""
-    from gate.config import Config
-
-    try:
-        return Config.model_validate(results.config)
-    except Exception:  # an older results file without its config: default rules
-        models = {r: {"path": m.location} for r, m in results.fingerprint.models.items()}
-        return Config.model_validate({"models": models})
+    if results.config is not None:
+        return results.config
+    return Config.model_validate({"models": {r: {"path": m.location} for r, m in results.fingerprint.models.items()}})
 
 
 # --- load models ---------------------------------------------------------------------------------
@@ -213,7 +211,7 @@ class Models:
 
 def load_models(session: Session, inputs: Inputs, against: str | None = None) -> Models:
     from gate.engines import build_engine
-    from gate.models import load_pair
+    from gate.inputs.models import load_pair
 
     loaded = inputs.loaded
     session.say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
@@ -228,7 +226,7 @@ def load_models(session: Session, inputs: Inputs, against: str | None = None) ->
 
 def load_pair(session: Session, loaded):
     """The model pair alone (``check``: the run is done, only re-scoring needs the target)."""
-    from gate.models import load_pair
+    from gate.inputs.models import load_pair
 
     with session.phases("model load"):
         session.quiet_libraries()
@@ -237,10 +235,10 @@ def load_pair(session: Session, loaded):
 
 def paired_engine(against: str, loaded, pair, engines):
     """The base's speculative configuration, as an engine timed beside the head's (paired mode)."""
-    from gate.config import load_config
     from gate.engines.speculative import SpeculativeEngine
-    from gate.models import load_draft_for
-    from gate.runner import PairedBase
+    from gate.inputs.config import load_config
+    from gate.inputs.models import load_draft_for
+    from gate.run.runner import PairedBase
 
     base = load_config(against)
     head_target, base_target = loaded.config.models.target, base.config.models.target
@@ -273,15 +271,16 @@ class RunOptions:
     run_id: str | None = None
 
 
-def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> int:
+def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> Ran:
     """Wait for the launched ``servers`` (:func:`serving`), clear the earlier outputs, run the engines: results.json
-    and phases.json.  EXIT_OK, or EXIT_INTERRUPTED with the finished work kept."""
+    and phases.json; interrupted, the finished work is kept."""
     import uuid
 
-    from gate.cache import ReferenceCache
     from gate.engines import build_reference
-    from gate.progress import for_terminal
-    from gate.runner import RunInterrupted, Runner
+    from gate.errors import RunInterrupted
+    from gate.run.cache import ReferenceCache
+    from gate.run.progress import for_terminal
+    from gate.run.runner import Runner
 
     loaded, out, phases = inputs.loaded, inputs.out, session.phases
     cache_dir = opts.cache_dir or (
@@ -307,14 +306,14 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, serv
         where = r.stopped_at.model_dump(exclude_none=True) if r.stopped_at else {}
         session.say(f"interrupted at {where}; {len(r.executions)} finished executions kept in "
                     f"{out / 'records.jsonl'}. Rerun with --resume to continue.")
-        return EXIT_INTERRUPTED
+        return Ran.INTERRUPTED
     progress.close()
     session.write_phases(out)
     n = len(results.executions)
     reused = len(results.cache.get("reused", []))
     session.say(f"wrote {out / RESULTS} ({n} executions"
                 + (f", {reused} reused from the reference cache" if reused else "") + ")")
-    return EXIT_OK
+    return Ran.COMPLETE
 
 
 @contextlib.contextmanager
@@ -343,11 +342,18 @@ def serving(session: Session, loaded, out: Path) -> Iterator[list]:
         yield launched
 
 
+def run_command(session: Session, config: str, out: str | None, threads: int | None, opts: RunOptions) -> int:
+    """``specguard run``: inputs, servers, models, the run."""
+    inputs = load_inputs(session, config, out, threads)
+    with serving(session, inputs.loaded, inputs.out.path) as servers:
+        return exit_code(run(session, inputs, load_models(session, inputs), opts, servers))
+
+
 def merge(dirs: list[Path], out: RunDir):
     """The shards' results as one run of its own, written to ``out``; the merged Results."""
     import uuid
 
-    from gate.merge import merge as merge_shards
+    from gate.run.merge import merge as merge_shards
 
     merged = merge_shards(dirs)
     merged = merged.model_copy(update={"run_id": uuid.uuid4().hex})  # the merged run is a run of its own
@@ -359,12 +365,13 @@ def merge(dirs: list[Path], out: RunDir):
 # --- check: checks.json --------------------------------------------------------------------------
 
 
-def check(session: Session, loaded, pair, out: RunDir) -> int:
-    """Analyse results.json: checks.json and summary.md.  EXIT_FAIL when a check fails or the run is incomplete."""
-    from gate.checks import run_checks
-    from gate.report import render_text
+def check(session: Session, loaded, pair, out: RunDir) -> Checked:
+    """Analyse results.json: checks.json and checks.md (the checks' full text)."""
+    from gate.checks.analysis import run_checks
+    from gate.report.render import render_text
+    from gate.run.results import load_results
 
-    results = out.results()
+    results = load_results(out / RESULTS)
     bad = results.vocabulary_problem(pair.target.vocab_size, str(out / RESULTS))
     if bad is not None:  # an id the target cannot score would be an IndexError deep in re-scoring
         raise SpecguardError(bad)
@@ -376,65 +383,50 @@ def check(session: Session, loaded, pair, out: RunDir) -> int:
     phases.add("statistics and power simulations", checks.analysis_s - checks.rescoring_s)
     with phases("report"):
         out.write_json(CHECKS, checks)
-        out.write_text(SUMMARY, render_text(results, checks))
-    session.say(f"wrote {out / CHECKS} and {out / SUMMARY}")
-    return EXIT_FAIL if checks.failing() or results.status != "complete" else EXIT_OK
+        out.write_text(CHECKS_MD, render_text(results, checks))
+    session.say(f"wrote {out / CHECKS} and {out / CHECKS_MD}")
+    return Checked(bool(checks.failing()) or results.status != "complete")
+
+
+def check_command(session: Session, config: str, out: str | None, threads: int | None) -> int:
+    """``specguard check``: the run's results, refused (before any model loads) unless made with this config."""
+    from gate.inputs.config import load_config
+    from gate.inputs.identity import refuse_unless_made_with
+    from gate.run.results import load_results
+
+    set_threads(threads)
+    loaded = load_config(config)
+    rundir = out_dir(loaded, out)
+    refuse_unless_made_with(loaded, load_results(rundir / RESULTS).fingerprint, str(rundir / RESULTS))
+    return exit_code(check(session, loaded, load_pair(session, loaded), rundir))
 
 
 # --- compare: verdict.json and the page ----------------------------------------------------------
 
 
-def find_baseline(results, config, name: str | None, baselines_dir: Path):
-    """(baseline, path, same hardware, other keys) for a name or a path.
-
-    A name is looked up for this run's hardware key only: with none, (None, where it would be, True, the keys
-    that do have one).  Another k or suite is no reason to refuse it (see ``gate.baseline.Comparability``);
-    only an unusable baseline is (exit 3: ``gate.baseline.load_baseline``)."""
-    from gate.baseline import BaselineStore, load_baseline
-    from gate.compare import run_baseline_name
-
-    hw = results.fingerprint.hardware_key
-    if name and is_baseline_file(name):
-        baseline = load_baseline(name)
-        return baseline, str(name), baseline.hardware_key == hw, []
-    store = BaselineStore(baselines_dir, name or run_baseline_name(results, config), config.baseline.history)
-    path = store.find(hw)
-    if path is None:
-        return None, str(store.path_for(hw)), True, store.others(hw)
-    return load_baseline(path), str(path), True, []
-
-
-def is_baseline_file(name: str) -> bool:
-    """``--baseline`` names a file (a path) rather than a baseline looked up by name."""
-    return name.endswith(".json") or Path(name).is_file()
-
-
 def compare(session: Session, out: RunDir, config, baseline_name: str | None, baselines_dir: Path,
-            report_dir: RunDir | None = None, quiet: bool = False, record_phases: bool = False) -> int:
-    """Compare a run with its baseline: the page (summary.md, speedup.png, comment.md), then verdict.json, read
-    back.  The verdict's exit code, or EXIT_FAIL when the verdict did not read back as this run's pass."""
-    from gate.baseline import summarize
-    from gate.checksdoc import retokenized_note
-    from gate.compare import compare as judge
-    from gate.report import build_page, print_terminal, render_comment, render_details, render_summary, write_png
-    started = time.perf_counter()
-    results, checks = out.judged()  # checks.json of this very results.json, or exit 2 naming both
-    from gate.compare import run_baseline_name
+            report_dir: RunDir | None = None, quiet: bool = False, record_phases: bool = False) -> Compared:
+    """Judge a run against its baseline: the page (summary.md, speedup.png, comment.md), then verdict.json, read
+    back."""
+    from gate.checks.doc import load_checked, retokenized_note
+    from gate.report.render import build_page, print_terminal, render_comment, render_details, render_summary, write_png
+    from gate.verdict.baseline import is_baseline_file, lookup
+    from gate.verdict.judge import judge, run_baseline_name
+    from gate.verdict.summary import summarize
 
+    started = time.perf_counter()
+    results, checks = load_checked(out)  # checks.json of this very results.json, or exit 2 naming both
     dest = report_dir or out
     # The config's baseline name (what refresh writes under), even when --baseline names a file: it also names the
     # comment's marker.
     name = run_baseline_name(results, config) if not baseline_name or is_baseline_file(baseline_name) \
         else baseline_name
-    baseline, path, same, others = find_baseline(results, config, baseline_name or name, baselines_dir)
+    stored = lookup(baselines_dir, name, results.fingerprint.hardware_key, baseline_name, config.baseline.history)
     dest.clear(COMPARED)  # the inputs loaded: now replace them
-    head = summarize(results, checks, config, name)  # the head's measurements, once, as a baseline holds them
-    verdict = judge(head, baseline, results, checks, config, baseline_path=path, same_hardware=same, others=others,
-                    name=name)
-    verdict = verdict.model_copy(update={"run": results.ref(), "results_digest": results.digest,
-                                         "checks_digest": checks.digest})
-    # The marker names the config (its baseline name), never a baseline file's own name field, nor a --baseline path.
-    page = build_page(results, checks, verdict, baseline, name)
+    head = summarize(results, checks, config, name)  # the run, once, as the judge sees it
+    verdict = judge(head, stored, config.baseline)
+    verdict = verdict.model_copy(update={"results_digest": results.digest, "checks_digest": checks.digest})
+    page = build_page(results, checks, verdict, stored.baseline, name)
     dest.write_text(SUMMARY, render_summary(page, details=render_details(results, checks)))
     note = write_png(checks, dest / PNG)
     if note:
@@ -450,38 +442,61 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     else:
         print_terminal(verdict, note=caveat)
     session.say(f"wrote {dest / VERDICT}, {dest / COMMENT} and {dest / SUMMARY}")
-    if verdict.exit_code == EXIT_OK:  # a pass is what the file says, read back, not what this process believes
-        return read_back(results, checks, dest) or EXIT_OK
-    return verdict.exit_code
+    # A pass is what the file says, read back, not what this process believes.
+    return Compared(verdict.outcome, verdict.outcome == "fail" or read_back(results, checks, dest))
 
 
-def read_back(results, checks, dest: RunDir) -> int | None:
-    """None when ``verdict.json`` in ``dest`` is this run's (judged from these results and checks) and passed; else
-    the exit code to return instead."""
-    from gate.verdictfile import read_verdict
+def read_back(results, checks, dest: RunDir) -> bool:
+    """Whether ``verdict.json`` in ``dest`` is this run's (judged from these results and checks) and passed."""
+    from gate.verdict.file import read_verdict
 
     got = read_verdict(dest / VERDICT, results.ref().model_dump(), digests={"results_digest": results.digest,
                                                                             "checks_digest": checks.digest})
-    if got.passed:
-        return None
-    if got.outcome != "fail":
+    if not got.passed and got.outcome != "fail":
         print(f"error: {got.reason}", file=sys.stderr)
-    return EXIT_FAIL
+    return got.passed
+
+
+def compare_command(session: Session, run_dir: str, config: str | None, baseline: str | None,
+                    baselines_dir: str | None, report_dir: str | None, quiet: bool) -> int:
+    """``specguard compare``: no model is loaded; the run's own config and recorded baseline name serve unless
+    ``--config`` names the file (whose baseline.dir and name then serve)."""
+    from gate.inputs.config import load_config
+    from gate.run.results import load_results
+    from gate.verdict.baseline import baselines_root
+
+    out = RunDir(run_dir)
+    loaded = load_config(config) if config else None
+    name = baseline or (loaded.baseline_name if loaded is not None else None)  # else the run's own
+    return exit_code(compare(session, out, config_of(load_results(out / RESULTS)), name,
+                             baselines_root(baselines_dir, loaded=loaded), RunDir(report_dir) if report_dir else None,
+                             quiet=quiet))
 
 
 # --- refresh: the baseline -----------------------------------------------------------------------
 
 
-def write_baseline(loaded, results, run_dir: RunDir, root: Path, force: bool, reason: str | None) -> Path:
-    """Derive the baseline of a run, write it (the old one to history) and read it back; its path."""
-    from gate.baseline import BaselineStore, derive, load_baseline
+def write_baseline(loaded, run_dir: RunDir, root: Path, force: bool, reason: str | None,
+                   now: datetime | None = None) -> Path:
+    """Derive the baseline of a run of this config, write it (the old one to history) and read it back; its
+    path.  The clock and the commit are read here, once, and given to the derivation."""
+    import os
+
+    from gate.checks.doc import load_checked
+    from gate.inputs.identity import refuse_unless_made_with
+    from gate.verdict.baseline import BaselineStore, derive, failing_checks, hardware_of, load_baseline, measure
 
     if force and not reason:
         raise SpecguardError(Problem("specguard", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
-    checks = run_dir.checks()
-    made_from(checks, results, run_dir / CHECKS, run_dir / RESULTS)
-    baseline = derive(results, checks, loaded.config, loaded.baseline_name,
+    results, checks = load_checked(run_dir)
+    refuse_unless_made_with(loaded, results.fingerprint, str(run_dir / RESULTS))
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    source = {"specguard": results.fingerprint.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
+              "run_id": os.environ.get("GITHUB_RUN_ID")}
+    baseline = derive(measure(results, checks, loaded.config), name=loaded.baseline_name,
+                      hardware_key=results.fingerprint.hardware_key, hardware=hardware_of(results),
+                      status=results.status, failing=failing_checks(checks), created_utc=stamp, source=source,
                       force_reason=reason if force else None, reason=reason)
     store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
     path = store.write(baseline)
@@ -490,3 +505,87 @@ def write_baseline(loaded, results, run_dir: RunDir, root: Path, force: bool, re
     print(f"wrote {path}" + (f" (forced: {reason})" if baseline.forced else (f" (reason: {reason})" if reason
                                                                              else "")))
     return path
+
+
+# --- gate: the whole command -----------------------------------------------------------------------
+
+
+@dataclass
+class GateOptions:
+    run: RunOptions
+    threads: int | None = None
+    out: str | None = None
+    against: str | None = None  # paired mode: the base config
+    baselines_dir: str | None = None
+    refresh: bool = False
+    force: bool = False
+    reason: str | None = None
+
+
+def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | None]:
+    """``specguard gate``: run, check, then compare with the baseline, or refresh it from this run.  The exit code
+    (:func:`exit_code` of the stages' outcomes) and, with ``refresh``, the baseline written."""
+    from gate.verdict.baseline import baselines_root
+
+    if opts.refresh and opts.force and not opts.reason:  # before minutes of generation
+        raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
+                                     "run was accepted", field="--reason"))
+    inputs = load_inputs(session, config, opts.out, opts.threads)
+    with serving(session, inputs.loaded, inputs.out.path) as servers:  # torn down once the run is done
+        models = load_models(session, inputs, opts.against)
+        ran = run(session, inputs, models, opts.run, servers)
+    if ran is not Ran.COMPLETE:
+        return exit_code(ran), None
+    loaded, out = inputs.loaded, inputs.out
+    checked = check(session, loaded, models.pair, out)
+    baselines = baselines_root(opts.baselines_dir, loaded=loaded)
+    if opts.refresh:
+        # The checks of this run, not a judgement against the old baseline, decide; equivalence and distribution
+        # must pass unless --force --reason.  Exit 0 only once the new baseline reads back.
+        return exit_code(ran), write_baseline(loaded, out, baselines, opts.force, opts.reason)
+    compared = compare(session, out, loaded.config, loaded.baseline_name, baselines, quiet=session.verbosity == 0,
+                       record_phases=True)
+    session.say(session.phases.render())
+    return exit_code(ran, checked, compared), None
+
+
+# --- deliver ---------------------------------------------------------------------------------------
+
+
+def publish_refresh(loaded, run_dir: RunDir, root: Path, repo: Path, base_branch: str, branch: str | None,
+                    open_pr: bool) -> str:
+    """The refreshed baseline as one commit (written and pruned files), to the dispatched branch or to a refresh
+    branch with a PR whose body says what changed; what was done, in a line."""
+    import json
+
+    from gate.ci.github import GitHub, step_outputs
+    from gate.ci.publish import changed_files, committed_text, deliver_refresh, refresh_branch
+    from gate.report.refresh import refresh_body
+    from gate.run.results import load_results
+    from gate.verdict.baseline import Baseline, BaselineStore, load_baseline
+    from gate.verdict.history import render_history
+
+    store = BaselineStore(root, loaded.baseline_name, loaded.config.baseline.history)
+    written, deleted = changed_files(repo, store.dir)
+    if not written and not deleted:
+        return "the baseline did not change: nothing to publish"
+    path = store.path_for(load_results(run_dir / RESULTS).fingerprint.hardware_key)
+    new = load_baseline(path)
+    old = None
+    with contextlib.suppress(ValueError):
+        text = committed_text(repo, path)
+        old = Baseline.model_validate(json.loads(text)) if text else None
+    message = f"specguard: refresh baseline {new.name} for {new.hardware_key}"
+    if new.reason or new.forced:
+        message += f"\n\nReason: {' '.join((new.forced.reason if new.forced else new.reason).split())}"
+    body = refresh_body(old, new, render_history(store.history(new.hardware_key)))
+    done = deliver_refresh(GitHub.from_env(), repo, written, deleted, message, base_branch,
+                           refresh_branch(new.name, new.hardware_key), body, branch=branch, open_pr=open_pr)
+    step_outputs(**{"pr-url": done.pr_url, "branch": done.branch, "commit": done.commit})
+    return (f"pull request: {done.pr_url} (branch {done.branch}, commit {done.commit})" if done.pr_url else
+            f"committed {done.commit} to branch {done.branch}")
+
+
+__all__ = ["Checked", "Compared", "GateOptions", "Inputs", "Models", "Ran", "RunOptions", "Session", "Validation",
+           "check", "compare", "exit_code", "gate", "load_inputs", "load_models", "merge", "publish_refresh", "run",
+           "serving", "validate", "write_baseline"]

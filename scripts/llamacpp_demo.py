@@ -148,7 +148,7 @@ class Running:
 
 
 def suite_prompts(n: int | None = None):
-    from gate.suite import load_suite
+    from gate.inputs.suite import load_suite
 
     prompts = load_suite(ROOT / "gate" / "suites" / "default.jsonl").prompts
     return prompts[:n] if n else prompts

@@ -22,7 +22,7 @@ def _threads():
 
 @pytest.fixture(scope="session")
 def demo_pair():
-    from gate.models import load_pair
+    from gate.inputs.models import load_pair
 
     return load_pair(demo_config())
 
@@ -30,7 +30,7 @@ def demo_pair():
 @pytest.fixture(scope="session")
 def demo_prompts(demo_pair):
     """Prompts of very different lengths, from every slice of the default suite."""
-    from gate.suite import load_suite
+    from gate.inputs.suite import load_suite
 
     suite = load_suite("gate/suites/default.jsonl")
     by_slice: dict[str, list] = {}
@@ -95,9 +95,9 @@ def _refuse_in_a_fast_test(what: str) -> None:
 def pytest_configure(config):
     import subprocess
 
-    import gate.models
+    import gate.inputs.models
 
-    real_load_one, real_popen_init = gate.models._load_one, subprocess.Popen.__init__
+    real_load_one, real_popen_init = gate.inputs.models._load_one, subprocess.Popen.__init__
 
     def load_one(*args, **kwargs):
         model = real_load_one(*args, **kwargs)  # a load that fails on bad input is quick: only success counts
@@ -110,7 +110,7 @@ def pytest_configure(config):
             _refuse_in_a_fast_test(what)
         return real_popen_init(self, args, *rest, **kwargs)
 
-    gate.models._load_one = load_one
+    gate.inputs.models._load_one = load_one
     subprocess.Popen.__init__ = popen_init
 
 

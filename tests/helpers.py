@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import random
 
-from gate.config import LoadedConfig, parse_config
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.inputs.config import LoadedConfig, parse_config
 
 # torch threads for the tests' own gates, in process or not: one under `make test` (a pytest-xdist worker per core;
 # more threads per worker oversubscribe the cores), else up to two.
@@ -76,7 +76,7 @@ def constant(value: float):
 def results_doc(prompts: list[tuple], outputs: dict, max_new: int, eos=(), slices=("t", "s")):
     """A minimal, valid results document: {(engine, batch_size[, composition]): [(token ids, stop reason)]} as
     greedy outputs of one batch each, the prompts alternating between two slices."""
-    from gate.results import Results
+    from gate.run.results import Results
 
     pids = [f"p{i}" for i in range(len(prompts))]
     execs = []

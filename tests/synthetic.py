@@ -7,11 +7,11 @@ import copy
 import json
 
 from gate.checks import reproducibility
+from gate.checks.doc import ChecksDoc, EquivalenceSummary
 from gate.checks.equivalence import _verdicts as equivalence_verdicts
 from gate.checks.speedup import analyze_speedup, verdicts_for
-from gate.checksdoc import ChecksDoc, EquivalenceSummary
-from gate.config import Config
-from gate.results import Results
+from gate.inputs.config import Config
+from gate.run.results import Results
 
 SLICES = ("code", "prose")
 SIZES = (1, 4)
@@ -34,6 +34,24 @@ def _counters(accepted_per_step: int, steps: int = 4) -> dict:
             "num_emitted_tokens": (accepted_per_step + 1) * steps}
 
 
+def _hub_fingerprint(hub_id: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"torch.float32{hub_id}@main".encode()).hexdigest()[:16]  # gate.inputs.models, a hub id
+
+
+def _digest(cfg: Config) -> str:
+    from gate.inputs import fingerprint
+
+    return fingerprint.digest(cfg.model_dump(mode="json"))
+
+
+def _suite_fingerprint() -> str:
+    from gate.inputs.suite import load_suite
+
+    return load_suite("gate/suites/default.jsonl").fingerprint()
+
+
 def run(accepted: dict | None = None, speedup: dict | None = None, hardware: dict | None = None,
         prompt_ids: tuple = ("code-0", "code-1", "prose-0", "prose-1"), repeats: int = 6,
         cost_ratio: float = 0.1, verify_ratio: float = 1.2) -> Results:
@@ -41,8 +59,9 @@ def run(accepted: dict | None = None, speedup: dict | None = None, hardware: dic
     (default 1.5); each timing cell gets ``repeats`` paired samples spread +-2% around its median."""
     accepted = accepted or {}
     speedup = speedup or {}
+    cfg = config()
     hw = hardware or HW_A
-    from gate.fingerprint import hardware_key
+    from gate.inputs.fingerprint import hardware_key
 
     prompts = [{"id": pid, "slice": SLICES[i // 2], "bucket": "0-127", "n_prompt_tokens": 3, "max_new_tokens": 8,
                 "prompt_ids": [i + 1, 2, 3]} for i, pid in enumerate(prompt_ids)]
@@ -77,18 +96,17 @@ def run(accepted: dict | None = None, speedup: dict | None = None, hardware: dic
                                   "sequences": [{**seq(pid, engine, bs), "filler": i >= len(set(members))}
                                                 for i, pid in enumerate(members)]})
             timing.setdefault(str(bs), {})[f"{slc}|0-127"] = {"repeats": repeats, "stopped_by": "max_repeats"}
-    cfg = config()
     return Results.model_validate({
         "schema": "specguard.results/2", "status": "complete",
         "fingerprint": {"hardware": hw, "hardware_key": hardware_key(hw),
                         "libraries": {"specguard": "0.1.0", "torch": "2.13.0", "transformers": "5.24.0",
                                       "python": "3.11.7"},
-                        "models": {"target": {"location": "/runner/models/target", "fingerprint": "t" * 16,
-                                              "dtype": "float32"},
-                                   "draft": {"location": "/runner/models/draft", "fingerprint": "d" * 16,
-                                             "dtype": "float32"}},
-                        "config": "c0ffee",
-                        "suite": {"name": "/runner/work/repo/mini.jsonl", "fingerprint": "5eed",
+                        # what the config's own models and suite fingerprint to (gate.inputs.identity): a synthetic
+                        # run belongs to config() as a real run belongs to its config
+                        "models": {role: {"location": f"org/{role}", "fingerprint": _hub_fingerprint(f"org/{role}"),
+                                          "dtype": "float32"} for role in ("target", "draft")},
+                        "config": _digest(cfg),
+                        "suite": {"name": "/runner/work/repo/mini.jsonl", "fingerprint": _suite_fingerprint(),
                                   "prompts": len(prompts), "slices": list(SLICES)}},
         "settings": {"num_draft_tokens": K, "batch_sizes": list(SIZES), "max_new_tokens": 8, "eos_token_ids": [],
                      "greedy": True, "engines": ["speculative"], "engine_version": "test"},
@@ -119,10 +137,10 @@ def checks_for(results: Results, exact: dict | None = None, confident: dict | No
         s = _summary(n, exact.get(bs, 1.0), confident=confident.get(bs, 0),
                      examples=copy.deepcopy(examples) if examples and confident.get(bs) else [])
         equivalence["speculative"][str(bs)] = s
-        verdicts += [v.to_dict() for v in equivalence_verdicts("speculative", bs, s, cfg.checks.equivalence)]
+        verdicts += [v.model_dump() for v in equivalence_verdicts("speculative", bs, s, cfg.checks.equivalence)]
     repro = reproducibility.measure(results, None)
     speed = analyze_speedup(results, 200)
-    verdicts += [v.to_dict() for v in verdicts_for(speed, None)]
+    verdicts += [v.model_dump() for v in verdicts_for(speed, None)]
     doc = {"schema": "specguard.checks/2", "run": results.ref(), "results_digest": results.digest,
            "results_status": results.status, "equivalence": equivalence,
            "noise_floor": {"4": _summary(n, 1.0)}, "reproducibility": repro, "speedup": speed,
@@ -138,7 +156,7 @@ HOSTILE = "</details><img src=x onerror=alert(1)> @org/team #1 | `rm -rf /` [x](
 
 def results_json(results: Results) -> str:
     """``results.json`` as the gate writes it: the bytes whose digest checks.json names."""
-    from gate.documents import serialized
+    from gate.io.documents import serialized
 
     return serialized(results).decode("utf-8")
 
@@ -148,9 +166,22 @@ def checks_json(doc: ChecksDoc) -> str:
     return json.dumps(doc.model_dump(mode="json", by_alias=True), indent=1) + "\n"
 
 
-def judge(results: Results, checks: ChecksDoc, cfg: Config, baseline=None, **kw):
-    """``gate.compare.compare`` as the pipeline calls it: the head summarized once, then held against ``baseline``."""
-    from gate.baseline import summarize
-    from gate.compare import compare
+def judge(results: Results, checks: ChecksDoc, cfg: Config, baseline=None, baseline_path: str = "",
+          same_hardware: bool = True, others: tuple = (), name: str = "demo"):
+    """The judge as the pipeline calls it: the run summarized once, then held against ``baseline``."""
+    from gate.verdict.baseline import Stored
+    from gate.verdict.judge import judge as judge_
+    from gate.verdict.summary import summarize
 
-    return compare(summarize(results, checks, cfg, "demo"), baseline, results, checks, cfg, **kw)
+    stored = Stored(baseline, baseline_path, name, same_hardware, tuple(others))
+    return judge_(summarize(results, checks, cfg, name), stored, cfg.baseline)
+
+
+def baseline_of(results: Results, checks: ChecksDoc, cfg: Config, name: str = "demo",
+                created: str = "2026-12-01T00:00:00Z", force_reason: str | None = None):
+    """The baseline a refresh of this run writes (the clock given, never read)."""
+    from gate.verdict.baseline import derive, failing_checks, hardware_of, measure
+
+    return derive(measure(results, checks, cfg), name=name, hardware_key=results.fingerprint.hardware_key,
+                  hardware=hardware_of(results), status=results.status, failing=failing_checks(checks),
+                  created_utc=created, source={}, force_reason=force_reason)

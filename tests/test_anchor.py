@@ -17,8 +17,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from gate.cli import main
-from gate.config import PACKAGE_DIR
 from gate.engines.layout import RaggedBatch
+from gate.inputs.config import PACKAGE_DIR
 
 DEMO = PACKAGE_DIR / "demo" / "target"
 VOCAB = 2048  # the demo tokenizer's
@@ -139,12 +139,13 @@ def test_an_alibi_pair_is_refused_at_load_with_exit_2(tmp_path, capsys):
 def test_differences_within_the_tolerance_are_near_ties_and_beyond_it_stop_the_run(mistral, tmp_path, monkeypatch):
     """The near-tie rule decides: the same wrong reference is a near-tie under a huge fixed tolerance, and a
     confident difference (exit 2's AnchorError) under the measured one."""
-    from gate.anchor import Anchor, AnchorError
-    from gate.config import parse_config
     from gate.engines.base import GenerationSettings
     from gate.engines.reference import ReferenceEngine
-    from gate.models import load_pair
-    from gate.plan import PromptInfo
+    from gate.errors import AnchorError
+    from gate.inputs.config import parse_config
+    from gate.inputs.models import load_pair
+    from gate.run.anchor import Anchor
+    from gate.run.plan import PromptInfo
 
     target, draft, _ = mistral
     loaded = parse_config(CONFIG % {"target": target, "draft": draft}, tmp_path / "specguard.yaml")

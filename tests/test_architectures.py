@@ -7,7 +7,7 @@ layer).  Its reference and speculative outputs, greedy, must equal
 of four prompts of 3 to 40 tokens with compaction forced after every step, so
 sliding windows are crossed, rows accept different numbers of drafts and holes
 are packed on every layer type.  An architecture the ragged layout cannot run
-exactly must instead be refused, with its reason (``gate/engines/architectures.py``).
+exactly must instead be refused, with its reason (``gate/inputs/architectures.py``).
 ``hf_assisted`` runs at batch size 1 where transformers supports it.
 
 The support table in ``docs/engines.md`` is generated from this matrix:
@@ -27,14 +27,14 @@ import torch
 from architectures import ARCHITECTURES, VOCAB, WINDOW, build_model, build_pair
 from transformers import AutoConfig
 
-from gate.checks.scoring import Scorer
-from gate.checks.tolerance import measure_noise, tolerance_for
-from gate.engines.architectures import REFUSED, refusal
 from gate.engines.base import GenerationSettings, Request
 from gate.engines.hf_assisted import HFAssistedEngine
 from gate.engines.layout import RaggedBatch
 from gate.engines.reference import ReferenceEngine
+from gate.engines.scoring import Scorer
 from gate.engines.speculative import SpeculativeEngine
+from gate.engines.tolerance import measure_noise, tolerance_for
+from gate.inputs.architectures import REFUSED, refusal
 
 pytestmark = pytest.mark.slow  # about 30 s of CPU; 25 to 55 s of wall time on a shared 2-core machine
 
@@ -190,7 +190,7 @@ def test_the_matrix_has_every_family_the_issue_names():
 def test_the_window_is_what_makes_sliding_architectures_exact(monkeypatch):
     """The matrix can fail: with the window left out of the mask, sliding-window models diverge."""
     from gate.engines import layout
-    from gate.engines.architectures import Attention
+    from gate.inputs.architectures import Attention
 
     real = layout.attention
     monkeypatch.setattr(layout, "attention", lambda cfg: Attention({k: None for k in real(cfg).windows}))
@@ -323,7 +323,7 @@ def support_table() -> str:
                 "against its in-process reference; gate it with `type: http`"
         lines.append(f"| {name} | `{model_type}` | {what} | {_cell(row['reference'])} | {_cell(row['speculative'])} | "
                      f"{assisted} |")
-    lines += ["", "Refused at load, from `REFUSED` in `gate/engines/architectures.py` (besides any model with "
+    lines += ["", "Refused at load, from `REFUSED` in `gate/inputs/architectures.py` (besides any model with "
               "`alibi: true` or a layer type other than full or sliding attention):", ""]
     lines += [f"- `{model_type}`: {why}." for model_type, why in REFUSED.items()]
     return "\n".join(lines + ["", END])

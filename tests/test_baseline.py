@@ -17,8 +17,8 @@ import synthetic as syn
 import yaml
 
 from gate import schemas
-from gate.baseline import BaselineStore, derive, load_baseline
 from gate.cli import main
+from gate.verdict.baseline import BaselineStore, load_baseline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,11 +74,11 @@ class _Later(datetime):
 
 
 def test_a_second_refresh_keeps_history_and_history_prints_the_trend(repo, capsys, monkeypatch):
-    import gate.baseline
+    import gate.pipeline
 
     root, cfg, run = repo
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
-    monkeypatch.setattr(gate.baseline, "datetime", _Later)
+    monkeypatch.setattr(gate.pipeline, "datetime", _Later)
     write_run(run, syn.run(accepted={("code", 4): 1}, speedup={("code", 4): 1.2}))
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
     hist = list((root / "baselines" / "demo" / "history" / "cpu-test-cpu-2c-2t").glob("*.json"))
@@ -95,7 +95,7 @@ def test_a_second_refresh_keeps_history_and_history_prints_the_trend(repo, capsy
 
 def test_history_keeps_the_last_n(tmp_path):
     store = BaselineStore(tmp_path, "demo", keep=2)
-    base = derive(syn.run(), syn.checks_for(syn.run()), syn.config(), "demo")
+    base = syn.baseline_of(syn.run(), syn.checks_for(syn.run()), syn.config())
     for i in range(5):
         store.write(base.model_copy(update={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"}))
     assert len(list(store.history_dir(base.hardware_key).glob("*.json"))) == 2
@@ -120,7 +120,8 @@ def test_refresh_refuses_a_run_of_another_config(repo, capsys):
     _, cfg, run = repo
     cfg.write_text(cfg.read_text().replace("num_draft_tokens: 4", "num_draft_tokens: 5"))
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 2
-    assert "this run was not made with" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the one rule of `check` too (gate.inputs.identity)
+    assert "these results were not made with this config: config (its settings differ" in err, err
 
 
 def _compare(run, root):
@@ -225,8 +226,8 @@ def test_a_refresh_killed_at_any_point_leaves_the_old_baseline_intact(repo):
 
 
 def test_the_committed_demo_baseline_is_valid_compact_and_portable():
-    from gate import fingerprint as fp
-    from gate.config import load_config
+    from gate.inputs import fingerprint as fp
+    from gate.inputs.config import load_config
 
     committed = sorted((Path(__file__).parent.parent / "baselines" / "demo").glob("*.json"))
     assert committed, "make demo compares with baselines/demo/<hardware>.json"
@@ -245,7 +246,7 @@ def test_the_committed_demo_baseline_is_valid_compact_and_portable():
 def test_every_command_finds_baselines_by_one_rule(tmp_path, monkeypatch):
     """Issue 21: `compare --baselines-dir` and `baseline history --dir` defaulted to ./baselines while `gate`
     used the config's baseline.dir, so two commands on one config could read different baselines."""
-    from gate.baseline import baselines_root
+    from gate.verdict.baseline import baselines_root
 
     cfg = tmp_path / "repo" / "specguard.yaml"
     cfg.parent.mkdir()
@@ -259,8 +260,8 @@ def test_every_command_finds_baselines_by_one_rule(tmp_path, monkeypatch):
 def test_a_cells_speedup_ci_is_the_checks_own_not_a_second_bootstrap():
     """Issue 21: speedup CIs were bootstrapped twice (2000 resamples in the check, 1000 in the baseline), so one
     report could show two intervals for one cell.  The baseline and the comparison read the check's."""
-    from gate.baseline import speedup_cells
     from gate.checks.speedup import analyze_speedup
+    from gate.verdict.baseline import speedup_cells
 
     run = syn.run()
     speed = analyze_speedup(run, resamples=300)  # not the default: a recomputation would differ
@@ -283,11 +284,13 @@ def test_a_cells_speedup_ci_is_the_checks_own_not_a_second_bootstrap():
 def test_refresh_and_compare_find_one_baseline_by_one_name_rule(tmp_path, capsys):
     """Issue 30 item 16: `baseline refresh tiny.yaml --from RUN --dir B` wrote B/tiny/<hw>.json (the config's
     name), then `compare RUN --config tiny.yaml --baselines-dir B` looked for B/specguard/<hw>.json and said "no
-    baseline 'this config'".  One rule names a baseline (gate.config.baseline_name), and results.json records it."""
-    from gate.config import BaselineConfig
+    baseline 'this config'".  One rule names a baseline (gate.inputs.config.baseline_name); results.json records
+    it."""
+    from gate.inputs.config import BaselineConfig
 
     cfg = syn.config().model_copy(update={"baseline": BaselineConfig()})  # no baseline.name: the file's name rules
-    r = syn.run().model_copy(update={"config": cfg.model_dump(mode="json"), "run_id": "r1", "baseline_name": "tiny"})
+    r = syn.run().model_copy(update={"config": cfg, "run_id": "r1", "baseline_name": "tiny"})
+    r.fingerprint.config = syn._digest(cfg)
     run = write_run(tmp_path / "out", r, syn.checks_for(r))
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     b = tmp_path / "B"

@@ -10,15 +10,15 @@ import torch
 from helpers import demo_config, results_doc
 
 from gate.checks import distribution as dist
-from gate.checks import run_checks
+from gate.checks.analysis import run_checks
 from gate.checks.equivalence import Scored, analyze_sequence, find_loop, first_divergence
-from gate.checks.tolerance import Tolerance, tolerance_for
 from gate.engines.base import GenerationSettings, Request
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
-from gate.models import load_pair
-from gate.results import Results
-from gate.suite import load_suite
+from gate.engines.tolerance import Tolerance, tolerance_for
+from gate.inputs.models import load_pair
+from gate.inputs.suite import load_suite
+from gate.run.results import Results
 
 CPU = torch.device("cpu")
 FP32_TOL = tolerance_for(torch.float32, 1e-5)
@@ -115,8 +115,8 @@ def test_a_loop_after_a_near_tie_is_a_signature_only_when_the_target_would_not_l
     confident = analyze_sequence("p", "s", looped, ref, scored(looped, [0.0] * 30, 3.0), tol, {2}, 30, "max_tokens")
     assert confident.divergence["kind"] == "confident" and "repetition" in names(confident)
     assert "repetition" in names(analyze_sequence("p", "s", looped, ref, None, tol, {2}, 30, "max_tokens"))
+    from gate.checks.doc import EquivalenceSummary
     from gate.checks.equivalence import _verdicts, summarize
-    from gate.checksdoc import EquivalenceSummary
 
     s = EquivalenceSummary.model_validate({**summarize([near]), "by_slice": {}})
     assert s.target_loops == 1 and not s.signatures
@@ -127,7 +127,7 @@ def test_a_loop_after_a_near_tie_is_a_signature_only_when_the_target_would_not_l
 def test_a_text_divergence_is_classified_from_the_references_top_k_keyed_by_text():
     """Issue 30 item 0: a text-only stack's reference gives each token's text and its top-k keyed by text."""
     from gate.checks.context import text_divergence_gap
-    from gate.results import SequenceOutput
+    from gate.run.results import SequenceOutput
 
     ref = SequenceOutput(prompt_id="p", text=" the cat sat", token_ids=[1, 2, 3], stop_reason="max_tokens", wall_s=1,
                          token_texts=[" the", " cat", " sat"],
@@ -336,8 +336,8 @@ def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
     """Bug: the check held [n, V] float64 arrays (2 GB each at V=128k, n=2000). Now positions stream in chunks."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from gate.checks.scoring import Scorer
-    from gate.timing import peak_memory_bytes, reset_peak_memory
+    from gate.engines.clock import peak_memory_bytes, reset_peak_memory
+    from gate.engines.scoring import Scorer
 
     vocab, n_tokens = 128_000, 200  # five 40-token items: five chunks at this vocabulary
     torch.manual_seed(0)
@@ -370,7 +370,7 @@ def test_min_speedup_holds_per_slice_in_the_check_itself():
     verdicts = verdicts_for(analyze_speedup(run), min_speedup=1.0)
     failed = [v for v in verdicts if v.status == "fail"]
     assert [(v.slice, v.batch_size) for v in failed] == [("code", 1)], [v.why for v in failed]
-    assert "speedup on code at batch size 1" in failed[0].why and failed[0].to_dict()["slice"] == "code"
+    assert "speedup on code at batch size 1" in failed[0].why and failed[0].model_dump()["slice"] == "code"
     assert not any(v.status == "fail" for v in verdicts_for(analyze_speedup(run), min_speedup=None))
 
 
@@ -392,7 +392,7 @@ def test_a_draft_position_no_draft_reached_is_none_in_the_checks_not_a_crash():
 def test_noise_is_measured_once_per_question_inside_noise_reused_and_every_time_outside():
     """The self-test's runs share a pair and a reference: inside `noise_reused` a repeated measurement (same model,
     sequences and batch size) is not run again, a different one is, and outside the block nothing is kept."""
-    from gate.checks.tolerance import measure_noise, noise_reused
+    from gate.engines.tolerance import measure_noise, noise_reused
 
     class CountingScorer:
         def __init__(self, model):
@@ -426,7 +426,7 @@ def test_rescoring_batches_are_split_where_padding_would_cost_more_than_a_forwar
     long one were padded to its length (eleven rows padded to a 590-token one took 4.4 s on the demo pair)."""
     import random
 
-    from gate.checks.scoring import FORWARD_COST_TOKENS, fill, pack
+    from gate.engines.scoring import FORWARD_COST_TOKENS, fill, pack
 
     def padded(lengths, groups):
         return sum(FORWARD_COST_TOKENS + (end - start) * lengths[end - 1] for start, end in groups)

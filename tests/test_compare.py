@@ -16,9 +16,9 @@ import synthetic as syn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gate.baseline import derive
-from gate.compare import Cost, explain
-from gate.report import COMMENT_LIMIT, build_page, marker, render_comment
+from gate.report.page import COMMENT_LIMIT
+from gate.report.render import build_page, marker, render_comment
+from gate.verdict.judge import Cost, explain
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -31,7 +31,7 @@ def verdict_and_comment(head, head_checks, baseline=None, same_hardware=True, na
 
 
 def base_of(results, checks=None):
-    doc = derive(results, checks or syn.checks_for(results), syn.config(), "demo")
+    doc = syn.baseline_of(results, checks or syn.checks_for(results), syn.config())
     return doc.model_copy(update={"created_utc": "2026-11-01T00:00:00Z", "source": {}})
 
 
@@ -203,7 +203,7 @@ def test_scaling_every_timing_leaves_equivalence_alone(factor):
 def test_speedup_png_is_drawn_with_the_plot_extra_and_skipped_with_a_note_without(base_run, tmp_path, monkeypatch):
     import sys
 
-    from gate.report import write_png
+    from gate.report.render import write_png
 
     checks = syn.checks_for(base_run)
     assert write_png(checks, tmp_path / "speedup.png") is None
@@ -218,7 +218,7 @@ def test_terminal_report_is_plain_text_when_not_a_terminal(base_run):
 
     from rich.console import Console
 
-    from gate.report import print_terminal
+    from gate.report.render import print_terminal
 
     v = syn.judge(base_run, syn.checks_for(base_run), syn.config(), baseline=base_of(base_run), baseline_path="b")
     buf = io.StringIO()
@@ -298,7 +298,8 @@ def test_the_step_summary_is_bounded_as_a_whole_page_in_bytes():
     """Issue 21: the details were appended after the cut, so summary.md could pass GitHub's 1 MiB step-summary
     limit (and the Action then cut it blindly mid-table).  One routine bounds the whole page; the details go
     first; the limit is in UTF-8 bytes, never cut mid-character."""
-    from gate.report import Page, Section, render_summary, utf8_size
+    from gate.report.page import Page, Section, utf8_size
+    from gate.report.render import render_summary
 
     page = Page([Section("headline", "## ✅ specguard: PASS\n", 100), Section("speedup", "speedup ✓\n" * 50, 75),
                  Section("footer", "\n<!-- specguard:demo -->\n", 100)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gate.cli import main
-from gate.config import parse_config
 from gate.errors import ConfigError
+from gate.inputs.config import parse_config
 
 GOOD = """\
 version: 1

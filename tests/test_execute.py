@@ -13,9 +13,9 @@ import pytest
 
 from gate.engines.base import BatchResult, EngineFailure, GenerationSettings, SequenceResult
 from gate.errors import ConfigError, Interrupted
-from gate.execute import MAX_TIMEOUTS, Executor
-from gate.plan import Job, PlannedBatch, PromptInfo
-from gate.results import Phase
+from gate.run.execute import MAX_TIMEOUTS, Executor
+from gate.run.plan import Job, PlannedBatch, PromptInfo
+from gate.run.results import Phase
 
 PROMPTS = [PromptInfo(i, f"p{i}", "prose", "short", (1, 2, 3 + i), 4) for i in range(4)]
 
@@ -127,7 +127,7 @@ if __name__ == "__main__":  # pragma: no cover
 def test_a_greedy_cache_key_ignores_the_runs_seed_and_a_sampled_one_keeps_it():
     """Bug: adding sampling to a config sets the run's seed, and every greedy reference generation then missed the
     cache (the per-request seeds were part of its key, though argmax uses none)."""
-    from gate.cache import ReferenceCache
+    from gate.run.cache import ReferenceCache
 
     batch = PlannedBatch(2, 0, (0, 1), 2)
     keys = {}

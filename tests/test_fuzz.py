@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gate.cli import main
-from gate.config import Config
 from gate.engines.base import EngineFailure, GenerationSettings, Request
 from gate.engines.plugin import PluginEngine, PluginSettings
+from gate.inputs.config import Config
 
 BOUND_S = 5.0
 
@@ -178,7 +178,7 @@ def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, 
     (out / "results.json").write_text(json.dumps(doc))
     (out / "checks.json").write_text(syn.checks_json(_syn_run()[1]))
     assert run_cli(["compare", str(out), "--baselines-dir", str(tmp_path / "b"), "-q"]) in (0, 1, 2)
-    from gate.results import load_results
+    from gate.run.results import load_results
 
     try:
         r = load_results(out)
@@ -198,13 +198,12 @@ def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path,
 
     import synthetic as syn
 
-    from gate.baseline import derive
 
     results_doc, checks = _syn_run()
-    from gate.results import Results
+    from gate.run.results import Results
 
     r = Results.model_validate(results_doc)
-    base = derive(r, checks, syn.config(), "demo").model_dump(mode="json", by_alias=True)
+    base = syn.baseline_of(r, checks, syn.config()).model_dump(mode="json", by_alias=True)
     doc, _ = _mutated(base, data)
     out = tmp_path / "run"
     out.mkdir(exist_ok=True)
@@ -327,7 +326,7 @@ def test_documents_mixed_from_two_runs_never_pass(tmp_path):
 
     import synthetic as syn
 
-    from gate import verdictfile
+    from gate.verdict import file as verdictfile
 
     def make(name: str, run_id: str, failing: bool):
         results = syn.run(speedup={("code", 4): 0.6} if failing else None).model_copy(update={"run_id": run_id})

@@ -1,4 +1,4 @@
-"""gate.github against a real HTTP server on localhost: exact requests, retries, errors, token hygiene."""
+"""gate.ci.github against a real HTTP server on localhost: exact requests, retries, errors, token hygiene."""
 
 from __future__ import annotations
 
@@ -8,15 +8,9 @@ import socket
 
 import pytest
 
-from gate.github import (
-    GitHub,
-    GitHubError,
-    NotFound,
-    RateLimited,
-    ReadOnlyToken,
-    prepare_body,
-)
-from gate.report import COMMENT_LIMIT as MAX_COMMENT_CHARS
+from gate.ci.github import GitHub, prepare_body
+from gate.errors import GitHubError, NotFound, RateLimited, ReadOnlyToken
+from gate.report.page import COMMENT_LIMIT as MAX_COMMENT_CHARS
 
 TOKEN = "ghs_SECRET123"
 MARKER = "<!-- specguard:demo -->"

@@ -376,8 +376,8 @@ def test_a_server_killed_mid_run_fails_its_batches_and_leaves_no_orphan(tmp_path
 
 
 def test_the_api_key_comes_from_the_environment_and_never_appears(tmp_path):
-    from gate.config import parse_config
     from gate.errors import ConfigError
+    from gate.inputs.config import parse_config
 
     base = config((8000, None)).replace("preset: vllm", "preset: vllm\n      api_key_env: SPECGUARD_TEST_KEY")
     assert parse_config(base, "x.yaml").config.engines[0].http.api_key_env == "SPECGUARD_TEST_KEY"
@@ -399,7 +399,7 @@ SHARD_CFG = "batching: {batch_sizes: [1, 2], compositions: 2}\ngeneration: {max_
 def _run(demo_pair, out: Path, shard=None, cfg=None):
     from test_runner import SUITE
 
-    from gate.runner import Runner
+    from gate.run.runner import Runner
 
     r = Runner(cfg or demo_config(extra=SHARD_CFG), demo_pair, SUITE, FakeEngine("reference", False, constant(1.0)),
                [FakeEngine("speculative", True, constant(0.5))], out, log=lambda m: None, shard=shard)
@@ -408,9 +408,10 @@ def _run(demo_pair, out: Path, shard=None, cfg=None):
 
 @pytest.mark.slow
 def test_sharded_and_merged_results_give_the_same_checks_as_one_run(demo_pair, tmp_path):
-    from gate.checks import run_checks
-    from gate.merge import merge
-    from gate.results import atomic_write_json, load_results
+    from gate.checks.analysis import run_checks
+    from gate.io.files import atomic_write_json
+    from gate.run.merge import merge
+    from gate.run.results import load_results
 
     whole = _run(demo_pair, tmp_path / "whole")
     parts = [_run(demo_pair, tmp_path / f"s{i}", (i, 2)) for i in range(2)]
@@ -706,7 +707,7 @@ http.server.HTTPServer(("127.0.0.1", int(port)), http.server.SimpleHTTPRequestHa
 def test_launched_servers_start_side_by_side_and_are_all_torn_down(tmp_path):
     """A serving stack takes minutes to load its model: the engine's server and the reference's start together, and
     before the gate loads its own models (the caller does that inside `serving`, then `run` waits for them)."""
-    from gate.config import parse_config
+    from gate.inputs.config import parse_config
     from gate.pipeline import Session, serving
 
     e, r = free_ports(2)

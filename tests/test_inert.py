@@ -12,11 +12,10 @@ import synthetic as syn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gate.baseline import derive
-from gate.checksdoc import VerdictLine
-from gate.inert import code, markdown
-from gate.report import build_page, marker, print_terminal, render_comment, render_summary, render_text
-from gate.results import Results
+from gate.checks.doc import VerdictLine
+from gate.report.inert import code, markdown
+from gate.report.render import build_page, marker, print_terminal, render_comment, render_summary, render_text
+from gate.run.results import Results
 
 FRAGMENTS = ["<!-- specguard:OTHER -->", "![x](https://evil.example/p.png)", "[click](http://evil.example)",
              "@everyone", "@org/team", "#1", "<img src=x onerror=alert(1)>", "</details>", "</summary>", "</code>",
@@ -29,7 +28,7 @@ ALLOWED_TAGS = {"<details>", "</details>", "<summary>", "</summary>", "<code>", 
 
 
 def _baseline(results, name="demo", created="2026-11-01T00:00:00Z", hardware_key=None):
-    doc = derive(results, syn.checks_for(results), syn.config(), "demo")
+    doc = syn.baseline_of(results, syn.checks_for(results), syn.config())
     return doc.model_copy(update={"name": name, "created_utc": created, "source": {},
                                   "hardware_key": hardware_key or doc.hardware_key})
 

@@ -53,7 +53,7 @@ output: {cache_dir: null}
 # from the workspace imported them, with the step's token in the environment).
 HIJACK = ("import pathlib, sys\npathlib.Path(__file__).resolve().parent.joinpath('HIJACKED').write_text('x')\n"
           "print('user gate imported instead of specguard')\nsys.exit(0)\n")
-PLANTED = {"gate.py": HIJACK, "gate/__init__.py": HIJACK, "gate/cli.py": HIJACK, "gate/verdictfile.py": HIJACK}
+PLANTED = {"gate.py": HIJACK, "gate/__init__.py": HIJACK, "gate/cli.py": HIJACK, "gate/verdict/file.py": HIJACK}
 
 
 def config(draft: str = "specguard:demo/draft", engines: str = "  - type: speculative", baseline: str = "") -> str:

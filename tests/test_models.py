@@ -7,9 +7,9 @@ import shutil
 import pytest
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gate.config import PACKAGE_DIR, parse_config
 from gate.errors import ModelError
-from gate.models import load_pair
+from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.inputs.models import load_pair
 
 DEMO = PACKAGE_DIR / "demo"
 
@@ -80,7 +80,7 @@ def test_trust_remote_code_off_by_default(tmp_path, monkeypatch):
 
 
 def test_fingerprint_follows_weights(tmp_path):
-    from gate.models import fingerprint_model
+    from gate.inputs.models import fingerprint_model
 
     copy = tmp_path / "t"
     shutil.copytree(DEMO / "draft", copy)
@@ -102,7 +102,7 @@ def test_an_unchanged_model_directory_is_hashed_once_per_process(tmp_path, monke
 
     import torch
 
-    from gate.models import fingerprint_model
+    from gate.inputs.models import fingerprint_model
 
     copy = tmp_path / "t"
     shutil.copytree(DEMO / "draft", copy)

@@ -11,7 +11,7 @@ from helpers import THREADS
 from transformers import AutoModelForCausalLM
 
 from gate.cli import main
-from gate.config import PACKAGE_DIR
+from gate.inputs.config import PACKAGE_DIR
 
 pytestmark = pytest.mark.slow  # gate runs on the demo pair
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.engines.base import Capabilities
-from gate.plan import (
+from gate.run.plan import (
     EngineInfo,
     PromptInfo,
     equivalence_batches,
@@ -21,7 +21,7 @@ from gate.plan import (
 
 
 def prompts_of(lengths: list[int], slices: int = 3, edges=(128, 512)) -> list[PromptInfo]:
-    from gate.plan import bucket_name
+    from gate.run.plan import bucket_name
 
     return [PromptInfo(i, f"p{i}", f"s{i % slices}", bucket_name(n, list(edges)), tuple(range(1, n + 1)), 4)
             for i, n in enumerate(lengths)]

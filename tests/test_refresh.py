@@ -16,9 +16,9 @@ import synthetic as syn
 import yaml
 from fake_github import FakeGitHub
 
-import gate.baseline
-from gate.baseline import load_baseline
+import gate.pipeline
 from gate.cli import main
+from gate.verdict.baseline import load_baseline
 
 HW = "cpu-test-cpu-2c-2t"
 
@@ -54,7 +54,7 @@ def setup(tmp_path, httpserver, monkeypatch):
     results = syn.run()
     (run / "results.json").write_text(syn.results_json(results))
     (run / "checks.json").write_text(syn.checks_json(syn.checks_for(results)))
-    monkeypatch.setattr(gate.baseline, "datetime", Clock())
+    monkeypatch.setattr(gate.pipeline, "datetime", Clock())
     for k, v in {"GITHUB_TOKEN": api.token, "GITHUB_REPOSITORY": api.repo, "GITHUB_API_URL": api.base_url}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)
@@ -159,8 +159,8 @@ def test_a_setup_failure_is_said_on_the_pr_and_a_skipped_push_only_edits(setup, 
 
 def test_a_forged_marker_in_the_body_cannot_redirect_the_upsert(setup):
     """The marker comes from the config's name only: a quoted `<!-- specguard:other -->` is just text."""
-    from gate.github import GitHub
-    from gate.publish import post
+    from gate.ci.github import GitHub
+    from gate.ci.publish import post
 
     api, _, _ = setup
     gh = GitHub.from_env()
@@ -174,8 +174,8 @@ def test_a_forged_marker_in_the_body_cannot_redirect_the_upsert(setup):
 
 
 def test_a_comment_quoting_our_marker_is_not_taken_for_ours(setup):
-    from gate.github import GitHub
-    from gate.publish import post
+    from gate.ci.github import GitHub
+    from gate.ci.publish import post
 
     api, _, _ = setup
     gh = GitHub.from_env()

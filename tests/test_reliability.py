@@ -22,7 +22,7 @@ import synthetic as syn
 from helpers import THREADS, demo_config
 
 from gate.cli import main
-from gate.config import PACKAGE_DIR
+from gate.inputs.config import PACKAGE_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,7 +153,7 @@ def test_an_engine_that_hangs_times_out_and_the_run_finishes(tmp_path, capfd, mo
 def test_a_plugin_calling_os_exit_0_is_a_recorded_crash_and_its_output_stays_in_its_log(tmp_path):
     """Bug (items 1 and 13): a plug-in calling os._exit(0) made `specguard gate` exit 0 with no verdict;
     a plug-in's stdout, workflow commands included, mixed into the gate's own."""
-    from gate import verdictfile
+    from gate.verdict import file as verdictfile
 
     proc = cli(tmp_path, plugin("exits_hard"), "gate")  # the whole CLI in its own process: its real exit code
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -282,7 +282,7 @@ def test_an_interrupt_stops_the_whole_selftest(sig):
 
 
 def test_check_refuses_results_of_another_config_before_loading_a_model(tmp_path, monkeypatch, capsys):
-    import gate.models
+    import gate.inputs.models
 
     run = tmp_path / "out"
     run.mkdir()
@@ -293,7 +293,7 @@ def test_check_refuses_results_of_another_config_before_loading_a_model(tmp_path
     def no_loading(*a, **k):
         raise AssertionError("a model was loaded before the results were checked")
 
-    monkeypatch.setattr(gate.models, "load_pair", no_loading)
+    monkeypatch.setattr(gate.inputs.models, "load_pair", no_loading)
     t0 = time.monotonic()
     assert main(["check", str(cfg)]) == 2
     err = capsys.readouterr().err
@@ -316,8 +316,8 @@ def test_hostile_yaml_is_refused_fast(tmp_path, capsys, text, message):
 @pytest.mark.slow
 def test_a_prompt_too_long_for_the_target_is_refused_or_truncated_on_request(demo_pair, tmp_path):
     from gate.errors import SuiteError
-    from gate.runner import prompt_infos
-    from gate.suite import parse_suite
+    from gate.inputs.suite import parse_suite
+    from gate.run.runner import prompt_infos
 
     long = json.dumps({"id": "huge", "slice": "s", "prompt": "the cat sat " * 1500})
     suite = parse_suite(long + "\n" + json.dumps({"id": "ok", "slice": "s", "prompt": "hi"}) + "\n", "s.jsonl")
@@ -341,7 +341,7 @@ def test_a_lone_surrogate_is_refused_at_suite_load(tmp_path, capsys):
 @pytest.mark.slow
 def test_model_problems_name_the_model_the_field_and_the_file(tmp_path, capsys):
     from gate.errors import ModelError
-    from gate.models import load_pair
+    from gate.inputs.models import load_pair
 
     bad = tmp_path / "draft"
     shutil.copytree(PACKAGE_DIR / "demo" / "draft", bad)
@@ -370,8 +370,8 @@ def test_model_problems_name_the_model_the_field_and_the_file(tmp_path, capsys):
 def test_custom_model_code_is_part_of_the_fingerprint(tmp_path):
     import torch
 
-    from gate.config import ModelSpec
-    from gate.models import fingerprint_model
+    from gate.inputs.config import ModelSpec
+    from gate.inputs.models import fingerprint_model
 
     model = tmp_path / "m"
     shutil.copytree(PACKAGE_DIR / "demo" / "draft", model)
@@ -393,7 +393,7 @@ def test_validate_imports_plugin_callables(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["run", "gate", "check", "selftest"])
 def test_threads_must_be_a_whole_number_up_to_the_cores(command, threads, capsys):
     """Issue 30 item 8: `--threads 100000` segfaulted in libgomp and 5000 held the cores for minutes."""
-    from gate.cli import _cores
+    from gate.arguments import cores as _cores
 
     with pytest.raises(SystemExit) as info:
         main([command, *(["x.yaml"] if command != "selftest" else []), "--threads", threads])
@@ -434,7 +434,7 @@ def test_loose_numbers_are_refused_with_the_field_path(tmp_path, capsys):
 
 
 def _variants():
-    from gate.checksdoc import ChecksDoc
+    from gate.checks.doc import ChecksDoc
 
     run = syn.run()
     full = syn.checks_for(run).model_dump(mode="json", by_alias=True)
@@ -461,7 +461,7 @@ def _variants():
                                   "greedy: false"])
 def test_every_optional_section_renders(case):
     """Bug: summary.md raised UndefinedError for every greedy-only config (and the gate then exited 1)."""
-    from gate.report import build_page, render_comment, render_text
+    from gate.report.render import build_page, render_comment, render_text
 
     run, variants = _variants()
     checks = variants[case]
@@ -484,7 +484,7 @@ def test_a_run_refused_for_bad_input_keeps_the_earlier_outputs_and_cannot_pass(t
     """Bug (item 5): gate deleted summary.md, comment.md, checks.json, verdict.json and speedup.png, then
     exited 2 on a bad suite. Now the inputs are validated first; the earlier verdict, which names no run of
     this directory, is no pass either."""
-    from gate import verdictfile
+    from gate.verdict import file as verdictfile
 
     out = tmp_path / "out"
     out.mkdir()
@@ -638,7 +638,7 @@ def test_special_files_are_refused_not_read(tmp_path, capsys):
 
 def test_the_jsonl_reader_takes_every_line_json_allows(tmp_path):
     """U+2028, U+2029, \\x85, \\x0b and \\x0c may stand unescaped in a JSON string: str.splitlines cut the line."""
-    from gate.suite import load_suite
+    from gate.inputs.suite import load_suite
 
     text = "a\u2028b\u2029c\x85d\x0be\x0cf\x1cg"
     (tmp_path / "s.jsonl").write_text(json.dumps({"id": "a", "slice": "s", "prompt": text}, ensure_ascii=False)
@@ -671,13 +671,13 @@ def test_a_file_size_limit_is_exit_2_naming_the_file(tmp_path):
 def test_a_full_disk_or_read_only_directory_is_exit_2_naming_the_file(tmp_path, capsys, monkeypatch, errno_name):
     import errno
 
-    import gate.results
+    import gate.run.results
 
     out = _run_dir(tmp_path)
 
     def refuse(fd, *a, **k):  # what the kernel answers on a full disk or a read-only mount (not makeable here)
         raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
-    monkeypatch.setattr(gate.results.os, "fsync", refuse)
+    monkeypatch.setattr(gate.run.results.os, "fsync", refuse)
     assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert f"({errno_name})" in err and str(out) in err
@@ -838,7 +838,7 @@ def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
         if ex["engine"] == "speculative":
             ex["sequences"] = []
             ex["failure"] = {"kind": "timeout", "type": "Timeout", "message": "timed out after 2 s"}
-    from gate.results import Results
+    from gate.run.results import Results
 
     repro = reproducibility.measure(Results.model_validate(doc), None)
     assert all(getattr(repro["speculative"], k) is None for _, k in reproducibility.PROPERTIES)
@@ -850,7 +850,7 @@ def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
 
 def test_outputs_never_write_through_a_planted_symlink(tmp_path):
     """A symlink planted in the output directory under an output's name must not redirect the gate's writes."""
-    from gate.results import RecordLog, RunHeader
+    from gate.run.results import RecordLog, RunHeader
 
     out = _run_dir(tmp_path)
     victim = tmp_path / "victim.txt"
@@ -901,7 +901,7 @@ def test_a_token_id_beyond_the_vocabulary_is_refused_before_any_rescoring(tmp_pa
     """Issue 30 item 3: a token id >= the vocabulary was an IndexError traceback from `specguard check`."""
     from gate import pipeline
     from gate.errors import SpecguardError
-    from gate.rundir import RunDir
+    from gate.io.rundir import RunDir
 
     r = syn.run()
     vocab = demo_pair.target.vocab_size
@@ -963,9 +963,9 @@ def test_a_local_model_path_that_is_missing_or_empty_is_an_error_not_a_hub_id(tm
     """Issue 30 item 12: `models/x` that did not exist was only a note ("treating it as a hub id", exit 0) while
     `./models/x` was an error; an empty local folder passed `validate`.  At load the same path is an error too,
     never a hub download under that name."""
-    from gate.config import load_config
     from gate.errors import ModelError
-    from gate.models import _location
+    from gate.inputs.config import load_config
+    from gate.inputs.models import _location
 
     setup(tmp_path)
     text = TINY.replace('target: {path: "specguard:demo/target"}', f'target: {{path: "{path}"}}')
@@ -1000,8 +1000,8 @@ def test_every_table_of_every_page_has_as_many_cells_in_each_row_as_in_its_heade
     """Issue 30 item 14: the step summary's Distribution table had 5 header cells against 8 in its rows (the test
     names, joined with `|`, were escaped to one cell), so GitHub did not render it."""
     from gate.checks.distribution import TESTS
-    from gate.checksdoc import Distribution
-    from gate.report import build_page, render_comment, render_details, render_summary
+    from gate.checks.doc import Distribution
+    from gate.report.render import build_page, render_comment, render_details, render_summary
 
     run, variants = _variants()
     checks = variants.get(case) or syn.checks_for(run).model_copy(update={"distribution": Distribution.model_validate(
@@ -1035,7 +1035,7 @@ def test_a_disk_that_fills_while_the_chart_is_written_names_the_chart(tmp_path, 
     matplotlib's own unnamed write.  Every output is now written by one atomic writer that names its file."""
     import errno
 
-    import gate.results
+    import gate.run.results
 
     out = _run_dir(tmp_path)
     real = os.fsync
@@ -1045,7 +1045,7 @@ def test_a_disk_that_fills_while_the_chart_is_written_names_the_chart(tmp_path, 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd)
 
-    monkeypatch.setattr(gate.results.os, "fsync", full_at_the_chart)
+    monkeypatch.setattr(gate.run.results.os, "fsync", full_at_the_chart)
     assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert f"error: {out / 'speedup.png'}: No space left on device (ENOSPC)" in err, err

@@ -9,10 +9,12 @@ import pytest
 import synthetic as syn
 from test_baseline import write_run
 
-from gate.baseline import BASELINE_DOC, BaselineError
+from gate.checks.doc import CHECKS_DOC
 from gate.cli import main
-from gate.results import RESULTS_DOC, ResultsError
-from gate.rundir import CHECKS_DOC, RunDir, load_document
+from gate.errors import BaselineError, ResultsError
+from gate.io.rundir import RunDir, load_document
+from gate.run.results import RESULTS_DOC
+from gate.verdict.baseline import BASELINE_DOC
 
 
 def test_compare_writes_only_its_own_files(tmp_path):
@@ -75,9 +77,9 @@ def test_phases_json_is_a_versioned_document_with_a_schema(tmp_path):
     import jsonschema
 
     from gate import schemas
-    from gate.documents import PhasesDoc
-    from gate.rundir import PHASES
-    from gate.timing import Phases
+    from gate.io.documents import PhasesDoc
+    from gate.io.rundir import PHASES
+    from gate.run.phases import Phases
 
     phases = Phases(started=0.0)
     phases.add("model load", 1.5)

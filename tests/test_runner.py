@@ -8,14 +8,15 @@ import json
 import pytest
 from helpers import FakeEngine, constant, demo_config, noisy
 
-from gate import fingerprint as fp
-from gate import runner as runner_mod
-from gate.cache import ReferenceCache
 from gate.checks.speedup import analyze_speedup
-from gate.plan import PromptInfo, bucket_name, plan_batches_per_cell
-from gate.results import ResultsError, load_results, read_records
-from gate.runner import ResumeError, RunInterrupted, Runner
-from gate.suite import Suite, load_suite, parse_suite
+from gate.errors import ResultsError, ResumeError, RunInterrupted
+from gate.inputs import fingerprint as fp
+from gate.inputs.suite import Suite, load_suite, parse_suite
+from gate.run import runner as runner_mod
+from gate.run.cache import ReferenceCache
+from gate.run.plan import PromptInfo, bucket_name, plan_batches_per_cell
+from gate.run.results import load_results, read_records
+from gate.run.runner import Runner
 
 SUITE = parse_suite("".join(
     json.dumps({"id": f"{s}-{i}", "slice": s, "prompt": f"The {s} prompt number {i} says"}) + "\n"
@@ -74,7 +75,7 @@ def test_complete_run_writes_versioned_results(demo_pair, tmp_path):
 @pytest.mark.slow
 def test_the_hardware_key_comes_from_the_flag_then_the_config_then_the_hardware(demo_pair, tmp_path):
     """Issue 18: two identical GPU boxes behind an http engine read different CPUs; the key is the user's."""
-    from gate import fingerprint
+    from gate.inputs import fingerprint
 
     named = demo_config(extra="batching: {batch_sizes: [1]}\ngeneration: {max_new_tokens: 2}\n"
                               "baseline: {hardware_key: h200-pool}\n")
@@ -374,9 +375,9 @@ def test_a_renamed_prompt_reuses_the_cache_under_its_new_name_and_a_misfit_entry
     the cached rows kept the old names.  The cache is keyed by content; a hit takes this run's names, and an
     entry that does not fit the batch is a miss, never a crash."""
     from gate.engines.base import GenerationSettings
-    from gate.execute import Executor
-    from gate.plan import Job, PlannedBatch
-    from gate.results import Phase, RecordLog
+    from gate.run.execute import Executor
+    from gate.run.plan import Job, PlannedBatch
+    from gate.run.results import Phase, RecordLog
 
     def executor(names, log):
         prompts = [PromptInfo(i, name, "s", "0-127", (5 + i, 6, 7), 3) for i, name in enumerate(names)]
@@ -403,7 +404,7 @@ def test_a_renamed_prompt_reuses_the_cache_under_its_new_name_and_a_misfit_entry
 
 
 def _header():
-    from gate.results import RunHeader
+    from gate.run.results import RunHeader
 
     return RunHeader.model_validate({
         "fingerprint": {"hardware": {}, "hardware_key": "h", "libraries": {}, "models": {}, "config": "c",

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import itertools
 
-from gate.config import SpeedupCheck
-from gate.plan import PlannedBatch, TimingCell
-from gate.schedule import TimingScheduler, interleaved
+from gate.inputs.config import SpeedupCheck
+from gate.run.plan import PlannedBatch, TimingCell
+from gate.run.schedule import TimingScheduler, interleaved
 
 
 class FakeClock:

@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from gate.checks import run_checks
-from gate.config import PACKAGE_DIR, REFERENCE, parse_config
+from gate.checks.analysis import run_checks
 from gate.engines.reference import ReferenceEngine
-from gate.plan import Job, plan_batches_per_cell
-from gate.results import Phase
-from gate.runner import Runner
+from gate.inputs.config import PACKAGE_DIR, REFERENCE, parse_config
+from gate.run.plan import Job, plan_batches_per_cell
+from gate.run.results import Phase
+from gate.run.runner import Runner
 from gate.selftest import EOS_TEXT, selftest_suite
 from gate.selftest.mutants import MUTANTS
 
@@ -48,7 +48,7 @@ def eos_pair(demo_pair):
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """The reference's generations, shared by this module's runs as the self-test shares them across mutants."""
-    from gate.cache import ReferenceCache
+    from gate.run.cache import ReferenceCache
 
     return ReferenceCache(tmp_path_factory.mktemp("reference-cache"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gate.errors import SuiteError
-from gate.suite import load_suite, parse_suite
+from gate.inputs.suite import load_suite, parse_suite
 
 DEFAULT = "gate/suites/default.jsonl"
 

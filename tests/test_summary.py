@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gate.github import prepare_body
-from gate.report import COMMENT_LIMIT, KEEP, Page, Section, fit, render_comment, render_summary, untrusted, utf8_size
+from gate.ci.github import prepare_body
+from gate.report.page import COMMENT_LIMIT, KEEP, Page, Section, fit, utf8_size
+from gate.report.render import render_comment, render_summary, untrusted
 
 MARKER = "<!-- specguard:demo -->"
 

@@ -1,5 +1,5 @@
 """A verdict is a file, not an exit code: verdict.json names its run, and only a passing verdict of this run
-counts (``python -m gate.verdictfile``, what the Action's Outcome step runs)."""
+counts (``python -m gate.verdict.file``, what the Action's Outcome step runs)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import synthetic as syn
 import yaml
 
-from gate import verdictfile
 from gate.cli import main
+from gate.verdict import file as verdictfile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,13 +78,13 @@ def test_the_entry_point_prints_one_word_and_imports_nothing_heavy(tmp_path):
     run = write_run(tmp_path / "out")
     assert compare(run, tmp_path) == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "gate.verdictfile", str(run), "--run-id", "run-1"],
+    proc = subprocess.run([sys.executable, "-m", "gate.verdict.file", str(run), "--run-id", "run-1"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "neutral\n"), proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "gate.verdictfile", str(tmp_path / "nowhere")],
+    proc = subprocess.run([sys.executable, "-m", "gate.verdict.file", str(tmp_path / "nowhere")],
                           capture_output=True, text=True, env=env, timeout=60)
     assert (proc.returncode, proc.stdout) == (2, "error\n")
-    code = ("import sys, gate.verdictfile as v; v.check(sys.argv[1]); "
+    code = ("import sys, gate.verdict.file as v; v.check(sys.argv[1]); "
             "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'pydantic', 'yaml') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, env=env,
                           timeout=60)

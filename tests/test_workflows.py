@@ -66,7 +66,7 @@ def test_action_maps_exit_codes_to_verdicts_and_keeps_the_code(tmp_path, code, v
 
 
 def write_run(out, outcome: str, run_id: str = "42-1", verdict_run_id: str | None = None) -> None:
-    from gate.documents import digest_of
+    from gate.io.documents import digest_of
 
     out.mkdir(exist_ok=True)
     results = json.dumps({"run_id": run_id, "fingerprint": {"config": "c0ffee", "suite": {"fingerprint": "5eed"}}})

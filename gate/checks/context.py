@@ -12,13 +12,13 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gate.checks.doc import RETOKENIZED_METHOD
 from gate.checks.equivalence import SequenceVerdict, analyze_sequence, first_divergence, score_outputs
-from gate.checks.scoring import Scorer
-from gate.checks.tolerance import Tolerance, measure_noise, tolerance_for
-from gate.checksdoc import RETOKENIZED_METHOD, Verdict
-from gate.config import REFERENCE, Config
-from gate.models import ModelPair
-from gate.results import Results, SequenceOutput
+from gate.engines.scoring import Scorer
+from gate.engines.tolerance import Tolerance, measure_noise, tolerance_for
+from gate.inputs.config import REFERENCE, Config
+from gate.inputs.models import ModelPair
+from gate.run.results import Results, SequenceOutput
 
 NOISE_SAMPLE = 16  # sequences re-scored alone and batched to measure logit noise
 SERVER_NOISE_FACTOR = 4.0  # as NOISE_FACTOR for local re-scoring: two candidates, each moved by the noise, x2
@@ -261,4 +261,4 @@ class CheckContext:
         return (bound, tol) if bound > tol else None
 
 
-__all__ = ["CheckContext", "Compared", "Verdict"]
+__all__ = ["CheckContext", "Compared"]

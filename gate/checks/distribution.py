@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gate.checks.scoring import Item, Scorer
-from gate.checksdoc import Distribution, Verdict
-from gate.config import REFERENCE
+from gate.checks.doc import Distribution, VerdictLine
+from gate.engines.scoring import Item, Scorer
+from gate.inputs.config import REFERENCE
 
 EPSILONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POWER_TARGET = 0.8
@@ -319,16 +319,16 @@ def null_rate(a: Analysis, alpha: float, trials: int) -> float:
 # --- the check ---------------------------------------------------------------------------------
 
 
-def run(results, ctx) -> tuple[Distribution | None, list[Verdict]]:
+def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     groups = results.sampled_groups()
     if not groups or ctx.config.generation.sampling is None:
         return None, []
     if ctx.retokenized:
-        return None, [Verdict("distribution", None, "info", "not measured: the outputs of "
+        return None, [VerdictLine.of("distribution", None, "info", "not measured: the outputs of "
                               f"{', '.join(ctx.retokenized)} are re-tokenized text, not the tokens sampled")]
     if not ctx.local or ctx.pair.draft.model is None:
-        return None, [Verdict("distribution", None, "info", "not measured: the distribution tests need the target "
-                              "and the draft loaded locally (models.local_weights is false)")]
+        return None, [VerdictLine.of("distribution", None, "info", "not measured: the distribution tests need the "
+                                     "target and the draft loaded locally (models.local_weights is false)")]
     ctx.say("distribution tests")
     dcfg = ctx.config.checks.distribution
     temperature = ctx.config.generation.sampling.temperature
@@ -337,7 +337,7 @@ def run(results, ctx) -> tuple[Distribution | None, list[Verdict]]:
     vocab = ctx.pair.target.vocab_size
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
                       "tests": list(TESTS), "engines": {}}
-    verdicts: list[Verdict] = []
+    verdicts: list[VerdictLine] = []
     power_done = False
     for engine, bs in groups:
         seqs = results.sampled(engine, bs)
@@ -357,24 +357,24 @@ def run(results, ctx) -> tuple[Distribution | None, list[Verdict]]:
     return Distribution.model_validate(findings), verdicts
 
 
-def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> list[Verdict]:
+def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> list[VerdictLine]:
     out = []
     if n < dcfg.num_samples:
-        out.append(Verdict("distribution", engine, "warn", f"only {n} of {dcfg.num_samples} sampled tokens "
+        out.append(VerdictLine.of("distribution", engine, "warn", f"only {n} of {dcfg.num_samples} sampled tokens "
                                                            "available", bs))
     pmin = min(pv.values()) if pv else None
     worst = min(pv, key=pv.get) if pv else None
     if engine == REFERENCE:
         if failed:
-            out.append(Verdict("distribution", engine, "warn",
+            out.append(VerdictLine.of("distribution", engine, "warn",
                                f"the control (plain sampling) fails too (p={pmin:.2g} on {worst}): the test "
                                "cannot separate engines on this setup", bs))
     elif failed:
-        out.append(Verdict("distribution", engine, "fail",
+        out.append(VerdictLine.of("distribution", engine, "fail",
                            f"sampled tokens are not distributed as the target's (p={pmin:.2g} on {worst}, "
                            f"alpha={dcfg.alpha}/{len(pv)})", bs))
     elif pv:
-        out.append(Verdict("distribution", engine, "pass",
+        out.append(VerdictLine.of("distribution", engine, "pass",
                            f"consistent with the target's distribution (smallest p={pmin:.2g}, n={n})", bs))
     return out
 

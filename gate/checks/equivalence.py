@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gate.checks.scoring import Scorer
-from gate.checks.tolerance import Tolerance
-from gate.checksdoc import EquivalenceSummary, Verdict
-from gate.config import REFERENCE
+from gate.checks.doc import EquivalenceSummary, VerdictLine
+from gate.engines.scoring import Scorer
+from gate.engines.tolerance import Tolerance
+from gate.inputs.config import REFERENCE
 
 GIBBERISH_PROB = 0.01
 GIBBERISH_RUN = 3
@@ -272,13 +272,13 @@ def summary_of(compared: list, canonical: dict, decode) -> EquivalenceSummary:
                                  for v in vs if v.target_loop][:MAX_EXAMPLES]})
 
 
-def run(results, ctx) -> tuple[dict[str, dict[str, EquivalenceSummary]] | None, list[Verdict]]:
+def run(results, ctx) -> tuple[dict[str, dict[str, EquivalenceSummary]] | None, list[VerdictLine]]:
     """Each engine under test at each batch size against the canonical reference."""
     if not any(ex.mode == "greedy" for ex in results.executions):
         return None, []
     verdicts = []
     if not ctx.canonical:
-        verdicts.append(Verdict("equivalence", None, "fail", "no canonical reference (non-speculative, batch "
+        verdicts.append(VerdictLine.of("equivalence", None, "fail", "no canonical reference (non-speculative, batch "
                                 "size 1) in the results, so nothing can be compared; rerun `specguard run`"))
     eq_cfg = ctx.config.checks.equivalence
     findings: dict = {}
@@ -333,7 +333,7 @@ def beyond_floor(unclassified: int, sequences: int, floor: Floor | None) -> tupl
                                     f"alpha {UNCLASSIFIED_ALPHA})")
 
 
-def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor | None = None) -> list[Verdict]:
+def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor | None = None) -> list[VerdictLine]:
     out = []
     conf, incons = s.divergences.confident, s.confident_inconsistencies
     near = s.divergences.near_tie
@@ -351,18 +351,18 @@ def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor 
     if too_many:
         problems.append(evidence)
     if problems:
-        out.append(Verdict("equivalence", engine, "fail", "; ".join(problems) + ": a bug, not float noise", bs))
+        out.append(VerdictLine.of("equivalence", engine, "fail", "; ".join(problems) + ": a bug, not float noise", bs))
     elif unclassified:
-        out.append(Verdict("equivalence", engine, "warn",
+        out.append(VerdictLine.of("equivalence", engine, "warn",
                            f"equivalence unproven: {s.exact_match:.0%} identical to the reference; {unclassified} "
                            "divergence(s) that cannot be classified (this stack gives no usable logprobs), not more "
                            f"than float noise explains: {evidence}", bs))
     else:
         loops = (f"; {s.target_loops} of them loop afterwards as the target itself does from that prefix (every "
                  "token its argmax): not a repetition signature") if s.target_loops else ""
-        out.append(Verdict("equivalence", engine, "pass",
+        out.append(VerdictLine.of("equivalence", engine, "pass",
                            f"{s.exact_match:.0%} identical to the reference; {near} divergence(s), all near-ties "
                            f"(float noise){loops}" if near else f"{s.exact_match:.0%} identical to the reference", bs))
     for name, count in sorted(s.signatures.items()):
-        out.append(Verdict(f"signature:{name}", engine, "fail", f"{count} sequence(s) show {name}", bs))
+        out.append(VerdictLine.of(f"signature:{name}", engine, "fail", f"{count} sequence(s) show {name}", bs))
     return out

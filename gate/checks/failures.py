@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gate.checksdoc import EngineFailures, FirstFailure, Verdict
-from gate.results import Results
+from gate.checks.doc import EngineFailures, FirstFailure, VerdictLine
+from gate.run.results import Results
 
 WHAT = {"crash": "crashed", "timeout": "timed out", "out_of_memory": "ran out of memory",
         "contract": "broke the engine contract"}
 
 
-def run(results: Results, ctx) -> tuple[dict[str, EngineFailures] | None, list[Verdict]]:
+def run(results: Results, ctx) -> tuple[dict[str, EngineFailures] | None, list[VerdictLine]]:
     failed = results.failures()
     if not failed:
         return None, []
@@ -39,7 +39,7 @@ def run(results: Results, ctx) -> tuple[dict[str, EngineFailures] | None, list[V
                                **first.failure.model_dump()))
         what = " and ".join(WHAT[k] for k in kinds)
         prompts = ", ".join(first.prompts[:4]) + (" …" if len(first.prompts) > 4 else "")
-        verdicts.append(Verdict("engine_failure", engine, "fail",
+        verdicts.append(VerdictLine.of("engine_failure", engine, "fail",
                                 f"{engine} {what} on {len(execs)} of {totals[engine]} batches (batch size "
                                 f"{'/'.join(map(str, sizes))}); first at batch size {first.batch_size} on prompts "
                                 f"{prompts}: {first.failure.type}: {first.failure.message}",

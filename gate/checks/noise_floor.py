@@ -8,14 +8,14 @@ for; a confident divergence means the target's own batched path is broken.
 
 from __future__ import annotations
 
-from gate.checks.context import CheckContext, Verdict
+from gate.checks.context import CheckContext
+from gate.checks.doc import EquivalenceSummary, VerdictLine
 from gate.checks.equivalence import summary_of
-from gate.checksdoc import EquivalenceSummary
-from gate.config import REFERENCE
-from gate.results import Results
+from gate.inputs.config import REFERENCE
+from gate.run.results import Results
 
 
-def run(results: Results, ctx: CheckContext) -> tuple[dict[str, EquivalenceSummary] | None, list[Verdict]]:
+def run(results: Results, ctx: CheckContext) -> tuple[dict[str, EquivalenceSummary] | None, list[VerdictLine]]:
     findings, verdicts = {}, []
     for engine, bs in ctx.compared_keys():
         if engine != REFERENCE:
@@ -25,14 +25,14 @@ def run(results: Results, ctx: CheckContext) -> tuple[dict[str, EquivalenceSumma
         conf = s.divergences.confident + s.confident_inconsistencies + s.divergences.length
         differ = 1 - (s.exact_match or 0)
         if conf:
-            verdicts.append(Verdict("noise_floor", REFERENCE, "fail",
+            verdicts.append(VerdictLine.of("noise_floor", REFERENCE, "fail",
                                     f"plain decoding at batch size {bs} diverges confidently from batch size 1 "
                                     f"({conf} finding(s)): the target's own batched path is broken", bs))
         elif differ:
-            verdicts.append(Verdict("noise_floor", REFERENCE, "info",
+            verdicts.append(VerdictLine.of("noise_floor", REFERENCE, "info",
                                     f"plain decoding at batch size {bs}: {differ:.0%} of sequences differ from "
                                     "batch size 1, all at near-ties (float noise)", bs))
         else:
-            verdicts.append(Verdict("noise_floor", REFERENCE, "info",
+            verdicts.append(VerdictLine.of("noise_floor", REFERENCE, "info",
                                     f"plain decoding at batch size {bs} is identical to batch size 1", bs))
     return findings, verdicts

@@ -19,9 +19,9 @@ gate only under ``checks.reproducibility.require_bitwise``.
 from __future__ import annotations
 
 from gate.checks.context import CheckContext
-from gate.checksdoc import Reproducibility, Verdict
-from gate.config import REFERENCE
-from gate.results import Results, SequenceOutput
+from gate.checks.doc import Reproducibility, VerdictLine
+from gate.inputs.config import REFERENCE
+from gate.run.results import Results, SequenceOutput
 
 
 def _identical(a: dict[str, SequenceOutput], b: dict[str, SequenceOutput]) -> tuple[int, int]:
@@ -91,7 +91,7 @@ def sentence(kind: str, r: Reproducibility) -> str:
     return f"{kind} decoding: " + "; ".join(parts)
 
 
-def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility] | None, list[Verdict]]:
+def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility] | None, list[VerdictLine]]:
     cfg = ctx.config.checks.reproducibility
     repro = measure(results, cfg.repeat_batch_size or max(ctx.config.batching.batch_sizes))
     verdicts = []
@@ -102,7 +102,7 @@ def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility]
         ok = all(flags)
         status = "pass" if ok else ("fail" if cfg.require_bitwise else "warn")
         kind = "speculative" if r.speculative else "non-speculative"
-        verdicts.append(Verdict("reproducibility", engine, status, sentence(kind, r)
+        verdicts.append(VerdictLine.of("reproducibility", engine, status, sentence(kind, r)
                                 + ("" if ok or cfg.require_bitwise else
                                    " (reported, not gated; set require_bitwise to gate it)")))
     return repro, verdicts

@@ -38,7 +38,7 @@ import itertools
 import statistics
 from collections import defaultdict
 
-from gate.checksdoc import (
+from gate.checks.doc import (
     CellStats,
     Crossover,
     EngineVsReference,
@@ -49,12 +49,12 @@ from gate.checksdoc import (
     SpeedupCI,
     SpeedupEngine,
     SpeedupStats,
-    Verdict,
+    VerdictLine,
     WorstSlice,
 )
-from gate.config import REFERENCE
 from gate.engines.base import SpecCounters
-from gate.results import Execution, Results, TimingPair
+from gate.inputs.config import REFERENCE
+from gate.run.results import Execution, Results, TimingPair
 from gate.stats import alpha_from_mean_accepted, bootstrap_median_ci, expected_speedup
 
 NOT_CALIBRATED = "not measured: the engine cannot be stepped, so the pair's step costs do not apply to it"
@@ -196,7 +196,7 @@ def _memory(results: Results, engine: str) -> dict:
     return dict(out)
 
 
-def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[Verdict]:
+def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[VerdictLine]:
     out = []
     for engine, e in analysis.engines.items():
         for bs, row in e.load_curve.items():
@@ -204,33 +204,33 @@ def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[Verdict]:
             text = (f"{sp.estimate:.2f}x (95% CI {sp.low:.2f}-{sp.high:.2f}, n={sp.n})"
                     if sp.n > 1 else f"{sp.estimate:.2f}x (one sample)")
             if min_speedup is not None and sp.high < min_speedup:
-                out.append(Verdict("speedup", engine, "fail", f"{text} is clearly below min_speedup {min_speedup}",
-                                   int(bs)))
+                out.append(VerdictLine.of("speedup", engine, "fail",
+                                          f"{text} is clearly below min_speedup {min_speedup}", int(bs)))
             elif min_speedup is not None and sp.estimate < min_speedup:
-                out.append(Verdict("speedup", engine, "warn", f"{text}: median below min_speedup {min_speedup}, "
+                out.append(VerdictLine.of("speedup", engine, "warn", f"{text}: median below min_speedup {min_speedup}, "
                                                               "but within noise", int(bs)))
             else:
-                out.append(Verdict("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
+                out.append(VerdictLine.of("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
         if min_speedup is not None:  # the floor holds per slice too: a mean can hide one slice far below it
             for slc, rows in e.by_slice.items():
                 for bs, row in rows.items():
                     sp = row.speedup
                     if sp.n > 1 and sp.high < min_speedup:
-                        out.append(Verdict("speedup", engine, "fail",
+                        out.append(VerdictLine.of("speedup", engine, "fail",
                                            f"speedup on {slc} at batch size {bs} is {sp.estimate:.2f}x (CI up to "
                                            f"{sp.high:.2f}), clearly below min_speedup {min_speedup}", int(bs),
                                            slice=slc))
         if e.crossover.seen:
-            out.append(Verdict("speedup", engine, "info",
+            out.append(VerdictLine.of("speedup", engine, "info",
                                f"speculation stops paying off at batch size {e.crossover.batch_size}"))
         for bs, w in e.worst_slice.items():
             if w.relative_gap is not None and w.relative_gap < -0.1:
-                out.append(Verdict("speedup", engine, "info", f"worst slice '{w.slice}': {w.speedup:.2f}x, "
+                out.append(VerdictLine.of("speedup", engine, "info", f"worst slice '{w.slice}': {w.speedup:.2f}x, "
                                    f"{-w.relative_gap:.0%} below the mean of slices", int(bs)))
     return out
 
 
-def run(results: Results, ctx) -> tuple[Speedup | None, list[Verdict]]:
+def run(results: Results, ctx) -> tuple[Speedup | None, list[VerdictLine]]:
     if not results.has_timing():
         return None, []
     sp = ctx.config.checks.speedup

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.config import REFERENCE, EngineConfig, LoadedConfig
 from gate.engines.base import (
     BatchResult,
     Capabilities,
@@ -23,9 +22,10 @@ from gate.engines.base import (
     SequenceResult,
     SpecCounters,
 )
+from gate.inputs.config import REFERENCE, EngineConfig, LoadedConfig
 
 if TYPE_CHECKING:  # models import torch; the contract types must not (compare and report run without it)
-    from gate.models import ModelPair
+    from gate.inputs.models import ModelPair
 
 # Bump when an engine's output or timing behaviour changes: cached reference
 # generations are keyed by it.

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from gate.errors import EngineFailure  # noqa: F401 (the engine contract's failure: plug-ins may raise it)
+
 StopReason = Literal["eos", "max_tokens"]
 CounterSource = Literal["engine", "none"]
 
@@ -58,7 +60,7 @@ class Capabilities:
     counters: CounterSource = "engine"  # where its speculation counters come from
     per_sequence_seeds: bool = True  # sampled output depends on each request's own seed only
     # Greedy at batch size 1 it must equal transformers' generate() on the loaded target: the runner's
-    # anchor (gate/anchor.py) checks that before any verdict.  The in-process reference says so.
+    # anchor (gate/run/anchor.py) checks that before any verdict.  The in-process reference says so.
     anchored_to_generate: bool = False
 
     def refuses(self, batch_size: int) -> str | None:
@@ -199,18 +201,6 @@ class BatchResult:
     num_draft_forwards: int = 0
     peak_memory_bytes: int | None = None
     counters: SpecCounters | None = None  # the whole batch's, when only that is known (a server's /metrics)
-
-
-class EngineFailure(Exception):
-    """The engine under test failed on a batch (crash, timeout, out of memory, broken contract).
-
-    Recorded as a failed execution and judged as a failing check; the run goes on with other batches."""
-
-    def __init__(self, kind: str, type_: str, message: str):
-        super().__init__(f"{type_}: {message}")
-        self.kind = kind
-        self.type = type_
-        self.message = message
 
 
 def open_log(path):

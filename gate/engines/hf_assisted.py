@@ -28,9 +28,9 @@ from contextlib import contextmanager
 import torch
 
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
+from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
-from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
 
 HF_BATCH_LIMIT = "transformers' assisted generation supports batch size 1 only"
 

@@ -13,7 +13,7 @@ stack with speculation off), each either an existing URL or a command the gate l
   after each wave; the difference of the speculation counters is the wave's (vLLM: ``spec_decode_num_*``).
 * **Failures.**  Timeouts, 5xx, connection resets, malformed JSON, a stream that stops early and a server
   that dies each fail the wave with a message that names the load level, the request and the prompt; the
-  run records it and goes on (see ``gate.execute``).
+  run records it and goes on (see ``gate.run.execute``).
 * **Secrets.**  An API key comes from the environment variable named in the config, never from the file,
   and is never logged or written to a report.
 """

@@ -15,7 +15,7 @@ The layout used here never moves data on the hot path:
   column too; its window is in its mask, counted in positions (valid columns),
   so holes never change what a token sees.  A model with several layer types
   (Gemma 2 and 3, Cohere2, Qwen2 with ``max_window_layers``) gets one mask per
-  type (see :mod:`gate.engines.architectures`).
+  type (see :mod:`gate.inputs.architectures`).
 * Position ids are the number of valid columns before a token.  Every row keeps
   its own positions, whatever holes it has.
 * Rolling back rejected draft tokens is a crop of the columns no row kept, plus
@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from gate.engines.architectures import attention
-from gate.timing import Stopwatch
+from gate.engines.clock import Stopwatch
+from gate.inputs.architectures import attention
 
 
 def right_align(seqs: list[list[int]], device: torch.device, pad_id: int = 0

@@ -22,6 +22,7 @@ import contextlib
 import math
 import numbers
 import threading
+from pathlib import Path
 
 import torch
 
@@ -35,10 +36,10 @@ from gate.engines.base import (
     SpecCounters,
     open_log,
 )
+from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
 from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, load_callable  # noqa: F401 (re-exported)
 from gate.engines.tracking import check_requests
-from gate.errors import EngineError, Problem
-from gate.timing import Clock, peak_memory_bytes, reset_peak_memory
+from gate.errors import EngineError, Problem, SpecguardError
 
 COUNTER_LISTS = ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos")
 
@@ -344,3 +345,50 @@ class PluginEngine:
                 s.wall_s = wall
         return BatchResult(seqs, wall_s=wall,
                            peak_memory_bytes=peak if peak is not None else peak_memory_bytes(self.device))
+
+
+def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
+    """Import every plug-in callable and check its signature (or that its entry point exists).
+
+    A plug-in isolated in a process (the default) is imported in its own worker, never in the gate: a module
+    that calls ``os._exit`` or prints workflow commands at import cannot end or speak for the gate.  Workers
+    that loaded are kept in ``started`` (by engine label) for the run to use; without it they are stopped.
+    """
+    problems = []
+    for i, e in enumerate(loaded.config.engines):
+        if e.type != "plugin":
+            continue
+        where = f"engines[{i}].callable"
+        try:
+            if (e.isolation or "process") == "process":
+                fn = ProcessCallable(e.callable, str(loaded.source), e.label,
+                                     log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None,
+                                     roots=loaded.import_roots(e))
+                try:
+                    fn.start()
+                except (EngineFailure, SpecguardError) as exc:
+                    said = _keep_log_if_written(Path(fn.log_path))  # a refused run adds no empty log to OUT
+                    if isinstance(exc, SpecguardError):
+                        raise
+                    problems.append(Problem(str(loaded.source), f"the plug-in {e.callable!r} does not load: "
+                                            f"{exc.message}", field=where,
+                                            hint=f"its output is in {fn.log_path}" if said else
+                                            "import it by hand to see why"))
+                    continue
+                if started is None:
+                    fn.stop()
+                else:
+                    started[e.label] = fn
+            else:
+                load_in_process(e.callable, str(loaded.source), loaded.import_roots(e))
+        except SpecguardError as exc:
+            problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
+    return problems
+
+
+def _keep_log_if_written(log: Path) -> bool:
+    """True when the log holds output; an empty one is removed."""
+    if log.is_file() and log.stat().st_size > 0:
+        return True
+    log.unlink(missing_ok=True)
+    return False

@@ -5,7 +5,7 @@ It shares the batch layout (:mod:`gate.engines.layout`) with the speculative
 engine, so a speedup measured between the two compares algorithms, not
 implementations of padding.  Its own correctness is checked against
 ``transformers``' ``generate`` on the user's own target at the start of every
-run (:mod:`gate.anchor`), and on the architecture matrix in the tests.
+run (:mod:`gate.run.anchor`), and on the architecture matrix in the tests.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request
+from gate.engines.clock import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 from gate.engines.layout import RaggedBatch, right_align
 from gate.engines.sampling import RowRandom, probs, sample
 from gate.engines.tracking import Tracker, shrink
-from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 
 
 class ReferenceEngine:

@@ -32,10 +32,10 @@ from __future__ import annotations
 import torch
 
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request
+from gate.engines.clock import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 from gate.engines.layout import RaggedBatch, right_align
 from gate.engines.sampling import RowRandom, probs, sample
 from gate.engines.tracking import Tracker, shrink
-from gate.timing import Clock, Stopwatch, peak_memory_bytes, reset_peak_memory
 
 
 class Rows:

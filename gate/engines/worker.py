@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
                 except SpecguardError as exc:  # the plug-in's own words: not wrapped in the worker's
                     answer = ("problems", [(p.message, p.hint) for p in exc.problems])
             else:
-                from gate.timing import peak_memory_bytes, reset_peak_memory
+                from gate.engines.clock import peak_memory_bytes, reset_peak_memory
 
                 device = _device(req[2])
                 reset_peak_memory(device)
@@ -104,9 +104,9 @@ def main(argv: list[str]) -> int:
         except BaseException as exc:
             answer = ("exc", *describe(exc))
             if answer[3]:  # out of memory: free this process's CUDA cache before the next, smaller batch
-                from gate.execute import _free_accelerator_memory
+                from gate.engines.clock import free_accelerator_memory
 
-                _free_accelerator_memory()
+                free_accelerator_memory()
         sys.stdout.flush()
         sys.stderr.flush()
         try:

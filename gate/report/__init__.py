@@ -12,36 +12,12 @@
 * ``speedup.png`` — speedup against load per slice with CI bars, when the
   ``specguard[plot]`` extra (matplotlib) is installed; otherwise skipped with a note.
 
-One Jinja environment renders every template, and one set of formatters (:mod:`gate.report.numbers`) writes
-every number.  Every ``{{ }}`` in the templates is escaped for Markdown by default (:func:`gate.inert.finalize`), so
+One Jinja environment renders every template, and one set of formatters (:mod:`gate.numbers`) writes
+every number.  Every ``{{ }}`` in the templates is escaped for Markdown by default
+(:func:`gate.report.inert.finalize`), so
 nothing from a file, an engine, a server, a baseline or a prompt can break a table, close a
 ``<details>``, @-mention someone, link an issue, show an image or forge a marker.  Model output,
 prompts and prompt ids are quoted in inert code spans (``untrusted``).  The only marker in the page is
 the footer's, made from the config's name (:func:`marker`), never from a baseline.
 
 """
-
-from __future__ import annotations
-
-from gate.report.numbers import mib, ms, num, pct, signed_pct, times
-from gate.report.page import COMMENT_LIMIT, KEEP, SUMMARY_LIMIT, Page, Section, fit, utf8_size
-from gate.report.render import (
-                                STATUS_ICON,
-                                batch_plan,
-                                build_page,
-                                environment,
-                                inline,
-                                marker,
-                                print_terminal,
-                                render_comment,
-                                render_details,
-                                render_summary,
-                                render_text,
-                                untrusted,
-                                write_png,
-)
-
-__all__ = ["COMMENT_LIMIT", "KEEP", "STATUS_ICON", "SUMMARY_LIMIT", "Page", "Section", "batch_plan", "build_page",
-           "environment", "fit", "inline", "marker", "mib", "ms", "num", "pct", "print_terminal", "render_comment",
-           "render_details", "render_summary", "render_text", "signed_pct", "times", "untrusted", "utf8_size",
-           "write_png"]

@@ -94,3 +94,11 @@ class Page:
 
 
 __all__ = ["COMMENT_LIMIT", "KEEP", "SUMMARY_LIMIT", "Page", "Section", "fit", "utf8_size"]
+
+
+def comment_marker(name: str) -> str:
+    """The hidden marker that identifies one config's comment on a PR: the page ends with it, and the publisher
+    finds the comment to edit by it.  ``name`` is the config's baseline name, cut to [A-Za-z0-9_.-]."""
+    import re
+
+    return f"<!-- specguard:{re.sub(r'[^A-Za-z0-9_.-]', '-', str(name))[:64] or 'specguard'} -->"

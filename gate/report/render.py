@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from gate.checksdoc import ChecksDoc, retokenized_note
-from gate.inert import Inert, code, finalize, markdown, terminal
-from gate.report.numbers import mib, ms, num, pct, signed_pct, times
-from gate.report.page import COMMENT_LIMIT, FOOTER, KEEP, SUMMARY_LIMIT, Page, Section, utf8_size
-from gate.results import Results, anchor_line
+from gate.checks.doc import ChecksDoc, retokenized_note
+from gate.numbers import mib, ms, num, pct, signed_pct, times
+from gate.report.inert import Inert, code, finalize, markdown, terminal
+from gate.report.page import COMMENT_LIMIT, FOOTER, KEEP, SUMMARY_LIMIT, Page, Section, comment_marker, utf8_size
+from gate.run.results import Results, anchor_line
 
 if TYPE_CHECKING:
-    from gate.baseline import Baseline
-    from gate.verdictdoc import VerdictDoc
+    from gate.verdict.baseline import Baseline
+    from gate.verdict.doc import VerdictDoc
 
 STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
 
@@ -35,7 +35,7 @@ def inline(value) -> Inert:
 @cache
 def environment() -> Environment:
     """The one Jinja environment of every page: the comment's sections and the checks' full text."""
-    env = Environment(loader=PackageLoader("gate", "templates"), undefined=StrictUndefined, trim_blocks=True,
+    env = Environment(loader=PackageLoader("gate.report", "templates"), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
@@ -44,13 +44,8 @@ def environment() -> Environment:
 
 
 def marker(name: str) -> Inert:
-    """The hidden marker that identifies this config's comment on a PR (the name cut to [A-Za-z0-9_.-]; one
-    definition of its form: the publisher's)."""
-    import re
-
-    from gate.github import comment_marker
-
-    return Inert(comment_marker(re.sub(r"[^A-Za-z0-9_.-]", "-", str(name))[:64] or "specguard"))
+    """The hidden marker that identifies this config's comment on a PR (:func:`gate.report.page.comment_marker`)."""
+    return Inert(comment_marker(name))
 
 
 def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None, name: str,
@@ -152,7 +147,7 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
     """The verdict as rich tables on a terminal; plain, uncoloured text when stdout is not one.  ``note``: a
     caveat for the first line (a comparison of re-tokenized text).
 
-    Every cell is a :func:`gate.inert.terminal` Text: nothing a message quotes is read as console markup.
+    Every cell is a :func:`gate.report.inert.terminal` Text: nothing a message quotes is read as console markup.
     """
     from rich.console import Console
     from rich.table import Table
@@ -233,7 +228,7 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
     fig.tight_layout()
     import io
 
-    from gate.results import atomic_write_bytes
+    from gate.io.files import atomic_write_bytes
 
     png = io.BytesIO()  # drawn in memory, then written like every output: atomically, a failure naming the file
     fig.savefig(png, format="png", dpi=100)

@@ -26,15 +26,15 @@ HERE = Path(__file__).resolve().parent
 
 def _model(name: str):
     if name == "results":
-        from gate.results import Results as model
+        from gate.run.results import Results as model
     elif name == "checks":
-        from gate.checksdoc import ChecksDoc as model
+        from gate.checks.doc import ChecksDoc as model
     elif name == "baseline":
-        from gate.baseline import Baseline as model
+        from gate.verdict.baseline import Baseline as model
     elif name == "verdict":
-        from gate.verdictdoc import VerdictDoc as model
+        from gate.verdict.doc import VerdictDoc as model
     elif name == "phases":
-        from gate.documents import PhasesDoc as model
+        from gate.io.documents import PhasesDoc as model
     else:
         raise KeyError(name)
     return model

@@ -20,22 +20,23 @@ import dataclasses
 import random
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from gate.cache import ReferenceCache
-from gate.checks import run_checks
-from gate.checks.tolerance import noise_reused
-from gate.checksdoc import ChecksDoc
-from gate.config import PACKAGE_DIR, parse_config
+from gate.checks.analysis import run_checks
+from gate.checks.doc import ChecksDoc
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
+from gate.engines.tolerance import noise_reused
 from gate.errors import Problem, SpecguardError
-from gate.models import load_pair
-from gate.runner import Runner
+from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.inputs.models import load_pair
+from gate.inputs.suite import Suite, load_suite
+from gate.run.cache import ReferenceCache
+from gate.run.runner import Runner
 from gate.selftest.mutants import MUTANTS
-from gate.suite import Suite, load_suite
 
 SELFTEST_CONFIG = """\
 version: 1
@@ -71,13 +72,52 @@ def selftest_suite(order_seed: int | None = None) -> Suite:
     return Suite("selftest", tuple(picked))
 
 
+@dataclass(frozen=True)
+class MutantResult:
+    name: str
+    caught: bool
+    caught_by: list[str]  # the failing checks that caught it
+    doc: str = ""  # the bug, in a sentence
+
+
+@dataclass(frozen=True)
+class CorrectRun:
+    seed: int
+    alarms: list[str]  # failing checks on the correct engine: false alarms
+
+
+@dataclass
+class SelftestReport:
+    mutants: list[MutantResult] = field(default_factory=list)
+    correct: list[CorrectRun] = field(default_factory=list)
+
+    @property
+    def false_alarms(self) -> int:
+        return sum(len(r.alarms) for r in self.correct)
+
+    @property
+    def passed(self) -> bool:
+        return all(m.caught for m in self.mutants) and self.false_alarms == 0
+
+    def to_json(self) -> dict:
+        """What ``specguard selftest --json`` prints."""
+        return {"mutants": [{"name": m.name, "caught": m.caught, "caught_by": m.caught_by} for m in self.mutants],
+                "correct_engine": {"passed": self.false_alarms == 0, "false_alarms": self.false_alarms,
+                                   "runs": len(self.correct)}}
+
+    def lines(self) -> list[str]:
+        """What ``specguard selftest`` prints: a line per mutant, then the correct engine's."""
+        return [f"{'caught ' if m.caught else 'ESCAPED'} {m.name:<26} {', '.join(m.caught_by)}" for m in self.mutants] \
+            + [f"correct engine: {self.false_alarms} false alarm(s) in {len(self.correct)} run(s)"]
+
+
 def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
     return sorted({v.check for v in checks.failing() if v.engine == engine})
 
 
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
              say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None,
-             dtype: str = "float32") -> dict:
+             dtype: str = "float32") -> SelftestReport:
     """Run the self-test.  ``say`` gets one line per mutant and per seed; ``detail`` (``-v``), when given, also
     each run's phase lines, prefixed with the run's name.  ``dtype``: the pair's (bfloat16 flips near-ties, as
     GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught)."""
@@ -98,7 +138,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
         raise RuntimeError(f"self-test EOS {EOS_TEXT!r} is not one token in the demo tokenizer")
     pair = dataclasses.replace(loaded, eos_override=tuple(eos))  # a view with another EOS; the models are shared
     reference = ReferenceEngine(pair.target.model, pair.device)
-    out: dict = {"mutants": [], "correct_engine": {}}
+    out = SelftestReport()
     with tempfile.TemporaryDirectory(prefix="specguard-selftest-") as tmp, noise_reused():
         cache = ReferenceCache(Path(tmp) / "cache")
         suite = selftest_suite()
@@ -109,10 +149,8 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
                             cache=cache, timed=False, repeat_runs=False)
             checks = run_checks(runner.run(), pair, base.config)
             caught_by = _alarms(checks, name)
-            out["mutants"].append({"name": name, "caught": bool(caught_by), "caught_by": caught_by,
-                                   "doc": (MUTANTS[name].__doc__ or "").strip()})
+            out.mutants.append(MutantResult(name, bool(caught_by), caught_by, (MUTANTS[name].__doc__ or "").strip()))
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
-        false_alarms, details = 0, []
         for seed in range(seeds):
             cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype},
                                PACKAGE_DIR / "selftest.yaml")
@@ -123,11 +161,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
                             repeat_runs=False)
             checks = run_checks(runner.run(), pair, cfg.config)
             alarms = _alarms(checks, "speculative") + _alarms(checks, "reference")
-            false_alarms += len(alarms)
-            details.append({"seed": seed, "alarms": alarms})
+            out.correct.append(CorrectRun(seed, alarms))
             say(f"correct engine, seed {seed}: {', '.join(alarms) if alarms else 'no alarm'}")
-    out["correct_engine"] = {"passed": false_alarms == 0, "false_alarms": false_alarms, "runs": seeds,
-                             "details": details}
-    out["passed"] = all(m["caught"] for m in out["mutants"]) and false_alarms == 0
     return out
 

@@ -102,7 +102,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
     from fastapi.responses import PlainTextResponse, StreamingResponse
     from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-    from gate.checks.scoring import Scorer
+    from gate.engines.scoring import Scorer
 
     app = FastAPI(title="specguard test server")
     registry = CollectorRegistry()
@@ -206,8 +206,8 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
 
 def load(config: str | None = None):
     """The pair to serve: a specguard.yaml's models, or the embedded demo pair."""
-    from gate.config import PACKAGE_DIR, load_config, parse_config
-    from gate.models import load_pair
+    from gate.inputs.config import PACKAGE_DIR, load_config, parse_config
+    from gate.inputs.models import load_pair
 
     loaded = load_config(config) if config else parse_config(
         'models: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}, device: cpu}\n',

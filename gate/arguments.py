@@ -1,0 +1,128 @@
+"""The command line's words and value types: every command's and option's help, by name, and the form or range of
+every value the CLI takes (``gate/cli.py`` builds the parser from these)."""
+
+import argparse
+import os
+import re
+
+HELP = {
+    "specguard": "A merge gate for speculative decoding: checks that speculative output matches the non-speculative "
+                 "reference at production batch sizes (telling bugs from float noise), reports reproducibility on "
+                 "its own line, measures speedup per task slice, load level and context length, and compares all of "
+                 "it with a committed baseline.",
+    # commands
+    "validate": "check a config and the suite it names; print every problem at once",
+    "run": "generate with every engine at every batch size; write results.json (and phases.json: where the time "
+           "went)",
+    "merge": "combine the results.json of every shard of a run into one",
+    "check": "analyse results.json (re-scoring with the target); write checks.json and checks.md; exit 1 if a check "
+             "fails",
+    "compare": "compare a run (results.json + checks.json) with its baseline; write verdict.json, comment.md, "
+               "summary.md (no model is loaded)",
+    "gate": "run, check, then compare with the baseline; exit 1 on a failed check or a regression",
+    "demo": "the whole gate on the embedded demo pair and its committed baseline",
+    "baseline": "refresh a baseline from an accepted run, or print its history",
+    "refresh": "write baselines/<name>/<hardware>.json from a run (the old one goes to history); refused for a run "
+               "that fails equivalence or distribution",
+    "history": "the trend of speedup and acceptance per slice across refreshes",
+    "changed": "did a change touch what the gate guards (draft, target, speculation, batching)? prints why; writes "
+               "changed=true|false to $GITHUB_OUTPUT; exit 0 either way",
+    "github": "deliver to GitHub (used by the Action): the PR comment, the refresh PR",
+    "comment": "upsert this config's one PR comment (GITHUB_TOKEN, GITHUB_REPOSITORY, GITHUB_API_URL); a failure "
+               "to post never changes the exit code",
+    "refresh-pr": "commit the refreshed baseline files (written and pruned, one commit) through the REST API, to "
+                  "the dispatched branch or to a refresh branch with a pull request",
+    "selftest": "prove the checks catch deliberately broken engines and pass the correct one (on the demo pair)",
+    "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name",
+    # arguments
+    "config": "path to specguard.yaml",
+    "--out": "output directory (default: output.dir from the config; specguard-out for demo)",
+    "merge --out": "where the merged results.json goes",
+    "check --out": "directory holding results.json (default: output.dir from the config)",
+    "compare --out": "directory for the verdict and report (default: RUN_DIR)",
+    "--resume": "reuse finished executions of an interrupted run",
+    "--no-cache": "do not read or write the reference cache",
+    "--threads": "torch CPU threads, 1 to the number of cores (default: torch's choice)",
+    "--hardware-key": "the key this runner's baseline is stored and looked up under (default: baseline.hardware_key, "
+                      "else read off the hardware, e.g. cuda-nvidia-h100-80gb-hbm3)",
+    "--run-id": "this run's id, written into results.json and verdict.json (default: a random one); `python -m "
+                "gate.verdict.file OUT --run-id ID` checks that a passing verdict of this run exists",
+    "--quiet": "print only the verdict",
+    "--verbose": "also show the libraries' own output (weight-loading bars)",
+    "--shard": "run only this shard's part (equivalence batches, whole timing cells, sampling groups), for a job "
+               "matrix; combine with `merge`",
+    "dirs": "the shards' output directories",
+    "run_dir": "directory holding results.json and checks.json",
+    "--baseline": "a baseline file, or a baseline name looked up in --baselines-dir for this run's hardware "
+                  "(default: the name the run was made under: baseline.name, else the config file's name)",
+    "--baselines-dir": "where baselines live (default: baseline.dir of the config, else ./baselines)",
+    "--config": "a specguard.yaml: its baseline.dir is where baselines live, and its baseline name is looked up",
+    "changed --config": "the config's path in the repository",
+    "comment --config": "the config (its baseline name names the comment's marker)",
+    "--against": "paired mode: time the base config's speculative engine (its draft and k) beside this one's, in "
+                 "this job",
+    "--refresh": "refresh the baseline from this run instead of comparing with it (an intended change); "
+                 "equivalence and distribution must still pass",
+    "--force": "accept a failing run as the baseline (needs --reason)",
+    "--reason": "why this refresh is made (an intended slowdown, a new draft); recorded in the baseline and the "
+                "refresh PR; required with --force",
+    "--from": "the run's directory (results.json and checks.json)",
+    "--dir": "where baselines live (default: baseline.dir of the config, else ./baselines)",
+    "name": "the baseline's name (baseline.name, or the config file's name)",
+    "--hardware": "only this hardware key",
+    "--base": "the base commit (the PR's base SHA)",
+    "--head": "the head commit (default HEAD)",
+    "--repo": "the repository's working tree (default: the current directory)",
+    "--pr": "the pull request number",
+    "--when": "when to post or edit the comment",
+    "--run-dir": "post RUN_DIR/comment.md (with this run's verdict)",
+    "refresh-pr --run-dir": "the run the baseline was refreshed from",
+    "--refused": "post the fork refusal",
+    "--skipped": "post 'nothing the gate guards changed'",
+    "--setup-failed": "post that the gate could not start, and why",
+    "--update-only": "only edit this config's existing comment; post none (a later push that no longer touches what "
+                     "the gate guards)",
+    "--base-branch": "the repository's default branch (the PR targets it)",
+    "--branch": "the branch the refresh was dispatched on: when it is not the default branch, the baseline is "
+                "committed to it (the PR that needs it carries it); else a specguard/baseline-<name>-<hardware> "
+                "branch and a PR",
+    "--push-only": "push the branch, open no PR",
+    "--json": "print one JSON object",
+    "--seeds": "runs of the correct engine (0 to 1000): the first on the mutants' own batches and seed, each later "
+               "one with another seed and batch order; default 20",
+    "--samples": "sampled tokens per engine for the distribution test (default 600)",
+    "--mutant": "only this mutant (repeatable; an unknown name is refused with the list, before any model loads)",
+    "--dtype": "the demo pair's dtype (bfloat16 flips near-ties as GPUs do; default float32)",
+}
+
+
+def typed(check, expected: str):
+    """An argparse type from a predicate (every value the CLI takes has a stated form or range)."""
+    def parse(text: str):
+        value = check(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
+
+
+def count(low: int, high: int, what: str = ""):
+    return typed(lambda t: int(t) if re.fullmatch(r"[+-]?\d+", t.strip()) and low <= int(t) <= high else None,
+                  f"a whole number from {low} to {high}{what}")
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# more threads than cores only spin against each other (5000 held two cores for minutes; 100000 segfaulted libgomp)
+threads = count(1, max(cores(), 1), " (this machine's cores)")
+hardware_key = typed(lambda t: t if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,99}", t) else None,
+                       "1-100 characters from [a-z0-9_.-]")
+run_id = typed(lambda t: t if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", t) else None,
+                 "letters, digits, '.', '_' or '-' (at most 128)")
+shard = typed(lambda t: (lambda m: (int(m[1]), int(m[2])) if m and 0 <= int(m[1]) < int(m[2]) else None)(
+    re.fullmatch(r"(\d+)/(\d+)", t)), "INDEX/COUNT with 0 <= INDEX < COUNT, such as 0/4")

@@ -1,0 +1,343 @@
+"""The verdict line, and ``checks.json``: the document that holds the checks' findings and verdicts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gate.errors import Problem, SpecguardError
+from gate.io.documents import Document, RunRef, omitted_when_none
+from gate.io.rundir import CHECKS, RESULTS, DocumentKind, RunDir, load_document
+
+STATUSES = ("pass", "fail", "warn", "info")
+# checks.json's equivalence_method starts with this when any side's output was text re-tokenized by the gate;
+# the report then opens with that method on its first line (comment, summary and terminal alike).
+RETOKENIZED_METHOD = "text comparison of re-tokenized text"
+
+
+def retokenized_note(checks: ChecksDoc | None) -> str | None:
+    """The equivalence method when it is a comparison of re-tokenized text, else None."""
+    method = (checks.equivalence_method if checks else None) or ""
+    return method if method.startswith(RETOKENIZED_METHOD) else None
+
+
+# --- checks.json ---------------------------------------------------------------------------------
+
+CHECKS_SCHEMA = "specguard.checks/2"
+
+
+_Doc = Document
+
+
+Status = Literal["pass", "fail", "warn", "info", "neutral"]
+
+
+class VerdictLine(_Doc):
+    """The one verdict-line type: pass, fail, warn or info (a check's, in ``checks.json``), or neutral (the judge's, in
+    ``verdict.json``), for one check (and engine, batch size, slice), and why, in a sentence a reviewer can act on."""
+
+    check: str
+    engine: str | None = None
+    batch_size: int | None = None
+    status: Status
+    why: str
+    slice: str | None = omitted_when_none()  # a verdict about one task slice (the per-slice speedup floor)
+
+    @classmethod
+    def of(cls, check: str, engine: str | None, status: str, why: str, batch_size: int | None = None,
+           slice: str | None = None) -> VerdictLine:
+        return cls(check=check, engine=engine, batch_size=batch_size, status=status, why=why, slice=slice)
+
+
+class Divergences(_Doc):
+    near_tie: int
+    confident: int
+    length: int
+    unclassified: int = 0
+
+
+class EquivalenceSummary(_Doc):
+    """One engine at one batch size against the canonical reference."""
+
+    sequences: int
+    exact_match: float | None
+    prefix_match: float | None
+    consistent_share: float | None
+    confident_inconsistencies: int
+    divergences: Divergences
+    signatures: dict[str, int]
+    compositions: int = 1
+    by_slice: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+    examples: list[dict[str, Any]] = Field(default_factory=list)
+    sequences_with_signatures: list[dict[str, Any]] = Field(default_factory=list)
+    first_inconsistencies: list[dict[str, Any]] = Field(default_factory=list)
+    # sequences that loop after a near-tie exactly as the target does from their own prefix (not a signature)
+    target_loops: int = 0
+    target_loop_examples: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Incomplete(_Doc):
+    missing_canonical: list[str]
+
+
+class FirstFailure(_Doc):
+    """The first failed batch of an engine: where, on which prompts, and the engine's exception."""
+
+    phase: str
+    batch_size: int
+    prompts: list[str]
+    kind: Literal["crash", "timeout", "out_of_memory", "contract"]
+    type: str
+    message: str
+
+
+class EngineFailures(_Doc):
+    failed: int
+    executions: int
+    batch_sizes: list[int]
+    kinds: list[str]
+    first: FirstFailure
+
+
+class Identical(_Doc):
+    identical: int
+    compared: int
+
+
+class Rerun(_Doc):
+    batch_size: int
+    identical: int
+    compared: int
+
+
+class CompositionIdentity(_Doc):
+    compositions: int
+    identical: int
+    compared: int
+    differing: list[str]
+
+
+class Reproducibility(_Doc):
+    """One engine's bitwise identity across batch sizes, runs and batch compositions (None: not measured)."""
+
+    speculative: bool
+    base_batch_size: int
+    across_batch_sizes: dict[str, Identical]
+    bitwise_across_batch_sizes: bool | None
+    across_runs: Rerun | None
+    bitwise_across_runs: bool | None
+    across_compositions: dict[str, CompositionIdentity] = Field(default_factory=dict)
+    bitwise_across_compositions: bool | None = None
+
+
+class DistributionRow(_Doc):
+    n: int
+    pvalues: dict[str, float]
+    rejected: bool
+    control: bool
+
+
+class PowerFamily(_Doc):
+    curve: list[dict[str, float]]  # epsilon, and the rejection rate of each test and of the combined test
+    min_detectable_epsilon: float | None
+
+
+class Power(_Doc):
+    trials: int
+    n: int
+    families: dict[str, PowerFamily]
+
+
+class Distribution(_Doc):
+    alpha: float
+    num_samples: int
+    temperature: float
+    tests: list[str]
+    engines: dict[str, dict[str, DistributionRow]]
+    power: Power | None = omitted_when_none()
+    null_rejection_rate: float | None = omitted_when_none()
+
+
+class SpeedupCI(_Doc):
+    """A median speedup with its bootstrap CI: :class:`gate.stats.Interval` as written."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+    rel_half_width: float
+
+    @classmethod
+    def of(cls, ci) -> SpeedupCI:
+        """From a :class:`gate.stats.Interval`."""
+        return cls(estimate=ci.estimate, low=ci.low, high=ci.high, n=ci.n, rel_half_width=ci.rel_half_width)
+
+    def interval(self):
+        from gate.stats import Interval
+
+        return Interval(self.estimate, self.low, self.high, self.n)
+
+
+class EngineVsReference(_Doc):
+    reference: float | None
+    engine: float | None
+
+
+class Expected(_Doc):
+    """Leviathan et al.'s expectation for the measured acceptance, k and cost ratio."""
+
+    alpha_effective: float
+    cost_ratio: float
+    speedup: float
+    efficiency: float | None
+    verify_ratio: float | None = omitted_when_none()
+    speedup_with_verify_cost: float | None = omitted_when_none()
+
+
+class SpeedupStats(_Doc):
+    """Statistics over paired (reference, engine) executions: a cell, a load level, a slice or a bucket."""
+
+    samples: int
+    speedup: SpeedupCI
+    throughput_tok_s: EngineVsReference
+    per_token_latency_s: EngineVsReference
+    realign_share: float | None
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    tokens_per_target_forward: float | None
+    acceptance_per_pos: list[float | None] | None  # None at a position no draft reached
+    expected: Expected | None
+
+
+class CellKey(_Doc):
+    slice: str
+    batch_size: int
+    bucket: str | None
+    stopped_by: str | None
+    repeats: int | None
+
+
+class CellStats(SpeedupStats, CellKey):
+    """One cell (slice x load x context bucket): its key and stopping rule, then its statistics."""
+
+
+class Repeats(_Doc):
+    min: int
+    max: int
+    stopped_by: list[str | None]
+
+
+class LoadStats(SpeedupStats):
+    """One load level, pooled over its cells, with the range of repeats they took."""
+
+    repeats: Repeats | None
+
+
+class Crossover(_Doc):
+    batch_size: int | None
+    clearly_below_1_from: int | None
+    seen: bool
+    shrinks_with_load: bool | None
+
+
+class WorstSlice(_Doc):
+    slice: str
+    speedup: float
+    mean_of_slices: float
+    gap_to_mean: float
+    relative_gap: float | None
+
+
+class SpeedupEngine(_Doc):
+    cells: dict[str, CellStats]
+    load_curve: dict[str, LoadStats]
+    by_bucket: dict[str, dict[str, SpeedupStats]]
+    by_slice: dict[str, dict[str, SpeedupStats]]
+    crossover: Crossover
+    worst_slice: dict[str, WorstSlice]
+    crossover_by_slice: dict[str, Crossover]
+    memory: dict[str, dict[str, int]]  # batch size -> reference / engine -> peak bytes
+    expected_note: str | None
+
+
+class Speedup(_Doc):
+    engines: dict[str, SpeedupEngine]
+    protocol: dict[str, dict[str, dict[str, Any]]]  # results.json's timing: batch size -> cell -> repeats
+    calibration: dict[str, dict[str, float]]
+    calibrated_engines: list[str]
+
+
+class Tolerance(_Doc):
+    """The logit tolerance the classifier used, and the rule that set it (:class:`gate.engines.tolerance.Tolerance`)."""
+
+    dtype: str
+    eps: float
+    measured_noise: float | None
+    fixed: float | None
+    noise_factor: float
+    ulp_factor: float
+    rule: str
+
+
+class ChecksDoc(_Doc):
+    """``checks.json``: the findings of each check and the verdict lines."""
+
+    schema_id: Literal["specguard.checks/2"] = Field(CHECKS_SCHEMA, alias="schema")
+    # what these checks were made from: the run, and the exact results.json (its sha256)
+    run: RunRef
+    results_digest: str
+    results_status: str | None
+    incomplete: Incomplete | None = omitted_when_none()
+    engine_failures: dict[str, EngineFailures] | None = omitted_when_none()
+    equivalence: dict[str, dict[str, EquivalenceSummary]] | None = omitted_when_none()
+    noise_floor: dict[str, EquivalenceSummary] | None = omitted_when_none()
+    reproducibility: dict[str, Reproducibility] | None = omitted_when_none()
+    distribution: Distribution | None = omitted_when_none()
+    speedup: Speedup | None = omitted_when_none()
+    tolerance: Tolerance | None = omitted_when_none()
+    equivalence_method: str | None = omitted_when_none()
+    verdicts: list[VerdictLine]
+    analysis_s: float
+    rescoring_s: float = 0.0
+    rescoring_forwards: int
+
+    def failing(self) -> list[VerdictLine]:
+        return [v for v in self.verdicts if v.status == "fail"]
+
+
+CHECKS_DOC = DocumentKind("checks file", SpecguardError, lambda: ChecksDoc,  # already imported: light
+                          "run `specguard check CONFIG` (or `specguard gate CONFIG`) to write it",
+                          schema=CHECKS_SCHEMA, invalid="corrupt checks: {msg}",
+                          allow_nan=True)  # the checks record an estimate they could not make as NaN
+
+
+def _short(digest: str | None) -> str:
+    return (digest or "none").removeprefix("sha256:")[:12]
+
+
+def made_from(checks: ChecksDoc, results, checks_path, results_path) -> None:
+    """Refuse ``checks`` unless they name ``results``: its run (id, config, suite) and the sha256 of its bytes."""
+    if checks.run == results.ref() and checks.results_digest == results.digest:
+        return
+    raise SpecguardError(Problem(
+        str(checks_path), f"made from another run's results: it names run {checks.run.id!r} (results.json "
+        f"{_short(checks.results_digest)}), but {results_path} is run {results.run_id!r} "
+        f"({_short(results.digest)})", field="results_digest",
+        hint="rerun `specguard check CONFIG --out DIR` on this run's directory, or keep each run in its own "
+             "directory"))
+
+
+def load_checks(path) -> ChecksDoc:
+    """checks.json, validated against its schema."""
+    return load_document(path, CHECKS_DOC)
+
+
+def load_checked(out: RunDir):
+    """(results, checks) of a run directory, refused (exit 2, naming both files) unless checks.json was made from
+    this very results.json: a stale or foreign checks.json must never be judged as this run's."""
+    from gate.run.results import load_results
+
+    results, checks = load_results(out / RESULTS), load_checks(out / CHECKS)
+    made_from(checks, results, out / CHECKS, out / RESULTS)
+    return results, checks

@@ -1,0 +1,1 @@
+"""What a run is given: the config, the suite, the model pair and the fingerprints of all three."""

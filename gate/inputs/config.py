@@ -1,0 +1,738 @@
+"""The gate's configuration file (``specguard.yaml``): schema, loading and validation.
+
+Validation is complete on load: every problem in the file is reported at once,
+each with the file, the line, the dotted field path, what was expected and what
+was found.  An unknown key suggests the closest known key.  Every field is
+documented in ``docs/config.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from gate.errors import ConfigError, Problem, closest
+from gate.io.files import read_input
+
+CONFIG_VERSION = 1
+REFERENCE = "reference"  # the non-speculative reference engine, which always runs
+# Engine names the gate itself uses in results and reports: a configured engine may not take them.
+RESERVED_ENGINE_NAMES = (REFERENCE, "gate", "base", "head")
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # gate/
+BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
+
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+# Every number has a stated range: NaN and infinities are refused (allow_inf_nan), and so is an integer beyond
+# any real batch size, token budget or count, which would only hang the planner.
+MAX_BATCH_SIZE = 4096
+MAX_COUNT = 1 << 20
+MAX_SECONDS = 7 * 86400.0
+PositiveInt = Annotated[StrictInt, Field(gt=0, le=MAX_COUNT)]
+BatchSize = Annotated[StrictInt, Field(gt=0, le=MAX_BATCH_SIZE)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="Local directory, 'specguard:demo/...' or a hub id.")
+    revision: str | None = None
+    dtype: Dtype = "float32"
+
+    @field_validator("path")
+    @classmethod
+    def _nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("expected a model directory or hub id, got an empty string")
+        return v
+
+
+class ModelsConfig(_Strict):
+    target: ModelSpec
+    draft: ModelSpec
+    device: str = "auto"
+    trust_remote_code: StrictBool = False
+    local_weights: StrictBool = True  # false: only configs and tokenizers load; the models run behind servers
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v):
+            raise ValueError(f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {v!r}")
+        return v
+
+
+class SpeculationConfig(_Strict):
+    num_draft_tokens: Annotated[StrictInt, Field(ge=1, le=32)] = 4
+
+
+class BatchingConfig(_Strict):
+    batch_sizes: list[BatchSize] = Field(default_factory=lambda: [1, 4, 8], min_length=1, max_length=64)
+    compositions: Annotated[StrictInt, Field(ge=1, le=16)] = 2
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _unique_sorted(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"expected distinct batch sizes, got {v}")
+        return sorted(v)
+
+
+class SamplingConfig(_Strict):
+    temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
+    seed: Annotated[StrictInt, Field(ge=-(1 << 63), lt=1 << 63)] = 0
+    batch_sizes: list[BatchSize] | None = None  # default: every batching.batch_sizes entry
+
+
+class GenerationConfig(_Strict):
+    max_new_tokens: Annotated[StrictInt, Field(ge=1, le=4096)] = 48
+    greedy: StrictBool = True
+    sampling: SamplingConfig | None = None
+    stop_at_eos: StrictBool = True
+
+    @model_validator(mode="after")
+    def _some_mode(self) -> GenerationConfig:
+        if not self.greedy and self.sampling is None:
+            raise ValueError("nothing to generate: set greedy: true or add a sampling: section")
+        return self
+
+
+class SuiteConfig(_Strict):
+    path: str = "specguard:suites/default.jsonl"
+    slices: list[str] = Field(default_factory=list)
+    max_prompts_per_slice: PositiveInt | None = None
+    stress_mix: StrictBool = False
+    truncate_long_prompts: StrictBool = False
+
+
+class EndpointConfig(_Strict):
+    """Where a serving stack answers, and optionally how the gate starts it."""
+
+    url: str
+    launch: list[str] | None = None  # a command the gate runs (own process group), waits on and tears down
+    health: str = "/health"
+    startup_timeout_s: Seconds = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    log: str | None = None  # file for a launched server's output
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
+            raise ValueError(f"expected an http(s):// URL, got {v!r}")
+        if "@" in v.split("/", 3)[2]:  # user:password@host would be written to logs and results
+            raise ValueError("credentials in the URL would end up in logs and reports: put the key in an "
+                             "environment variable and name it in http.api_key_env")
+        return v.rstrip("/")
+
+    @field_validator("launch")
+    @classmethod
+    def _launch(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(isinstance(x, str) and x for x in v)):
+            raise ValueError("expected a command as a list of strings, e.g. [vllm, serve, org/model, --port, '8000']")
+        return v
+
+
+class HttpConfig(_Strict):
+    """A serving stack behind its OpenAI-compatible API (docs/serving.md)."""
+
+    preset: Literal["vllm", "sglang", "tgi", "llamacpp", "openai"] = "vllm"
+    server: EndpointConfig  # speculation on: the engine under test
+    reference: EndpointConfig | None = None  # the same stack with speculation off: the gate's reference
+    model: str | None = None  # the request's "model" (default: the first of /v1/models)
+    api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
+    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
+    request_timeout_s: Seconds = 300.0
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
+    metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
+    counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"expected the name of an environment variable (the key itself never goes in the "
+                             f"config), got {v[:4] + '…' if len(v) > 4 else v!r}")
+        return v
+
+
+class EngineConfig(_Strict):
+    type: Literal["speculative", "hf_assisted", "plugin", "http"]
+    name: str | None = Field(None, validate_default=True)
+    callable: str | None = Field(None, validate_default=True)
+    max_batch_size: BatchSize | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: Seconds | None = None  # per batch; default: 60 s + 1 s per budgeted token
+    # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md).
+    # Not part of the config's digest (exclude): it changes how a failure is contained, not what is measured.
+    isolation: Literal["process", "thread"] | None = Field(None, exclude=True)
+    # plugin: more folders its modules import from (relative to the config's folder), before the config's folder
+    # and the repository root; `specguard changed` watches the same roots
+    # (left out of the config's digest while empty: configs written before it existed keep their digest)
+    pythonpath: list[str] = Field(default_factory=list, max_length=32, exclude_if=lambda v: not v)
+    http: HttpConfig | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None, info) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
+            raise ValueError(f"expected 1-64 characters from [A-Za-z0-9_.-], got {v!r}")
+        if v is not None and (v.lower() in RESERVED_ENGINE_NAMES or v.lower().startswith("base-")):
+            raise ValueError(f"{v!r} is reserved: the gate uses it for its own engines "
+                             f"({', '.join(RESERVED_ENGINE_NAMES)} and base-*); choose another name")
+        return v
+
+    @model_validator(mode="after")
+    def _plugin_only(self) -> EngineConfig:
+        if self.type == "http" and self.http is None:
+            raise ValueError("an http engine needs an 'http:' section (preset, server, reference): docs/serving.md")
+        if self.type != "http" and self.http is not None:
+            raise ValueError(f"only http engines take 'http' (this engine is {self.type!r})")
+        if self.type != "plugin":
+            if self.extra:
+                raise ValueError(f"only plugin engines take 'extra' (this engine is {self.type!r})")
+            if self.max_batch_size is not None:
+                raise ValueError(f"only plugin engines take 'max_batch_size' (this engine is {self.type!r})")
+            if self.timeout_s is not None:
+                raise ValueError(f"only plugin engines take 'timeout_s' (this engine is {self.type!r})")
+            if self.isolation is not None:
+                raise ValueError(f"only plugin engines take 'isolation' (this engine is {self.type!r})")
+            if self.pythonpath:
+                raise ValueError(f"only plugin engines take 'pythonpath' (this engine is {self.type!r})")
+        return self
+
+    @field_validator("callable")
+    @classmethod
+    def _callable(cls, v: str | None, info) -> str | None:
+        kind = info.data.get("type")
+        if kind == "plugin":
+            if not v:
+                raise ValueError("a plugin engine needs 'callable': 'package.module:function' "
+                                 "or 'entrypoint:NAME'")
+            if not re.fullmatch(r"(entrypoint:[\w.-]+|[\w.]+:[\w.]+)", v):
+                raise ValueError(f"expected 'package.module:function' or 'entrypoint:NAME', got {v!r}")
+        elif v is not None:
+            raise ValueError(f"only plugin engines take a callable (this engine is {kind!r})")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or self.type
+
+
+class EquivalenceCheck(_Strict):
+    logit_tolerance: float | Literal["auto"] = "auto"
+    max_confident_divergences: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
+    max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
+    min_exact_match: Fraction = 0.0
+
+    @field_validator("logit_tolerance")
+    @classmethod
+    def _tol(cls, v):
+        if v != "auto" and not v > 0:
+            raise ValueError(f"expected 'auto' or a number > 0, got {v!r}")
+        return v
+
+
+class ReproducibilityCheck(_Strict):
+    repeat_batch_size: BatchSize | None = None
+    require_bitwise: StrictBool = False
+
+
+class DistributionCheck(_Strict):
+    num_samples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
+    alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
+    power_trials: Annotated[StrictInt, Field(ge=0, le=1000)] = 40
+
+
+class SpeedupCheck(_Strict):
+    min_speedup: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
+    ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
+    time_budget_s: Seconds = 120.0
+    warmup: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
+    min_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 3
+    max_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 30
+    max_batches_per_cell: PositiveInt | None = 4
+    bootstrap_resamples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
+    context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
+    # timed forwards per step cost (draft step, target step, verification) and batch size; the median is kept
+    calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
+
+    @model_validator(mode="after")
+    def _repeats(self) -> SpeedupCheck:
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be >= min_repeats ({self.min_repeats})")
+        if sorted(set(self.context_buckets)) != list(self.context_buckets):
+            raise ValueError(f"context_buckets must be strictly increasing, got {self.context_buckets}")
+        return self
+
+
+class ChecksConfig(_Strict):
+    equivalence: EquivalenceCheck = EquivalenceCheck()
+    reproducibility: ReproducibilityCheck = ReproducibilityCheck()
+    distribution: DistributionCheck = DistributionCheck()
+    speedup: SpeedupCheck = SpeedupCheck()
+
+
+HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
+
+
+class BaselineConfig(_Strict):
+    dir: str = "baselines"
+    name: str | None = None  # default: the config file's name without .yaml
+    history: Annotated[StrictInt, Field(ge=0, le=1000)] = 20
+    acceptance_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    speedup_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.10
+    exact_match_drop: Fraction | Literal["auto"] = "auto"
+    # Which baseline this runner compares with (Bencher's "testbed"): default, read off the hardware.
+    hardware_key: str | None = None
+    on_missing: Literal["neutral", "fail"] = "neutral"  # no baseline for this hardware key yet
+
+    @field_validator("hardware_key")
+    @classmethod
+    def _hardware_key(cls, v: str | None) -> str | None:
+        if v is not None and not HARDWARE_KEY.fullmatch(v):
+            raise ValueError(f"expected 1-100 characters from [a-z0-9_.-], starting with a letter or digit, got {v!r}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
+            raise ValueError(f"expected 1-64 characters from [A-Za-z0-9_.-], got {v!r}")
+        return v
+
+
+class OutputConfig(_Strict):
+    dir: str = "specguard-out"
+    cache_dir: str | None = ".specguard-cache"
+
+
+class Config(_Strict):
+    version: Literal[1] = 1
+    models: ModelsConfig
+    speculation: SpeculationConfig = SpeculationConfig()
+    batching: BatchingConfig = BatchingConfig()
+    generation: GenerationConfig = GenerationConfig()
+    suite: SuiteConfig = SuiteConfig()
+    engines: list[EngineConfig] = Field(
+        default_factory=lambda: [EngineConfig(type="speculative")], min_length=1)
+    checks: ChecksConfig = ChecksConfig()
+    baseline: BaselineConfig = BaselineConfig()
+    output: OutputConfig = OutputConfig()
+    watch: list[str] = Field(default_factory=list)  # more paths or globs whose change should run the gate
+
+    @field_validator("engines")
+    @classmethod
+    def _unique_labels(cls, v: list[EngineConfig]) -> list[EngineConfig]:
+        labels = [e.label for e in v]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"engine names must be unique; give each a distinct 'name' (repeated: {dupes})")
+        return v
+
+
+def baseline_name(config: Config, source: str | Path | None) -> str:
+    """The one rule for a baseline's name, which every command uses (and the PR comment's marker): ``baseline.name``,
+    else the config file's name without its extension (``tiny.yaml`` -> ``tiny``), else ``specguard``."""
+    if config.baseline.name:
+        return config.baseline.name
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(source).stem)[:64] if source else ""
+    return stem or "specguard"
+
+
+def comment_name(config: str | Path | None) -> str:
+    """The baseline name of a config file (it names the PR comment's marker); an unreadable config still gets its
+    file's name, and none at all ``specguard``."""
+    if not config:
+        return "specguard"
+    try:
+        return load_config(config).baseline_name
+    except ConfigError:
+        return baseline_name(Config.model_construct(), config)
+
+
+class LoadedConfig(BaseModel):
+    """A validated config plus where it came from, for resolving relative paths."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    config: Config
+    source: Path
+    raw: dict
+
+    @property
+    def baseline_name(self) -> str:
+        return baseline_name(self.config, self.source)
+
+    def resolve_path(self, value: str) -> Path:
+        """A path from the config: package-relative, absolute, or relative to the config file."""
+        if value.startswith(BUILTIN_PREFIX):
+            return PACKAGE_DIR / value[len(BUILTIN_PREFIX):]
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.source.parent / p)
+
+    def import_roots(self, engine: EngineConfig) -> list[Path]:
+        """Where a plug-in engine's modules are imported from, first to last: its ``pythonpath`` entries, the
+        config's folder, and the repository that holds the config (never the working directory: a model
+        repository's own ``gate.py`` must not stand in for specguard's).  ``specguard changed`` watches these."""
+        roots = [self.resolve_path(p) for p in engine.pythonpath] + [self.source.parent]
+        repo = repository_root(self.source.parent)
+        return list(dict.fromkeys(roots + ([repo] if repo is not None else [])))
+
+
+def repository_root(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds ``.git`` (a checkout or a worktree), or None."""
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+# --- error reporting -------------------------------------------------------------------------
+
+
+def _line_index(text: str) -> dict[tuple, int]:
+    """Map each key path in the YAML document to its 1-based line number."""
+    index: dict[tuple, int] = {}
+
+    def walk(node, path: tuple) -> None:
+        index.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = (*path, k.value)
+                index[key] = k.start_mark.line + 1
+                walk(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return index
+    if root is not None:
+        walk(root, ())
+    return index
+
+
+def dotted(loc: typing.Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The model/list/dict types that an annotation can hold."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [t for a in typing.get_args(annotation) for t in _unwrap(a)]
+    return [annotation]
+
+
+def _known_keys(model: type[BaseModel], loc: typing.Sequence[Any]) -> list[str]:
+    """Field names of the model that sits at ``loc`` inside ``model``."""
+    candidates: list[Any] = [model]
+    for part in loc:
+        nxt: list[Any] = []
+        for c in candidates:
+            if isinstance(c, type) and issubclass(c, BaseModel) and isinstance(part, str):
+                f = c.model_fields.get(part)
+                if f is not None:
+                    nxt += _unwrap(f.annotation)
+            elif typing.get_origin(c) is list and isinstance(part, int):
+                nxt += _unwrap(typing.get_args(c)[0])
+        candidates = nxt
+    for c in candidates:
+        if isinstance(c, type) and issubclass(c, BaseModel):
+            return list(c.model_fields)
+    return []
+
+
+def problems_from_validation(err: ValidationError, model: type[BaseModel], source: str,
+                             lines: dict[tuple, int] | None = None, line: int | None = None
+                             ) -> list[Problem]:
+    """Turn pydantic's errors into Problems with dotted paths, lines and suggestions."""
+    out = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        kind, hint = e["type"], None
+        if kind == "extra_forbidden":
+            known = _known_keys(model, loc[:-1])
+            guess = closest(str(loc[-1]), known)
+            msg = "unknown key"
+            hint = f"did you mean '{guess}'?" if guess else f"known keys: {', '.join(known)}"
+        elif kind == "missing":
+            msg = "required field is missing"
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            if "got " not in msg and kind not in ("value_error", "assertion_error"):
+                msg += f", got {e.get('input')!r}"
+        at = line
+        if lines is not None:
+            for n in range(len(loc), -1, -1):  # nearest enclosing key that has a line
+                if loc[:n] in lines:
+                    at = lines[loc[:n]]
+                    break
+        out.append(Problem(source, msg, field=dotted(loc), line=at, hint=hint))
+    return out
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+MAX_DEPTH = 32  # a config is a few levels deep; far deeper is an attack or an accident
+MAX_SIZE = 1 << 20  # bytes
+
+
+def screen_yaml(text: str, name: str) -> None:
+    """Refuse what no config needs before building anything: anchors and aliases (an alias bomb expands to
+    gigabytes), nesting deeper than MAX_DEPTH (a recursion error), and files over 1 MiB.  Linear time."""
+    if len(text) > MAX_SIZE:
+        raise ConfigError(Problem(name, f"the file is {len(text):,} characters; a config is far smaller "
+                                        f"(limit {MAX_SIZE:,})", hint="is this the right file?"))
+    depth = 0
+    # One frame per open collection: [is a mapping, a key is next, keys seen -> line, the current key].
+    frames: list[list] = []
+
+    def node(event) -> None:
+        """A node (scalar or collection) starts in the innermost collection: a key or a value."""
+        if not frames or not frames[-1][0]:
+            return
+        frame = frames[-1]
+        if frame[1]:
+            key = event.value if isinstance(event, yaml.ScalarEvent) else "(complex key)"
+            if key in frame[2]:
+                path = ".".join(str(f[3]) for f in frames[:-1] if f[0]) + ("." if len(frames) > 1 else "")
+                raise ConfigError(Problem(name, f"duplicate key {key!r} (first on line {frame[2][key]}): YAML "
+                                                "would silently keep only the last one",
+                                          field=f"{path}{key}".lstrip("."), line=event.start_mark.line + 1,
+                                          hint="merge the two into one"))
+            frame[2][key] = event.start_mark.line + 1
+            frame[3] = key
+        frame[1] = not frame[1]
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ConfigError(Problem(name, "YAML anchors and aliases (&name, *name) are not accepted in a "
+                                                "config", line=event.start_mark.line + 1,
+                                          hint="write the values out; a config needs no references"))
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                node(event)
+                frames.append([isinstance(event, yaml.MappingStartEvent), True, {}, None])
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(Problem(name, f"nested more than {MAX_DEPTH} levels deep",
+                                              line=event.start_mark.line + 1, hint="see docs/config.md for the layout"))
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                frames.pop()
+                depth -= 1
+            elif isinstance(event, yaml.ScalarEvent):
+                node(event)
+    except yaml.YAMLError:
+        return  # reported with its line by the parser below
+
+
+def parse_config(text: str, source: str | Path) -> LoadedConfig:
+    """Validate config text; raise ConfigError listing every problem."""
+    name = str(source)
+    screen_yaml(text, name)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(Problem(name, f"not valid YAML: {reason}",
+                                  line=mark.line + 1 if mark else None,
+                                  hint="fix the YAML syntax at that line")) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(Problem(name, f"expected a mapping at the top level, got {type(raw).__name__}",
+                                  hint="see docs/config.md for the layout"))
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, Config, name, _line_index(text))) from None
+    problems = _cross_field_problems(cfg, name, _line_index(text))
+    if problems:
+        raise ConfigError(problems)
+    return LoadedConfig(config=cfg, source=Path(source).resolve(), raw=raw)
+
+
+def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> list[Problem]:
+    """Rules that relate fields in different sections (reported at the field that must change)."""
+    out = []
+    refs = [i for i, e in enumerate(cfg.engines) if e.http is not None and e.http.reference is not None]
+    for i in refs:
+        http = cfg.engines[i].http
+        if http.reference.url == http.server.url:
+            loc = ("engines", i, "http", "reference", "url")
+            out.append(Problem(source, f"the reference is the engine under test ({http.server.url}): every "
+                                       "output would equal itself", field=dotted(loc), line=lines.get(loc),
+                               hint="point http.reference at the same stack with speculation off"))
+    for i in refs[1:]:
+        loc = ("engines", i, "http", "reference")
+        out.append(Problem(source, "only one http engine may name the reference server (the gate has one "
+                                   "reference)", field=dotted(loc), line=lines.get(loc),
+                           hint=f"keep the reference on engines[{refs[0]}] only"))
+    if not cfg.models.local_weights:
+        loc = ("models", "local_weights")
+        if not refs:
+            out.append(Problem(source, "without local weights the reference must be a server",
+                               field=dotted(loc), line=lines.get(loc),
+                               hint="add http.reference (the stack with speculation off) to the http engine"))
+        for i, e in enumerate(cfg.engines):
+            if e.type in ("speculative", "hf_assisted"):
+                at = ("engines", i, "type")
+                out.append(Problem(source, f"a {e.type} engine runs the local models, but local_weights is false",
+                                   field=dotted(at), line=lines.get(at), hint="remove it, or load the weights"))
+    s = cfg.generation.sampling
+    if s is not None and s.batch_sizes is not None:
+        extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))
+        if extra:
+            loc = ("generation", "sampling", "batch_sizes")
+            out.append(Problem(source, f"expected a subset of batching.batch_sizes {cfg.batching.batch_sizes}, "
+                                       f"got {s.batch_sizes}", field=dotted(loc), line=lines.get(loc),
+                               hint=f"remove {extra} or add them to batching.batch_sizes"))
+    return out
+
+
+def load_config(path: str | Path) -> LoadedConfig:
+    path = Path(path)
+    return parse_config(read_input(path, ConfigError, "config file", "pass the path of your specguard.yaml"), path)
+
+
+def _read_raw(source: Path) -> tuple[str, Any]:
+    """The config's text and raw YAML tree, or ("", None) when it cannot be read (load_config reports why)."""
+    try:
+        text = read_input(source, ConfigError, "config file", "")  # never blocks on a FIFO
+        screen_yaml(text, str(source))
+        return text, yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
+        return "", None
+
+
+def check_paths(source: str | Path) -> list[Problem]:
+    """Problems with the paths a config names (model directories, suite file).
+
+    Works on the raw YAML, so it also runs when schema validation failed:
+    ``specguard validate`` reports every problem at once.
+    """
+    source = Path(source)
+    text, raw = _read_raw(source)
+    if not isinstance(raw, dict):
+        return []
+    lines = _line_index(text)
+    base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw=raw)
+    problems = []
+    models = raw.get("models") if isinstance(raw.get("models"), dict) else {}
+    weights_needed = models.get("local_weights", True) is not False
+    for role in ("target", "draft"):
+        spec = models.get(role) if isinstance(models.get(role), dict) else {}
+        value = spec.get("path")
+        if not isinstance(value, str) or not value.strip():
+            continue
+        where = ("models", role, "path")
+        p = base.resolve_path(value)
+        looks_local = looks_like_local_path(value, base)
+        at = dict(field=dotted(where), line=lines.get(where))
+        if p.exists() and not p.is_dir():
+            problems.append(Problem(str(source), f"{str(p)!r} is a file, not a model directory",
+                                    hint="point it at the directory that holds config.json and the weights", **at))
+        elif looks_local and not p.is_dir():
+            why = "" if not is_hub_id(value) or value.startswith((".", "/", "~")) else \
+                f" (its first folder, {value.split('/')[0]}/, is here, so this is a local path, not a hub id)"
+            problems.append(Problem(str(source), f"model directory {str(p)!r} does not exist{why}",
+                                    hint="point it at a directory holding config.json and weights, "
+                                         "or at a hub id such as 'org/name'", **at))
+        elif p.is_dir() and not (p / "config.json").is_file():
+            problems.append(Problem(str(source), f"{str(p)!r} has no config.json",
+                                    hint="is this a transformers model directory?", **at))
+        elif p.is_dir() and weights_needed and not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
+            problems.append(Problem(str(source), f"{str(p)!r} holds no weights ({', '.join(WEIGHT_FILES)})",
+                                    hint="are the weights in Git LFS and not pulled (check out with lfs: true)? "
+                                         "or set models.local_weights: false when the models run behind servers",
+                                    **at))
+        elif not p.is_dir() and os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True", "YES", "yes"):
+            revision = spec.get("revision") if isinstance(spec.get("revision"), str) else None
+            if not hub_cached(value, revision):
+                problems.append(Problem(str(source), f"{value!r} is not a local directory, and as a hub id it is "
+                                        "not in the local Hugging Face cache (HF_HUB_OFFLINE=1)",
+                                        hint="download it first, or point the path at a local directory", **at))
+    suite = raw.get("suite") if isinstance(raw.get("suite"), dict) else {}
+    value = suite.get("path", SuiteConfig().path)
+    if isinstance(value, str) and not base.resolve_path(value).is_file():
+        where = ("suite", "path")
+        found = base.resolve_path(value)
+        what = "is not a regular file (a FIFO, socket, device or directory)" if found.exists() else "does not exist"
+        problems.append(Problem(str(source), f"suite file {str(found)!r} {what}",
+                                field=dotted(where), line=lines.get(where),
+                                hint="use a JSONL file, or leave the default suite"))
+    return problems
+
+
+def hub_cached(repo_id: str, revision: str | None = None) -> bool:
+    """Whether a hub model's config.json is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return True
+    found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    return isinstance(found, str)
+
+
+def model_notes(source: str | Path) -> list[str]:
+    """What validate should say about model paths that are not errors: a bare name is taken as a hub id."""
+    source = Path(source)
+    _, raw = _read_raw(source)
+    notes = []
+    models = raw.get("models") if isinstance(raw, dict) and isinstance(raw.get("models"), dict) else {}
+    base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw={})
+    for role in ("target", "draft"):
+        spec = models.get(role) if isinstance(models.get(role), dict) else {}
+        value = spec.get("path")
+        if isinstance(value, str) and not looks_like_local_path(value, base) \
+                and not base.resolve_path(value).is_dir():
+            notes.append(f"models.{role}.path: {value!r} is not a local directory; treating it as a hub id "
+                         f"(revision {spec.get('revision') or 'main'})")
+    return notes
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def looks_like_local_path(value: str, loaded: LoadedConfig) -> bool:
+    """A model path that names a local folder: the package's own, explicitly relative or absolute, not a hub id
+    in form, or a hub id in form whose first folder exists beside the config (``models/x`` where ``models/``
+    is there: a missing local model must be an error, never an attempt at the hub)."""
+    if value.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(value):
+        return True
+    return "/" in value and loaded.resolve_path(value.split("/")[0]).is_dir()
+
+
+def is_hub_id(value: str) -> bool:
+    return re.fullmatch(r"[\w][\w.-]*(/[\w][\w.-]*)?", value) is not None and "--" not in value

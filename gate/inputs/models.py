@@ -1,0 +1,290 @@
+"""Loading the target/draft pair: device and dtype, compatibility checks, fingerprints.
+
+``trust_remote_code`` is passed through only when the config opts in
+(``models.trust_remote_code: true``); it is off by default because the gate
+runs on self-hosted runners with repository secrets nearby.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gate.errors import ModelError, Problem
+from gate.inputs.config import LoadedConfig, ModelSpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(Problem("config", "device is 'cuda' but CUDA is not available on this machine",
+                                 field="models.device", hint="use device: auto or cpu"))
+    return dev
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return DTYPES[name]
+
+
+@dataclass
+class LoadedModel:
+    role: str  # "target" or "draft"
+    model: torch.nn.Module | None  # None with models.local_weights: false (the model runs behind a server)
+    spec: ModelSpec
+    location: str  # resolved local path or hub id
+    fingerprint: str
+    config: object = None  # the transformers config (always loaded)
+    load_dtype: torch.dtype | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return int((self.model.config if self.model is not None else self.config).vocab_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype if self.model is not None else self.load_dtype
+
+
+@dataclass
+class ModelPair:
+    target: LoadedModel
+    draft: LoadedModel
+    tokenizer: object  # a transformers tokenizer
+    device: torch.device
+    eos_override: tuple[int, ...] | None = None  # replaces the model's EOS (the self-test uses this)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        if self.eos_override is not None:
+            return self.eos_override
+        gen = getattr(self.target.model, "generation_config", None)
+        ids = gen.eos_token_id if gen is not None else getattr(self.target.config, "eos_token_id", None)
+        if ids is None:
+            ids = self.tokenizer.eos_token_id
+        if ids is None:
+            return ()
+        return tuple(ids) if isinstance(ids, (list, tuple)) else (int(ids),)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
+    """A local model directory, or a hub id.  A path that names a local folder (``./x``, ``models/x`` where
+    ``models/`` exists) and is not there is an error, never a download of whatever the hub holds under that name."""
+    from gate.inputs.config import looks_like_local_path
+
+    p = loaded.resolve_path(spec.path)
+    if p.is_dir():
+        return str(p)
+    if looks_like_local_path(spec.path, loaded):
+        role = "target" if spec is loaded.config.models.target else "draft"
+        raise ModelError(Problem(str(loaded.source), f"model directory {str(p)!r} does not exist",
+                                 field=f"models.{role}.path", hint="point it at a directory holding config.json and "
+                                                                   "weights, or at a hub id such as 'org/name'"))
+    return spec.path
+
+
+_FINGERPRINTS: dict[tuple, str] = {}  # (dtype, directory, every file's name, size and mtime) -> content hash
+
+
+def fingerprint_model(location: str, spec: ModelSpec, dtype: torch.dtype) -> str:
+    """A content hash of the model: every file in its directory, and the load dtype.
+
+    For a local directory every file is hashed (about a second per GB), custom code
+    included, so editing it changes the key.  A directory whose files (names, sizes,
+    mtimes) are unchanged is hashed once per process: ``check`` compares fingerprints
+    before loading the models, then loads them.  For a hub id, the id and revision
+    stand in for the content.
+    """
+    path = Path(location)
+    if not path.is_dir():
+        return hashlib.sha256(f"{dtype}{location}@{spec.revision or 'main'}".encode()).hexdigest()[:16]
+    # Every file the loader may read: config, weights, tokenizer, and custom code (*.py) too.
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(path).parts))
+    key = (str(dtype), str(path.resolve()),
+           tuple((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _FINGERPRINTS:
+        h = hashlib.sha256()
+        h.update(str(dtype).encode())
+        for f in files:
+            h.update(str(f.relative_to(path)).encode())
+            with f.open("rb") as fh:
+                h.update(hashlib.file_digest(fh, "sha256").digest())
+        _FINGERPRINTS[key] = h.hexdigest()[:16]
+    return _FINGERPRINTS[key]
+
+
+def _load_one(loaded: LoadedConfig, role: str, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    cfg = loaded.config.models
+    spec: ModelSpec = getattr(cfg, role)
+    location = _location(loaded, spec)
+    dtype = resolve_dtype(spec.dtype, device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            location, revision=spec.revision, dtype=dtype,
+            trust_remote_code=cfg.trust_remote_code,
+            attn_implementation=cfg.attn_implementation,
+        )
+    except Exception as exc:  # any loader failure is a problem with this model, said as such
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        local = Path(location).is_dir()
+        if offline and not local:
+            hint = "HF_HUB_OFFLINE=1 is set, so hub ids must already be in the local cache"
+        elif local and any(w in str(exc).lower() for w in ("size mismatch", "mismatched_sizes", "shape")):
+            first = "the sizes in config.json do not match the weights (transformers: size mismatch)"
+            weights = sorted(f.name for f in Path(location).iterdir() if f.suffix in (".safetensors", ".bin"))
+            files = ", ".join(weights) or "the directory"
+            hint = (f"{Path(location) / 'config.json'} does not match the weights in {files}: check vocab_size, "
+                    "hidden_size and the layer counts")
+        else:
+            hint = "check the path or hub id, and models.trust_remote_code if the model needs custom code"
+        raise ModelError(Problem(str(loaded.source), f"cannot load {role} model {location!r}: "
+                                 f"{type(exc).__name__}: {first}", field=f"models.{role}.path", hint=hint)) from None
+    model.to(device).eval()
+    return LoadedModel(role, model, spec, location, fingerprint_model(location, spec, dtype), model.config, dtype)
+
+
+def _config_only(loaded: LoadedConfig, role: str, device: torch.device) -> LoadedModel:
+    """The model's config and fingerprint without its weights (it is served elsewhere)."""
+    from transformers import AutoConfig
+
+    spec: ModelSpec = getattr(loaded.config.models, role)
+    location = _location(loaded, spec)
+    dtype = resolve_dtype(spec.dtype, device)
+    try:
+        config = AutoConfig.from_pretrained(location, revision=spec.revision,
+                                            trust_remote_code=loaded.config.models.trust_remote_code)
+    except Exception as exc:  # any loader failure is a problem with this model, said as such
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ModelError(Problem(str(loaded.source), f"cannot read the {role} model's config {location!r}: {first}",
+                                 field=f"models.{role}.path",
+                                 hint="with local_weights: false the gate still reads the config and tokenizer")
+                         ) from None
+    return LoadedModel(role, None, spec, location, fingerprint_model(location, spec, dtype), config, dtype)
+
+
+def _load_tokenizer(loaded: LoadedConfig, location: str, role: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(location, trust_remote_code=loaded.config.models.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ModelError(Problem(str(loaded.source), f"cannot load the {role} tokenizer from {location!r}: {first}",
+                                 field=f"models.{role}.path",
+                                 hint="the model directory needs tokenizer files")) from None
+
+
+def tokenizer_digest(tok) -> str:
+    vocab = sorted(tok.get_vocab().items())
+    specials = {"bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
+    return hashlib.sha256(json.dumps([vocab, specials]).encode()).hexdigest()[:16]
+
+
+def check_pair(source: str, target, draft, target_tok, draft_tok) -> None:
+    """Refuse a pair whose draft proposes tokens from a different vocabulary."""
+    problems = []
+    if draft_tok is not None and tokenizer_digest(target_tok) != tokenizer_digest(draft_tok):
+        problems.append(Problem(source, "the draft and target tokenizers differ (vocabulary or special tokens), "
+                                "so draft token ids would mean different text to the target",
+                                field="models.draft.path",
+                                hint="use a draft trained with the target's tokenizer"))
+    tv, dv = int(target.config.vocab_size), int(draft.config.vocab_size)
+    if tv != dv:
+        problems.append(Problem(source, f"vocab sizes differ: target {tv}, draft {dv}", field="models.draft.path",
+                                hint="the draft's output layer must cover exactly the target's vocabulary"))
+    if len(target_tok) > tv:
+        problems.append(Problem(source, f"the tokenizer has {len(target_tok)} tokens but the target's vocab "
+                                f"size is {tv}", field="models.target.path",
+                                hint="the tokenizer does not belong to this model"))
+    if problems:
+        raise ModelError(problems)
+
+
+def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target", "draft")) -> None:
+    """Refuse, before any weights load, a model the gate's in-process engines cannot run exactly (exit 2).
+
+    The target runs in the ragged layout as the reference (unless a serving stack is the reference) and
+    in calibration; the draft runs there in the speculative engine and in calibration.  Only the configs
+    are read here, so a refused model never costs a weight load (nor fails in it first)."""
+    from transformers import AutoConfig
+
+    from gate.inputs.architectures import REFUSED, WORKS_INSTEAD, refusal
+
+    cfg = loaded.config
+    in_process = any(e.type in ("speculative", "hf_assisted") for e in cfg.engines)
+    http_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
+    runs = {"target": in_process or not http_reference, "draft": in_process}
+    problems = []
+    for role in roles:
+        if not runs[role]:
+            continue
+        spec: ModelSpec = getattr(cfg.models, role)
+        location = _location(loaded, spec)
+        try:
+            config = AutoConfig.from_pretrained(location, revision=spec.revision,
+                                                trust_remote_code=cfg.models.trust_remote_code)
+        except Exception:  # loading the model reports this, with its field and hint
+            continue
+        why = refusal(config)
+        if why:
+            model_type = getattr(config, "model_type", "?")
+            problems.append(Problem(str(loaded.source), f"{role} model {location!r} is a {model_type!r} model, which "
+                                    f"the gate's reference and speculative engines cannot run exactly: {why}",
+                                    field=f"models.{role}.path",
+                                    hint=f"{WORKS_INSTEAD}; refused architectures: {', '.join(sorted(REFUSED))}, "
+                                         "see docs/engines.md"))
+    if problems:
+        raise ModelError(problems)
+
+
+def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
+    device = device or resolve_device(loaded.config.models.device)
+    if not loaded.config.models.local_weights:  # the models run behind servers: tokenizer and configs only
+        target = _config_only(loaded, "target", device)
+        draft = _config_only(loaded, "draft", device)
+        return ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
+    check_architectures(loaded)
+    target = _load_one(loaded, "target", device)
+    draft = _load_one(loaded, "draft", device)
+    tok = _load_tokenizer(loaded, target.location, "target")
+    bare_draft = Path(draft.location).is_dir() and not any(
+        (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    # A draft directory without tokenizer files shares the target's tokenizer.
+    draft_tok = None if bare_draft else _load_tokenizer(loaded, draft.location, "draft")
+    check_pair(str(loaded.source), target.model, draft.model, tok, draft_tok)
+    return ModelPair(target, draft, tok, device)
+
+
+def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
+    """Another config's draft, checked against an already loaded pair's target (paired mode)."""
+    check_architectures(loaded, ("draft",))
+    draft = _load_one(loaded, "draft", pair.device)
+    bare = Path(draft.location).is_dir() and not any(
+        (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    draft_tok = None if bare else _load_tokenizer(loaded, draft.location, "draft")
+    check_pair(str(loaded.source), pair.target.model, draft.model, pair.tokenizer, draft_tok)
+    return draft

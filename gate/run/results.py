@@ -1,0 +1,646 @@
+"""The results of ``specguard run``: typed records, written incrementally, read through query helpers.
+
+While a run is in progress every finished batch execution is appended to
+``records.jsonl`` (flushed and fsynced), and ``results.json`` is rewritten
+atomically at the end, or when the run is interrupted, with ``status`` saying
+which.  A crash mid-run therefore loses at most the batch in flight, and
+``specguard run --resume`` picks up where it stopped.
+
+The types below are the contract between the runner and every later stage;
+``gate/schemas/results.schema.json`` is generated from them
+(``python scripts/make_schemas.py``).  Checks read a :class:`Results` through its
+query helpers (:meth:`Results.greedy_outputs`, :meth:`Results.timing_pairs`,
+:meth:`Results.sampled`, :meth:`Results.reruns`), never raw dicts, and never the
+runner's protocol.
+
+Schema history, every older version loading through :func:`migrate`:
+``specguard.results/1`` (flat dicts, no ``composition``); ``specguard.results/2``
+(no ``anchor``: the reference was not checked against ``transformers.generate``); ``specguard.results/3``
+(no ``baseline_name``, no text-keyed top-k of a text-only stack).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from gate.engines.base import SpecCounters
+from gate.errors import Problem, ResultsError
+from gate.inputs.config import REFERENCE, Config
+from gate.io.documents import Document, RunRef, omitted_when_none
+from gate.io.files import _named, parse_json, read_input, split_lines
+from gate.io.rundir import RESULTS, DocumentKind, load_document
+
+SCHEMA = "specguard.results/4"
+OLDER_SCHEMAS = ("specguard.results/1", "specguard.results/2", "specguard.results/3")
+
+Mode = Literal["greedy", "sampling"]
+Status = Literal["complete", "interrupted", "failed"]
+
+
+class Phase(str, Enum):
+    """What an execution was for."""
+
+    CALIBRATION = "calibration"  # step timings of the loaded pair (not an execution record)
+    OUTPUTS = "outputs"  # greedy equivalence data: the whole suite at every batch size
+    TIMING = "timing"  # paired, interleaved speedup samples of per-cell batches
+    CANONICAL = "canonical"  # the reference at batch size 1 when 1 is not a configured size
+    SAMPLING = "sampling"  # sampled tokens for the distribution test
+
+
+class _Record(Document):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+# Numbers are finite and in range at this boundary: a NaN, an infinity, a negative time or count, or a batch
+# size beyond any real one is refused with its field path (exit 2), never judged.
+MAX_BATCH_SIZE = 1 << 16
+Seconds = Annotated[float, Field(ge=0.0, le=1e7)]
+Count = Annotated[int, Field(ge=0)]
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+
+
+def _counters_not_negative(c):
+    if c is None:
+        return c
+    for k, v in vars(c).items():
+        if any(x < 0 for x in (v if isinstance(v, list) else [v])):
+            raise ValueError(f"{k}: expected counts >= 0, got {v}")
+    return c
+
+
+# --- one execution ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class JobKey:
+    """Identity of one batch execution: the runner never runs the same key twice, merging unions by it."""
+
+    phase: str
+    engine: str
+    mode: str
+    batch_size: int
+    composition: int
+    batch: int
+    repeat: int
+
+    def label(self) -> str:
+        return (f"{self.phase}/{self.engine}/{self.mode}/bs{self.batch_size}/c{self.composition}"
+                f"/batch{self.batch}/r{self.repeat}")
+
+
+class SequenceOutput(_Record):
+    """One row of one executed batch."""
+
+    prompt_id: str
+    filler: bool = False  # a repeat of a prompt already in this composition (the suite was too small)
+    seed: int = 0
+    text: str = ""
+    token_ids: list[Count]
+    stop_reason: Literal["eos", "max_tokens"]
+    wall_s: Seconds
+    ttft_s: Seconds | None = None
+    per_token_s: Seconds | None = None
+    counters: SpecCounters | None = None
+    top_logprobs: list[dict[int, float]] | None = None  # a server's top-k logprobs per emitted token
+    text_only: bool = False  # the engine gave only text: these ids are its text re-tokenized
+    # a text-only stack's own token pieces and top-k keyed by text (None: not given)
+    token_texts: list[str] | None = omitted_when_none()
+    top_text_logprobs: list[dict[str, float]] | None = omitted_when_none()
+
+    _counters = field_validator("counters")(_counters_not_negative)
+
+
+class Failure(_Record):
+    """Why an engine produced no output for a batch: a finding about the engine under test, not a gate error."""
+
+    kind: Literal["crash", "timeout", "out_of_memory", "contract"]
+    type: str  # the exception's type, e.g. RuntimeError
+    message: str
+
+
+class Execution(_Record):
+    """One batch run by one engine (``kind: execution`` in ``records.jsonl``)."""
+
+    kind: Literal["execution"] = "execution"
+    phase: Phase
+    engine: str
+    mode: Mode
+    batch_size: BatchSize
+    composition: Count = 0
+    batch: Count
+    repeat: Count = 0
+    slice: str | None = None  # the batch's cell, for per-cell batches (timing); None for mixed batches
+    bucket: str | None = None
+    temperature: Annotated[float, Field(ge=0.0)] = 0.0
+    prompts: list[str]
+    n_real: Count
+    wall_s: Seconds
+    realign_s: Seconds = 0.0
+    num_target_forwards: Count = 0
+    num_draft_forwards: Count = 0
+    peak_memory_bytes: Count | None = None
+    cached: bool = False
+    sequences: list[SequenceOutput]
+    failure: Failure | None = None  # the engine crashed, hung, ran out of memory or broke the contract
+    batch_counters: SpecCounters | None = None  # a server's counters for the whole wave (per row unknown)
+
+    _counters = field_validator("batch_counters")(_counters_not_negative)
+
+    @property
+    def key(self) -> JobKey:
+        return JobKey(self.phase.value, self.engine, self.mode, self.batch_size, self.composition, self.batch,
+                      self.repeat)
+
+    @property
+    def cell(self) -> tuple[str | None, str | None]:
+        return (self.slice, self.bucket)
+
+    def real(self) -> list[SequenceOutput]:
+        return [s for s in self.sequences if not s.filler]
+
+    def tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.sequences)
+
+    def counters(self) -> SpecCounters | None:
+        """The speculation counters of this batch's real rows, summed (or the whole batch's, from a server);
+        None if the engine reported none."""
+        total = SpecCounters.total(s.counters for s in self.real())
+        if self.batch_counters is not None and (total is None or (not total.num_drafts
+                                                                  and self.batch_counters.num_drafts)):
+            return self.batch_counters  # also when the rows' counters lack verification steps (llama-server timings)
+        return total
+
+
+# --- the header ----------------------------------------------------------------------------
+
+
+class ModelFingerprint(_Record):
+    location: str
+    fingerprint: str
+    dtype: str
+    revision: str | None = None
+
+
+class SuiteFingerprint(_Record):
+    name: str
+    fingerprint: str
+    prompts: int
+    slices: list[str]
+
+
+class Fingerprint(_Record):
+    """What a measurement depends on; resume, the cache and comparisons check it."""
+
+    hardware: dict[str, Any]
+    hardware_key: str
+    libraries: dict[str, str]
+    models: dict[str, ModelFingerprint]
+    config: str  # digest of the validated config
+    suite: SuiteFingerprint
+
+    def differences(self, other: Fingerprint) -> list[str]:
+        """What differs from ``other``, one readable line each (empty: the same run setup)."""
+        out = []
+        if self.suite.fingerprint != other.suite.fingerprint:
+            out.append(f"suite: {other.suite.name} ({other.suite.fingerprint}) -> "
+                       f"{self.suite.name} ({self.suite.fingerprint})")
+        if self.config != other.config:
+            out.append(f"config digest: {other.config} -> {self.config}")
+        for role in sorted(set(self.models) | set(other.models)):
+            a, b = other.models.get(role), self.models.get(role)
+            if a is None or b is None or (a.fingerprint, a.dtype) != (b.fingerprint, b.dtype):
+                out.append(f"{role} model: {a.fingerprint if a else None} -> {b.fingerprint if b else None}")
+        for lib in sorted(set(self.libraries) | set(other.libraries)):
+            if self.libraries.get(lib) != other.libraries.get(lib):
+                out.append(f"{lib}: {other.libraries.get(lib)} -> {self.libraries.get(lib)}")
+        if self.hardware_key != other.hardware_key:
+            out.append(f"hardware: {other.hardware_key} -> {self.hardware_key}")
+        return out
+
+
+class Settings(_Record):
+    num_draft_tokens: int
+    batch_sizes: list[int]
+    max_new_tokens: int
+    eos_token_ids: list[int]
+    greedy: bool
+    sampling: dict[str, Any] | None = None
+    engines: list[str]
+    engine_version: str
+    capabilities: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    compositions: int = 1
+    stress_mix: bool = False
+
+
+class PromptRecord(_Record):
+    id: str
+    slice: str
+    bucket: str
+    n_prompt_tokens: int
+    max_new_tokens: int
+    prompt_ids: list[int]
+
+
+class BatchPlanRecord(_Record):
+    """One planned equivalence batch: its composition, members and prompt-length spread."""
+
+    batch_size: int
+    composition: int
+    batch: int
+    kind: Literal["mixed", "stress", "cell"]
+    prompts: list[str]
+    n_real: int
+    min_prompt_tokens: int
+    max_prompt_tokens: int
+    duplicates: bool = False  # a prompt twice in the batch: the suite is smaller than the batch size
+
+
+class Skip(_Record):
+    engine: str
+    batch_size: int
+    mode: Mode
+    reason: str
+
+
+class AnchorDifference(_Record):
+    """The first difference between the gate's reference and ``generate()`` on one anchor prompt."""
+
+    prompt_id: str
+    position: int  # output position of the first difference
+    reference_token: int | None  # None: that output had already ended (EOS)
+    generate_token: int | None
+    logit_gap: float | None = None  # teacher-forced logit of the reference's token minus generate()'s
+    tolerance: float | None = None  # the near-tie tolerance at that position
+    near_tie: bool = False
+
+
+class AnchorRecord(_Record):
+    """The reference checked against ``transformers.generate`` on a few suite prompts (:mod:`gate.run.anchor`)."""
+
+    key: str  # the cache key: target, dtype, device, hardware, libraries, engine version, prompts, settings
+    model_type: str
+    prompts: int
+    identical: int
+    near_ties: int
+    differences: list[AnchorDifference] = Field(default_factory=list)
+    seconds: float = 0.0  # what the anchor cost this run (0 when reused from the cache)
+    cached: bool = False
+
+    @property
+    def line(self) -> str:
+        return anchor_line(self.model_dump())
+
+
+def anchor_line(anchor: dict | AnchorRecord) -> str:
+    """The one line the summary and the PR comment give the anchor (from the record or its JSON)."""
+    a = anchor if isinstance(anchor, dict) else anchor.model_dump()
+    n = a["near_ties"]
+    cost = "reused from the cache" if a["cached"] else f"{a['seconds']:.1f} s"
+    return (f"reference anchored to transformers.generate: {a['identical']}/{a['prompts']} prompts identical, "
+            f"{n} near-tie{'s' if n != 1 else ''} ({a['model_type']}; {cost})")
+
+
+class StoppedAt(_Record):
+    model_config = ConfigDict(extra="allow")
+    reason: str
+    phase: str | None = None
+    engine: str | None = None
+    batch_size: int | None = None
+    batch: int | None = None
+    repeat: int | None = None
+
+
+class RunHeader(_Record):
+    """The first line of ``records.jsonl`` and the head of ``results.json``."""
+
+    schema_id: str = Field(SCHEMA, alias="schema")
+    fingerprint: Fingerprint
+    settings: Settings
+    config: Config | None = None  # the validated config the run was made with (None: a run from before it was kept)
+    prompts: list[PromptRecord]
+    batches: list[BatchPlanRecord] = Field(default_factory=list)
+    shard: tuple[int, int] | None = None  # (index, count) of a sharded run; None for a whole run
+    run_id: str | None = None  # this invocation's id: verdict.json names it, so a stale verdict is never judged
+    # the baseline name the run was made under (gate.inputs.config.baseline_name of its config file), so that `compare`
+    # without the config looks up the same baseline as `baseline refresh` with it
+    baseline_name: str | None = None
+
+    def ref(self) -> RunRef:
+        """How the documents derived from this run name it."""
+        return RunRef(id=self.run_id, config=self.fingerprint.config, suite=self.fingerprint.suite.fingerprint)
+
+
+class PairedRun(Document):
+    """Paired mode: the base config's speculative engine, timed beside the head's, interleaved, in one run."""
+
+    engine: str  # the base engine's name in the results, e.g. "base-speculative"
+    head_engine: str  # the head engine it is compared with
+    num_draft_tokens: int  # the base's k
+    calibration: dict[str, dict[str, float]] = Field(default_factory=dict)  # the base pair's step costs
+    config: dict[str, Any] = Field(default_factory=dict)  # the base config, as loaded
+    source: str | None = None  # the base config's file
+
+
+VOCAB_HINT = "these results were not made with this config's target, or were edited; rerun `specguard run`"
+
+
+class Results(RunHeader):
+    """``results.json``: the header, every execution, and how the run ended."""
+
+    status: Status
+    stopped_at: StoppedAt | None = None
+    calibration: dict[str, dict[str, float]] = Field(default_factory=dict)  # batch size -> step timings
+    calibrated_engines: list[str] = Field(default_factory=list)  # engines the pair's calibration applies to
+    timing: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)  # bs -> cell -> repeats
+    executions: list[Execution] = Field(default_factory=list)
+    skipped: list[Skip] = Field(default_factory=list)
+    cache: dict[str, list[str]] = Field(default_factory=lambda: {"reused": []})
+    paired: PairedRun | None = None  # paired mode only
+    # Where the time went, in runs made before phases.json held it (a run writes it empty now).
+    phases: dict[str, Any] = Field(default_factory=dict)
+    # The reference checked against transformers.generate; None when the reference is a serving stack.
+    anchor: AnchorRecord | None = None
+    _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _rows_name_this_runs_prompts(self) -> Results:
+        """Every batch and row names one of this run's prompts: the checks look each one up."""
+        known = {p.id for p in self.prompts}
+        for i, ex in enumerate(self.executions):
+            for j, pid in enumerate(ex.prompts):
+                if pid not in known:
+                    raise ValueError(f"executions[{i}].prompts[{j}]: {pid!r} is not one of this run's prompts")
+            for j, seq in enumerate(ex.sequences):
+                if seq.prompt_id not in known:
+                    raise ValueError(f"executions[{i}].sequences[{j}].prompt_id: {seq.prompt_id!r} is not one of "
+                                     "this run's prompts")
+        return self
+
+    def vocabulary_problem(self, vocab_size: int, source: str) -> Problem | None:
+        """The first token id (of a prompt or an output) the target's vocabulary does not hold, as a Problem."""
+        for i, p in enumerate(self.prompts):
+            bad = next((k for k, t in enumerate(p.prompt_ids) if t >= vocab_size), None)
+            if bad is not None:
+                return Problem(source, f"token id {p.prompt_ids[bad]} is outside the target's vocabulary (size "
+                                       f"{vocab_size})", field=f"prompts[{i}].prompt_ids[{bad}]", hint=VOCAB_HINT)
+        for i, ex in enumerate(self.executions):
+            for j, seq in enumerate(ex.sequences):
+                bad = next((k for k, t in enumerate(seq.token_ids) if t >= vocab_size), None)
+                if bad is not None:
+                    return Problem(source, f"token id {seq.token_ids[bad]} is outside the target's vocabulary "
+                                           f"(size {vocab_size})", field=f"executions[{i}].sequences[{j}].token_ids"
+                                                                         f"[{bad}]", hint=VOCAB_HINT)
+        return None
+
+    # --- queries ----------------------------------------------------------------------
+
+    def prompt(self, prompt_id: str) -> PromptRecord:
+        if self._prompt_index is None:
+            self._prompt_index = {p.id: p for p in self.prompts}
+        return self._prompt_index[prompt_id]
+
+    def engines(self) -> list[str]:
+        """Engines under test (the reference excluded), in run order."""
+        seen = dict.fromkeys(e.engine for e in self.executions if e.engine != REFERENCE)
+        return list(seen)
+
+    def greedy_outputs(self, engine: str, batch_size: int, composition: int | None = 0
+                       ) -> dict[str, SequenceOutput]:
+        """{prompt_id: output} of an engine's greedy equivalence run at one batch size.
+
+        For the reference at batch size 1 this is the canonical reference.  ``composition=None``
+        merges all compositions (first seen wins).  Filler rows are left out.  Ordered as the suite, not as
+        the batches ran: a run merged from shards gives the same answer as one run.
+        """
+        out: dict[str, SequenceOutput] = {}
+        for ex in self.executions:
+            if (ex.mode == "greedy" and ex.engine == engine and ex.batch_size == batch_size and ex.repeat == 0
+                    and ex.phase in (Phase.OUTPUTS, Phase.CANONICAL)
+                    and (composition is None or ex.composition == composition)):
+                for s in ex.real():
+                    out.setdefault(s.prompt_id, s)
+        order = {p.id: i for i, p in enumerate(self.prompts)}
+        return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+    def canonical(self) -> dict[str, SequenceOutput]:
+        """The canonical reference: non-speculative, greedy, batch size 1."""
+        return self.greedy_outputs(REFERENCE, 1)
+
+    def greedy_batch_sizes(self, engine: str) -> list[int]:
+        return sorted({ex.batch_size for ex in self.executions if ex.engine == engine and ex.mode == "greedy"
+                       and ex.phase in (Phase.OUTPUTS, Phase.CANONICAL)})
+
+    def compositions(self, engine: str, batch_size: int) -> list[int]:
+        return sorted({ex.composition for ex in self.executions if ex.engine == engine and ex.mode == "greedy"
+                       and ex.batch_size == batch_size and ex.phase == Phase.OUTPUTS and ex.repeat == 0})
+
+    def reruns(self, engine: str, batch_size: int) -> list[tuple[SequenceOutput, SequenceOutput]]:
+        """(first, later) outputs of a prompt whose identical batch (same prompts, same order) ran again.
+
+        This is run-to-run repeatability: nothing differs between the two runs but time.
+        """
+        first: dict[tuple, SequenceOutput] = {}
+        pairs = []
+        for ex in self.executions:
+            if ex.engine != engine or ex.mode != "greedy" or ex.batch_size != batch_size:
+                continue
+            members = tuple(ex.prompts)
+            for row, s in enumerate(ex.sequences):
+                key = (members, row)
+                if key in first:
+                    pairs.append((first[key], s))
+                else:
+                    first[key] = s
+        return pairs
+
+    def sampled(self, engine: str, batch_size: int) -> list[SequenceOutput]:
+        return [s for ex in self.executions if ex.mode == "sampling" and ex.engine == engine
+                and ex.batch_size == batch_size for s in ex.real()]
+
+    def sampled_groups(self) -> list[tuple[str, int]]:
+        return sorted({(ex.engine, ex.batch_size) for ex in self.executions if ex.mode == "sampling"})
+
+    def timing_pairs(self, engine: str | None = None) -> list[TimingPair]:
+        """Paired (reference, engine) executions of the same timed batch and repeat, in run order."""
+        by_key: dict[tuple, dict[str, Execution]] = defaultdict(dict)
+        for ex in self.executions:
+            if ex.phase == Phase.TIMING:
+                by_key[(ex.batch_size, ex.composition, ex.batch, ex.repeat)][ex.engine] = ex
+        out = []
+        for engines in by_key.values():
+            ref = engines.get(REFERENCE)
+            if ref is None:
+                continue
+            for name, ex in engines.items():
+                if name != REFERENCE and (engine is None or name == engine):
+                    out.append(TimingPair(name, ref, ex))
+        return out
+
+    def failures(self) -> list[Execution]:
+        return [ex for ex in self.executions if ex.failure is not None]
+
+    def has_timing(self) -> bool:
+        return any(ex.phase == Phase.TIMING for ex in self.executions)
+
+
+@dataclass(frozen=True)
+class TimingPair:
+    """One paired speedup sample: the reference and an engine on the same batch, back to back."""
+
+    engine: str
+    reference: Execution
+    execution: Execution
+
+    @property
+    def batch_size(self) -> int:
+        return self.execution.batch_size
+
+    @property
+    def slice(self) -> str | None:
+        return self.execution.slice
+
+    @property
+    def bucket(self) -> str | None:
+        return self.execution.bucket
+
+    @property
+    def repeat(self) -> int:
+        return self.execution.repeat
+
+    @property
+    def ratio(self) -> float | None:
+        if self.reference.failure or self.execution.failure or self.execution.wall_s <= 0:
+            return None
+        return self.reference.wall_s / self.execution.wall_s
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+class RecordLog:
+    """Append-only JSONL log of a run: a header line, then one line per finished execution."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fh = None
+
+    def start(self, header: RunHeader) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.unlink(missing_ok=True)  # a symlink planted here is removed, never written through
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
+        self._fh = os.fdopen(fd, "w", encoding="utf-8")
+        self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
+
+    def append(self, record: Execution) -> None:
+        self._write(record.model_dump(mode="json"))
+
+    def _write(self, record: dict) -> None:
+        try:
+            self._fh.write(json.dumps(record) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:  # a full disk or a file size limit: a torn last line, dropped on --resume
+            raise _named(exc, self.path) from None
+
+    def close(self) -> None:
+        if self._fh:
+            fh, self._fh = self._fh, None
+            with contextlib.suppress(OSError):  # the write that failed already said why
+                fh.close()
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_records(path: Path) -> tuple[RunHeader | None, list[Execution]]:
+    """The header and the complete records of a log; a torn last line (a crash mid-write) is dropped.
+
+    A log from another schema version, or one that does not parse, gives no header and no
+    records: it cannot be resumed.
+    """
+    if not path.exists():
+        return None, []
+    hint = "delete the output directory and run again"
+    lines = split_lines(read_input(path, ResultsError, "record log", hint))
+    while lines and not lines[-1].strip():
+        lines.pop()
+    header, records = None, []
+    for n, line in enumerate(lines, start=1):
+        try:
+            rec = parse_json(line, ResultsError, str(path), "a record", hint, line=n)
+        except ResultsError:
+            if n == len(lines):
+                break  # torn write of the batch in flight
+            raise
+        if not isinstance(rec, dict):
+            raise ResultsError(Problem(str(path), "corrupt record (not an object)", line=n,
+                                       hint="delete the output directory and run again"))
+        try:
+            if rec.get("kind") == "header":
+                if rec.get("schema") != SCHEMA:
+                    return None, []
+                header = RunHeader.model_validate({k: v for k, v in rec.items() if k != "kind"})
+            else:
+                records.append(Execution.model_validate(rec))
+        except ValidationError as exc:
+            raise ResultsError(Problem(str(path), f"corrupt record: {_first_error(exc)}", line=n,
+                                       hint="delete the output directory and run again")) from None
+    return header, records
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors(include_url=False)[0]
+    loc = ".".join(str(x) for x in e["loc"])
+    return f"{loc}: {e['msg']}" if loc else e["msg"]
+
+
+def migrate(doc: dict) -> dict:
+    """Bring an older results document to the current schema (one function for every version)."""
+    if not doc.get("config"):  # written empty by early versions: unknown, not an empty config
+        doc = {**doc, "config": None}
+    if doc.get("schema") == "specguard.results/1":
+        doc = dict(doc)
+        for ex in doc.get("executions", []):
+            ex.setdefault("composition", 0)
+            for s in ex.get("sequences", []):
+                c = s.get("counters")
+                if isinstance(c, dict):
+                    s["counters"] = {k: v for k, v in c.items() if k in SpecCounters.__dataclass_fields__}
+        calib = doc.get("calibration") or {}
+        doc["calibrated_engines"] = [e for e in doc.get("settings", {}).get("engines", [])] if calib else []
+        doc.setdefault("settings", {}).setdefault("compositions", 1)
+        doc["schema"] = "specguard.results/2"
+    if doc.get("schema") == "specguard.results/2":
+        doc = {**doc, "anchor": None, "schema": "specguard.results/3"}  # made before the anchor: not anchored
+    if doc.get("schema") == "specguard.results/3":
+        # made before the text-only top-k and the recorded baseline name: neither is known
+        doc = {**doc, "schema": SCHEMA}
+    return doc
+
+
+RESULTS_DOC = DocumentKind("results file", ResultsError, lambda: Results,
+                           "the file is corrupt or was edited; rerun `specguard run`", schema=SCHEMA,
+                           older=OLDER_SCHEMAS, migrate=migrate, read_hint="run `specguard run CONFIG` first",
+                           json_hint="the file is corrupt; rerun, or rebuild it from records.jsonl with "
+                                     "`specguard run --resume`",
+                           schema_hint="produce it with this version of specguard (`specguard run`)")
+
+
+def load_results(path: str | Path) -> Results:
+    """Read results.json (or a directory holding it), migrate older schemas, and validate it."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS
+    return load_document(path, RESULTS_DOC)

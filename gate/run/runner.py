@@ -1,0 +1,360 @@
+"""``specguard run``: plan, execute and time, writing results as it goes.
+
+The run is three parts with one job each:
+
+* :func:`gate.run.plan.plan` decides which batches each engine runs in which phase,
+  and records every skip with its reason (pure; no model);
+* :class:`gate.run.execute.Executor` runs a job, or takes it from the resumed log or
+  the reference cache, and appends it to ``records.jsonl``;
+* :class:`gate.run.schedule.TimingScheduler` decides how often each timing cell repeats.
+
+Phases, in order:
+
+0. **anchor**: the in-process reference checked against ``transformers``' ``generate()`` on a
+   few suite prompts (:mod:`gate.run.anchor`); a confident difference stops the run with exit 2,
+   before any verdict.  Cached, keyed without the draft;
+1. **calibration** of the loaded pair (:mod:`gate.run.calibrate`), for engines that run its steps;
+2. **outputs** (greedy): every engine on the whole suite at every batch size, the
+   equivalence data, in batches that mix slices and prompt lengths as traffic does,
+   under ``batching.compositions`` shuffles (:mod:`gate.run.plan`).  Reference
+   executions come from the cache when nothing they depend on changed;
+3. **timing** (greedy): per load level, a spread subset of each cell, reference and
+   engines interleaved, with adaptive repeats.  Never cached: an honest paired
+   timing needs the reference measured now, beside the engine;
+4. **canonical**: the reference at batch size 1, if 1 is not a configured size;
+5. **sampling**: passes with fresh per-prompt seeds until each engine (and the
+   reference, the control) has ``checks.distribution.num_samples`` tokens.
+
+A run can be interrupted (Ctrl-C, SIGTERM) and resumed with ``--resume``, which
+refuses a log from a different setup (suite, config, models, libraries, hardware).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate.engines import ENGINE_VERSION, Engine, GenerationSettings
+from gate.errors import Problem, ResumeError, RunInterrupted, SuiteError
+from gate.inputs import fingerprint as fp
+from gate.inputs.config import REFERENCE, LoadedConfig
+from gate.inputs.models import LoadedModel, ModelPair
+from gate.inputs.suite import Suite
+from gate.io.files import atomic_write_json
+from gate.io.rundir import RECORDS, RESULTS
+from gate.run.anchor import Anchor
+from gate.run.cache import ReferenceCache
+from gate.run.calibrate import calibrate
+from gate.run.execute import Executor, Interrupted, sigterm_interrupts
+from gate.run.phases import Phases
+from gate.run.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_name, plan
+from gate.run.plan import shard as shard_plan
+from gate.run.progress import Lines
+from gate.run.results import (
+    SCHEMA,
+    AnchorRecord,
+    Execution,
+    Fingerprint,
+    ModelFingerprint,
+    PairedRun,
+    Phase,
+    RecordLog,
+    Results,
+    RunHeader,
+    Settings,
+    StoppedAt,
+    SuiteFingerprint,
+    read_records,
+)
+from gate.run.schedule import TimingScheduler
+
+MAX_SAMPLING_PASSES = 100
+
+
+@dataclass
+class PairedBase:
+    """Paired mode: the base config's speculative engine (its draft and k), timed beside the head's."""
+
+    engine: Engine
+    head_engine: str
+    draft: LoadedModel
+    num_draft_tokens: int
+    config: dict
+    source: str
+
+
+def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edges: list[int],
+                 truncate: bool = False) -> list[PromptInfo]:
+    """Tokenized prompts; a prompt the target cannot take with its token budget is refused (or, when the
+    suite opts in with ``suite.truncate_long_prompts``, cut to its last tokens)."""
+    limit = getattr(pair.target.config, "max_position_embeddings", None)
+    out, problems = [], []
+    for i, p in enumerate(suite.prompts):
+        ids = tuple(pair.encode(p.text))
+        budget = p.max_new_tokens or max_new_tokens
+        if limit and len(ids) + budget > limit:
+            room = limit - budget
+            if truncate and room > 0:
+                ids = ids[-room:]
+            else:
+                problems.append(Problem(suite.name, f"prompt {p.id!r} has {len(ids)} tokens, but the target takes "
+                                        f"{limit} positions and the prompt needs room for {budget} new tokens "
+                                        f"(at most {max(room, 0)} prompt tokens)", field="prompt",
+                                        hint="shorten it, lower its max_new_tokens, or set "
+                                             "suite.truncate_long_prompts: true"))
+                continue
+        out.append(PromptInfo(i, p.id, p.slice, bucket_name(len(ids), bucket_edges), ids, budget))
+    if problems:
+        raise SuiteError(problems)
+    return out
+
+
+class Runner:
+    def __init__(self, loaded: LoadedConfig, pair: ModelPair, suite: Suite, reference: Engine,
+                 engines: list[Engine], out_dir: Path, log: Callable[[str], None] = print,
+                 cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
+                 paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
+                 shard: tuple[int, int] | None = None, run_id: str | None = None,
+                 hardware_key: str | None = None):
+        self.loaded = loaded
+        self.run_id = run_id
+        # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
+        self.hardware_key_override = hardware_key or loaded.config.baseline.hardware_key
+        self.cfg = loaded.config
+        self.pair = pair
+        self.suite = suite
+        self.reference = reference
+        self.engines = engines  # speculative engines under test
+        self.paired = paired
+        self.by_name: dict[str, Engine] = {REFERENCE: reference, **{e.name: e for e in engines}}
+        if paired is not None:
+            self.by_name[paired.engine.name] = paired.engine
+        self.out_dir = Path(out_dir)
+        self.say = log
+        self.cache = cache
+        self.phases = phases or Phases()
+        self.progress = progress or Lines(log)
+        self.hardware = fp.hardware(pair.device)
+        gen = self.cfg.generation
+        with self.phases("setup (tokenize, plan)"):
+            self.prompts = prompt_infos(suite, pair, gen.max_new_tokens,
+                                        list(self.cfg.checks.speedup.context_buckets),
+                                        truncate=self.cfg.suite.truncate_long_prompts)
+            timing_only = [EngineInfo(paired.engine.name, paired.engine.capabilities)] if paired else None
+            self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
+                                   timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
+            self.shard = shard
+            if shard is not None:
+                self.plan = shard_plan(self.plan, *shard)
+        k = self.cfg.speculation.num_draft_tokens
+        self.greedy = GenerationSettings(0.0, k, pair.eos_token_ids if gen.stop_at_eos else ())
+        self.sampled = GenerationSettings(gen.sampling.temperature, k, self.greedy.eos_token_ids) \
+            if gen.sampling else None
+        self.executor: Executor | None = None
+        self.anchored: AnchorRecord | None = None
+
+    # --- identity -------------------------------------------------------------------------
+
+    def fingerprint(self) -> Fingerprint:
+        models = {
+            role: ModelFingerprint(location=m.location, fingerprint=m.fingerprint,
+                                   dtype=str(m.dtype).replace("torch.", ""), revision=m.spec.revision)
+            for role, m in (("target", self.pair.target), ("draft", self.pair.draft))
+        }
+        return Fingerprint(
+            hardware=self.hardware, hardware_key=self.hardware_key_override or fp.hardware_key(self.hardware),
+            libraries=fp.libraries(),
+            models=models, config=fp.digest(self.cfg.model_dump(mode="json")),
+            suite=SuiteFingerprint(name=self.suite.name, fingerprint=self.suite.fingerprint(),
+                                   prompts=len(self.suite.prompts), slices=self.suite.slices))
+
+    def header(self) -> RunHeader:
+        cfg = self.cfg
+        settings = Settings(
+            num_draft_tokens=cfg.speculation.num_draft_tokens, batch_sizes=cfg.batching.batch_sizes,
+            max_new_tokens=cfg.generation.max_new_tokens, eos_token_ids=list(self.greedy.eos_token_ids),
+            greedy=cfg.generation.greedy,
+            sampling=cfg.generation.sampling.model_dump() if cfg.generation.sampling else None,
+            engines=[e.name for e in self.engines], engine_version=ENGINE_VERSION,
+            capabilities={e.name: e.capabilities.to_dict() for e in [self.reference, *self.engines]},
+            compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
+        )
+        return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings, shard=self.shard,
+                         run_id=self.run_id, baseline_name=self.loaded.baseline_name,
+                         config=cfg,
+                         prompts=[p.record() for p in self.prompts],
+                         batches=[b.record(self.prompts) for b in self.plan.batches])
+
+    def cache_context(self) -> dict:
+        """What every cached reference generation depends on besides its batch (see :mod:`gate.run.cache`)."""
+        t = self.pair.target
+        return {"target": t.fingerprint, "dtype": str(t.dtype), "device": self.pair.device.type,
+                "hardware": fp.hardware_key(self.hardware), "libraries": fp.libraries(),
+                "attn": self.cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
+
+    # --- phases ---------------------------------------------------------------------------
+
+    def anchor_phase(self) -> None:
+        """Check the in-process reference against transformers' generate() before anything depends on it."""
+        if not self.reference.capabilities.anchored_to_generate or self.pair.target.model is None \
+                or not self.prompts:
+            return  # a serving stack (or a test's scripted engine) is the reference: nothing to anchor
+        eq = self.cfg.checks.equivalence
+        fixed = None if eq.logit_tolerance == "auto" else float(eq.logit_tolerance)
+        anchor = Anchor(self.pair, self.reference, self.cache.dir.parent if self.cache else None, fixed,
+                        noise_batch_size=max(self.cfg.batching.batch_sizes))
+        self.progress.start("anchor: the reference against transformers.generate", None)
+        self.anchored = anchor.run(self.prompts, self.greedy, self.cache_context())
+        self.progress.note(self.anchored.line)
+
+    def _run(self, job: Job) -> Execution:
+        settings = self.greedy if job.mode == "greedy" else self.sampled
+        if self.paired is not None and job.engine == self.paired.engine.name:  # the base's own k
+            settings = dataclasses.replace(settings, num_draft_tokens=self.paired.num_draft_tokens)
+        return self.executor.run(self.by_name[job.engine], job, settings)
+
+    def outputs_phase(self) -> None:
+        size = None
+        for job in self.plan.outputs:
+            if job.batch.batch_size != size:
+                size = job.batch.batch_size
+                names = sorted({j.engine for j in self.plan.outputs if j.batch.batch_size == size} - {REFERENCE})
+                todo = sum(j.batch.batch_size == size for j in self.plan.outputs)
+                self.progress.start(f"outputs at batch size {size}: reference, {', '.join(names) or '(none)'}", todo)
+            with self.phases(f"equivalence outputs: {job.engine}"):
+                self._run(job)
+            self.progress.advance()
+
+    def timing_phase(self) -> dict:
+        sp = self.cfg.checks.speedup
+        scheduler = TimingScheduler(sp)
+        share = sp.time_budget_s / max(1, len(self.plan.timing))
+        out = {}
+        for level in self.plan.timing:
+            n_batches = sum(len(c.batches) for c in level.cells)
+            self.progress.start(f"timing at batch size {level.batch_size}: {len(level.cells)} cells, "
+                                f"{n_batches} batches, engines: reference, {', '.join(level.engines) or '(none)'}",
+                                n_batches * sp.min_repeats)
+            if level.cells:
+                first = level.cells[0].batches[0]
+                for name in (REFERENCE, *level.engines):  # warm-up runs are not recorded
+                    self.executor.warm_up(self.by_name[name], first, self.greedy, sp.warmup)
+
+            def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float | None]:
+                recs = {name: self._run(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
+                if repeat >= sp.min_repeats:  # an adaptive repeat: more than the estimate
+                    self.progress.grow(1)
+                self.progress.advance()
+                return {name: None if rec.failure else rec.wall_s for name, rec in recs.items()}
+
+            out[str(level.batch_size)] = scheduler.run_level(list(level.cells), REFERENCE, list(level.engines),
+                                                             share, run_pair)
+        return out
+
+    def canonical_phase(self) -> None:
+        if self.plan.canonical:
+            self.progress.start("canonical reference at batch size 1", len(self.plan.canonical))
+        for job in self.plan.canonical:
+            self._run(job)
+            self.progress.advance()
+
+    def sampling_phase(self) -> None:
+        for group in self.plan.sampling:
+            self.progress.start(f"sampling with {group.engine} at batch size {group.batch_size}, "
+                                f"T={self.sampled.temperature}: {group.need} tokens", len(group.batches))
+            got, p = 0, 0
+            while got < group.need and p < MAX_SAMPLING_PASSES:
+                before = got
+                if p:
+                    self.progress.grow(len(group.batches))
+                for pb in group.batches:
+                    rec = self._run(Job(Phase.SAMPLING, group.engine, "sampling", pb, p, cacheable=group.cacheable))
+                    got += sum(len(s.token_ids) for s in rec.real())
+                    self.progress.advance()
+                p += 1
+                if got == before:  # a whole pass gave nothing (the engine fails or emits nothing): stop asking
+                    break
+
+    # --- the whole run --------------------------------------------------------------------
+
+    def _previous(self, header: RunHeader, records_path: Path) -> dict:
+        old_header, old = read_records(records_path)
+        if old_header is None:
+            if records_path.exists():
+                raise ResumeError(Problem(str(records_path), "cannot resume: the log is from another version "
+                                          "of specguard, or has no header",
+                                          hint="run without --resume to start over"))
+            self.say(f"nothing to resume in {records_path}; starting a new run")
+            return {}
+        differs = header.fingerprint.differences(old_header.fingerprint)
+        if differs:
+            raise ResumeError(Problem(str(records_path), "cannot resume: the interrupted run had a different "
+                                      "setup (" + "; ".join(differs) + ")",
+                                      hint="run without --resume to start over, or pass another --out"))
+        self.say(f"resuming: {len(old)} finished executions found in {records_path}")
+        return {r.key: r for r in old}
+
+    def run(self, resume: bool = False) -> Results:
+        header = self.header()
+        records_path = self.out_dir / RECORDS
+        previous = self._previous(header, records_path) if resume else {}
+        log = RecordLog(records_path)
+        log.start(header)
+        for rec in previous.values():
+            log.append(rec)  # keep them on disk even if this run stops before reusing them
+        seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
+        self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
+                                 cache_context=self.cache_context(), previous=previous, say=self.progress.note)
+        for skip in self.plan.skips:
+            self.progress.note(f"skip {skip.engine} at batch size {skip.batch_size} ({skip.mode}): {skip.reason}")
+        status, stopped, calibration, timing = "complete", None, {}, {}
+        base_calibration: dict[str, dict[str, float]] = {}
+        try:
+            with sigterm_interrupts():
+                with self.phases("anchor"):
+                    self.anchor_phase()
+                if self.plan.calibrate:
+                    self.progress.start("calibration: step costs of the pair", None)
+                    with self.phases("calibration"):
+                        trials = self.cfg.checks.speedup.calibration_trials
+                        calibration = calibrate(self.pair, self.plan.calibrate,
+                                                self.cfg.speculation.num_draft_tokens, trials=trials)
+                        if self.paired is not None:
+                            base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
+                            base_calibration = calibrate(base_pair, self.plan.calibrate,
+                                                         self.paired.num_draft_tokens, trials=trials)
+                self.outputs_phase()
+                if self.plan.timing:
+                    with self.phases("timing"):
+                        timing = self.timing_phase()
+                with self.phases("canonical reference"):
+                    self.canonical_phase()
+                if self.sampled is not None:
+                    with self.phases("sampling"):
+                        self.sampling_phase()
+        except (KeyboardInterrupt, Interrupted) as exc:
+            status = "interrupted"
+            stopped = StoppedAt(**(self.executor.current or {}), reason=str(exc) or "interrupted (SIGINT)")
+        except BaseException as exc:
+            status = "failed"
+            stopped = StoppedAt(**(self.executor.current or {}), reason=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            log.close()
+            with self.phases("writing results"):
+                paired = None
+                if self.paired is not None:
+                    paired = PairedRun(engine=self.paired.engine.name, head_engine=self.paired.head_engine,
+                                       num_draft_tokens=self.paired.num_draft_tokens, calibration=base_calibration,
+                                       config=self.paired.config, source=self.paired.source)
+                results = Results(**header.model_dump(by_alias=True), status=status, stopped_at=stopped,
+                                  calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
+                                  timing=timing, executions=self.executor.records, skipped=self.plan.skips,
+                                  cache={"reused": self.executor.reused}, paired=paired,
+                                  anchor=self.anchored)
+                atomic_write_json(self.out_dir / RESULTS, results)
+        if status == "interrupted":
+            raise RunInterrupted(results)
+        return results

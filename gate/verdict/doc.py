@@ -1,0 +1,121 @@
+"""``verdict.json``: the judge's verdict lines (:class:`gate.checks.doc.VerdictLine`, the one type of them), changes
+and headline (written by :mod:`gate.verdict.judge`, read by the report).  Pydantic only, no numpy.
+:mod:`gate.verdict.file` reads it back with the standard library alone.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gate.checks.doc import VerdictLine
+from gate.io.documents import Document, RunRef
+
+SCHEMA = "specguard.verdict/2"
+Status = Literal["pass", "fail", "warn", "neutral"]
+EXIT_PASS, EXIT_FAIL = 0, 1
+
+
+_Doc = Document
+
+
+class Interval(_Doc):
+    estimate: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+class Explanation(_Doc):
+    """log-points (100 x change of log S) of the Leviathan model's parts; they add up to ``model``."""
+
+    acceptance: float
+    draft_cost: float | None = None
+    verify_cost: float | None = None
+    model: float | None = None
+    alpha_base: float | None = None
+    alpha_head: float | None = None
+    cost_base: float | None = None
+    cost_head: float | None = None
+    verify_base: float | None = None
+    verify_head: float | None = None
+    sentence: str = ""
+
+
+class SpeedupChange(_Doc):
+    engine: str
+    slice: str | None
+    batch_size: int
+    bucket: str | None
+    base: Interval
+    head: Interval
+    ratio: Interval  # head speedup / base speedup
+    status: Status
+    significant: bool
+    explanation: Explanation | None = None
+
+
+class AcceptanceChange(_Doc):
+    engine: str
+    batch_size: int
+    slice: str
+    base: float
+    head: float
+    relative: float
+    status: Status
+    # after a k change: the Leviathan expectation at the head's k from the baseline's acceptance (not judged)
+    expected: float | None = None
+    acceptance_per_pos_base: list[float | None] = Field(default_factory=list)
+    acceptance_per_pos_head: list[float | None] = Field(default_factory=list)
+
+
+class EquivalenceChange(_Doc):
+    engine: str
+    batch_size: int
+    base: float | None
+    head: float | None
+    allowed_drop: float
+    status: Status
+
+
+class Changed(_Doc):
+    what: str
+    base: str
+    head: str
+
+
+class BaselineRef(_Doc):
+    path: str
+    name: str
+    hardware_key: str
+    created_utc: str
+    same_hardware: bool
+    forced: bool = False
+
+
+class VerdictDoc(_Doc):
+    schema_id: Literal["specguard.verdict/2"] = Field(SCHEMA, alias="schema")
+    outcome: Literal["pass", "fail", "neutral"]
+    exit_code: int
+    headline: str
+    mode: Literal["stored", "paired", "none"]
+    baseline: BaselineRef | None = None
+    hardware_key: str
+    checks: list[VerdictLine]
+    equivalence: list[EquivalenceChange] = Field(default_factory=list)
+    acceptance: list[AcceptanceChange] = Field(default_factory=list)
+    speedup: list[SpeedupChange] = Field(default_factory=list)
+    changed: list[Changed] = Field(default_factory=list)
+    run_status: str
+    # the run it belongs to, and the exact documents it was judged from (``python -m gate.verdict.file`` checks all
+    # three against the files beside it)
+    run: RunRef | None = None
+    results_digest: str | None = None
+    checks_digest: str | None = None
+
+    def failed(self) -> list[VerdictLine]:
+        return [c for c in self.checks if c.status == "fail"]
+
+
+__all__ = ["EXIT_FAIL", "EXIT_PASS", "SCHEMA", "AcceptanceChange", "BaselineRef", "Changed",
+           "EquivalenceChange", "Explanation", "Interval", "RunRef", "SpeedupChange", "Status", "VerdictDoc"]

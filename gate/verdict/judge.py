@@ -1,0 +1,499 @@
+"""The judge: a run's summary against its baseline: what got worse than what was accepted before, and why.
+
+``judge(head, stored, rules)`` is pure: a :class:`gate.verdict.summary.RunSummary` (the run's measurements, in
+the shape a baseline holds them, derived by the same code, :func:`gate.verdict.baseline.measure`; its status,
+config and check verdicts; in paired mode the base timed beside it), the stored baseline (or none), and the
+rules (``baseline.*`` of the config).  No document is read, no clock or environment is consulted.  Each rule
+gives pass, fail, warn or neutral with one
+sentence a reviewer can act on (``baseline.*`` in the config sets the tolerances):
+
+* **equivalence** — any confident divergence, confident inconsistency or
+  corruption signature fails (from the checks); so does an exact-match drop
+  against the baseline beyond the measured noise floor;
+* **distribution** — a test below alpha while the control passes fails;
+* **acceptance** — mean acceptance length below the baseline by more than
+  ``acceptance_drop`` (5%, vLLM's tolerance) in any slice fails.  Under greedy
+  decoding it is deterministic: a noise-free regression signal;
+* **speedup** — a drop fails only when it is beyond ``speedup_drop`` *and*
+  significant: the bootstrap CI of the head/baseline ratio lies below
+  ``1 - speedup_drop``.  (A load level or slice whose speedup CI lies below
+  ``checks.speedup.min_speedup`` is the speedup check's own failure, carried
+  over like every check verdict.)  On other hardware, timing is "not
+  comparable" (a warning), never a failure; equivalence and acceptance are still
+  compared.  In paired mode the ratio comes from head and base timed side by
+  side, interleaved, in the same job;
+* **reproducibility** — reported; fails only under ``require_bitwise``;
+* **no baseline** — neutral, with how to create one.
+
+Every speedup change is explained by its causes (:func:`explain`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gate.checks.doc import VerdictLine
+from gate.inputs.config import REFERENCE, BaselineConfig, Config, baseline_name
+from gate.numbers import signed_pct, times
+from gate.run.results import Results
+from gate.stats import alpha_from_mean_accepted
+from gate.verdict.baseline import Baseline, Comparability, Measurements, SpeedupCell, Stored, comparability
+from gate.verdict.doc import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    SCHEMA,
+    AcceptanceChange,
+    BaselineRef,
+    Changed,
+    EquivalenceChange,
+    Explanation,
+    Interval,
+    SpeedupChange,
+    VerdictDoc,
+)
+from gate.verdict.summary import PairedSummary, RunSummary
+
+# --- the cause split ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What the Leviathan model needs of one side: tokens per target forward (from acceptance), k, c, v."""
+
+    tokens_per_forward: float
+    k: int
+    cost_ratio: float | None = None  # c: one draft step over one target step
+    verify_ratio: float | None = None  # v: one (k+1)-token verification over one target step
+
+
+def explain(base: Cost, head: Cost) -> Explanation:
+    """Split the change of log S between base and head into acceptance, draft cost and verification cost.
+
+    S = T / (v + c k), with T the tokens per target forward (Leviathan et al.: T = (1 - a^(k+1)) / (1 - a);
+    their model takes v = 1).  log S_head - log S_base is, exactly:
+
+    * acceptance:  log T_h - log T_b
+    * draft cost:  -[log(v_b + c_h k_h) - log(v_b + c_b k_b)]
+    * verify cost: -[log(v_h + c_h k_h) - log(v_b + c_h k_h)]
+    """
+    acc = 100 * math.log(head.tokens_per_forward / base.tokens_per_forward)
+    pts = _points
+    out = Explanation(acceptance=acc, alpha_base=alpha_from_mean_accepted(base.tokens_per_forward, base.k),
+                      alpha_head=alpha_from_mean_accepted(head.tokens_per_forward, head.k))
+    if None in (base.cost_ratio, head.cost_ratio):
+        out.sentence = f"acceptance {out.alpha_base:.2f} → {out.alpha_head:.2f} explains {pts(acc)} points; " \
+                       "draft and verification costs not measured"
+        return out
+    vb, vh = base.verify_ratio or 1.0, head.verify_ratio or 1.0
+    cb, ch = base.cost_ratio, head.cost_ratio
+    draft = -100 * (math.log(vb + ch * head.k) - math.log(vb + cb * base.k))
+    verify = -100 * (math.log(vh + ch * head.k) - math.log(vb + ch * head.k))
+    out.draft_cost, out.verify_cost, out.model = draft, verify, acc + draft + verify
+    out.cost_base, out.cost_head, out.verify_base, out.verify_head = cb, ch, vb, vh
+    out.sentence = (f"acceptance {out.alpha_base:.2f} → {out.alpha_head:.2f} explains {pts(acc)} points, "
+                    f"draft cost {pts(draft)}, verify cost {pts(verify)}")
+    return out
+
+
+def _points(x: float) -> str:
+    return f"{round(x) + 0:+d}"  # + 0: no "-0"
+
+
+def main_cause(e: Explanation | None) -> str | None:
+    if e is None:
+        return None
+    parts = {"acceptance": e.acceptance, "draft cost": e.draft_cost or 0.0, "verification cost": e.verify_cost or 0.0}
+    return min(parts, key=parts.get)
+
+
+# --- ratio statistics -------------------------------------------------------------------------
+
+
+def ratio_ci(head: list[float], base: list[float], resamples: int = 2000, seed: int = 0) -> Interval:
+    """Bootstrap CI of median(head) / median(base) from independent samples (stored-baseline mode)."""
+    if not head or not base:
+        return Interval(estimate=None)
+    h, b = np.asarray(head, dtype=float), np.asarray(base, dtype=float)
+    est = float(np.median(h) / np.median(b))
+    if len(h) < 2 or len(b) < 2:
+        return Interval(estimate=est)
+    rng = np.random.default_rng(seed)
+    mh = np.median(h[rng.integers(0, len(h), (resamples, len(h)))], axis=1)
+    mb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
+    r = mh / mb
+    return Interval(estimate=est, low=float(np.quantile(r, 0.025)), high=float(np.quantile(r, 0.975)))
+
+
+def paired_ratio_ci(ratios: list[float], resamples: int = 2000) -> Interval:
+    """Bootstrap CI of the median of paired head/base ratios (paired mode)."""
+    from gate.stats import bootstrap_median_ci
+
+    if not ratios:
+        return Interval(estimate=None)
+    ci = bootstrap_median_ci(ratios, resamples)
+    return Interval(estimate=ci.estimate, low=ci.low if len(ratios) > 1 else None,
+                    high=ci.high if len(ratios) > 1 else None)
+
+
+def _interval(cell: SpeedupCell | None) -> Interval:
+    if cell is None:
+        return Interval(estimate=None)
+    return Interval(estimate=cell.estimate, low=cell.low, high=cell.high)
+
+
+# --- the comparison -------------------------------------------------------------------------
+
+
+def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc:
+    """The head's summary against the stored baseline (``stored.baseline``; None: there is none yet), or, in
+    paired mode (``head.paired``), its speedup against the base's engine timed beside it.  Pure: the verdict
+    depends on these three values alone."""
+    paired = head.paired
+    baseline = stored.baseline
+    measured = head.measured
+    hw = head.hardware_key
+    # Verdicts of the run itself: equivalence, signatures, noise floor, distribution, reproducibility, speedup floor.
+    verdicts: list[VerdictLine] = list(head.checks)
+    if head.status != "complete":
+        verdicts.append(VerdictLine(check="run", status="fail",
+                                    why=f"the run is {head.status}: only what finished was checked; rerun with "
+                                        "--resume to complete it"))
+
+    eq_changes: list[EquivalenceChange] = []
+    acc_changes: list[AcceptanceChange] = []
+    sp_changes: list[SpeedupChange] = []
+    if baseline is None:
+        verdicts.append(_missing_baseline(rules, hw, stored, paired is not None))
+    if baseline is not None:
+        comp = comparability(baseline, measured)
+        verdicts += [VerdictLine(check="baseline", status="neutral", why=note) for note in comp.notes()]
+        if comp.same_suite:
+            eq_changes = _exact_match_changes(measured, baseline, rules.exact_match_drop)
+        verdicts += [VerdictLine(check="equivalence", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                 why=f"exact match fell from {c.base:.0%} to {c.head:.0%} at batch size "
+                                     f"{c.batch_size}, more than the {c.allowed_drop:.0%} that float noise "
+                                     "explains here")
+                     for c in eq_changes if c.status == "fail"]
+        acc_changes = _acceptance_changes(measured, baseline, rules.acceptance_drop, comp)
+        verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop, comp)
+        if paired is None:
+            if stored.same_hardware:
+                sp_changes = _stored_speedup_changes(measured, baseline, rules.speedup_drop, comp)
+            else:
+                verdicts.append(VerdictLine(
+                    check="speedup", status="warn",
+                    why=f"not comparable: the baseline was measured on {baseline.hardware_key}, this run on {hw}; "
+                        "timing was not compared (equivalence and acceptance were)"))
+    if paired is not None:
+        sp_changes = _paired_speedup_changes(measured, paired, rules.speedup_drop)
+    verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
+
+    failed = [v for v in verdicts if v.status == "fail"]
+    mode = "paired" if paired else ("stored" if baseline else "none")
+    outcome = "fail" if failed else ("neutral" if mode == "none" else "pass")
+    ref = None
+    if baseline is not None:
+        ref = BaselineRef(path=stored.path, name=baseline.name, hardware_key=baseline.hardware_key,
+                          created_utc=baseline.created_utc, same_hardware=stored.same_hardware,
+                          forced=baseline.forced is not None)
+    doc = VerdictDoc(outcome=outcome, exit_code=EXIT_FAIL if failed else EXIT_PASS, headline="", mode=mode,
+                     baseline=ref, hardware_key=hw, checks=verdicts, equivalence=eq_changes, acceptance=acc_changes,
+                     speedup=sp_changes, changed=what_changed(head, baseline), run_status=head.status, run=head.run)
+    doc.headline = headline(doc, measured)
+    return doc
+
+
+def run_baseline_name(results: Results, config: Config) -> str:
+    """The baseline name a run was made under (recorded in results.json), else the config's rule without a file."""
+    return results.baseline_name or baseline_name(config, None)
+
+
+def _missing_baseline(rules: BaselineConfig, hw: str, stored: Stored, paired: bool) -> VerdictLine:
+    """No baseline for this hardware key: neutral (or, under ``baseline.on_missing: fail``, a failure) that says
+    which keys do have one and how to make this one."""
+    why = f"no baseline '{stored.name}' for hardware {hw}" + (f" ({stored.path})" if stored.path else "")
+    if stored.others:
+        why += (f"; baselines exist for {', '.join(stored.others)}, but none is used by chance: set the "
+                "`hardware-key` input (or baseline.hardware_key) to one of them if this runner is the same machine, or")
+    else:
+        why += "; to create it,"
+    why += (" run the refresh workflow on this runner (or `specguard baseline refresh CONFIG --from RUN_DIR`) and "
+            "commit the file it writes")
+    if paired:
+        why += "; speedup was judged against the base, timed in this job"
+    if rules.on_missing == "fail":
+        return VerdictLine(check="baseline", status="fail", why=why + " (baseline.on_missing: fail)")
+    return VerdictLine(check="baseline", status="neutral", why=why)
+
+
+def _exact_match_changes(head: Measurements, baseline: Baseline, fixed: float | str) -> list[EquivalenceChange]:
+    out = []
+    floor = head.noise_floor
+    for engine, rows in head.equivalence.items():
+        for bs, s in rows.items():
+            base = baseline.equivalence.get(engine, {}).get(bs)
+            if base is None or base.exact_match is None or s.exact_match is None:
+                continue
+            if fixed == "auto":
+                plain = floor.get(bs)
+                noise = 1 - ((plain.exact_match if plain else None) or 1.0)
+                allowed = max(noise, 1 / max(s.sequences, 1))
+            else:
+                allowed = float(fixed)
+            drop = base.exact_match - s.exact_match
+            out.append(EquivalenceChange(engine=engine, batch_size=int(bs), base=base.exact_match,
+                                         head=s.exact_match, allowed_drop=allowed,
+                                         status="fail" if drop > allowed + 1e-12 else "pass"))
+    return out
+
+
+def _acceptance_changes(head_summary: Measurements, baseline: Baseline, tolerance: float,
+                        comp: Comparability | None = None) -> list[AcceptanceChange]:
+    """Per engine, batch size and slice.  After a k change, each row carries the Leviathan expectation at the new
+    k from the baseline's acceptance and is neutral; after a suite change only shared slices (and ``*``, over the
+    whole suite, only when the suite is the same) are compared."""
+    comp = comp or comparability(baseline, head_summary)
+    head = head_summary.acceptance
+    out = []
+    for engine, per_bs in baseline.acceptance.items():
+        for bs, per_slice in per_bs.items():
+            for slc, base in per_slice.items():
+                now = head.get(engine, {}).get(bs, {}).get(slc)
+                if now is None or base.mean_accepted_length is None or now.mean_accepted_length is None:
+                    continue
+                if not comp.same_suite and slc not in comp.shared:
+                    continue
+                rel = now.mean_accepted_length / base.mean_accepted_length - 1
+                expected, status = None, ("fail" if rel < -tolerance else "pass")
+                if not comp.same_k and comp.base_k:
+                    a = alpha_from_mean_accepted(base.mean_accepted_length, comp.base_k)
+                    expected = comp.head_k + 1.0 if a >= 1 else (1 - a ** (comp.head_k + 1)) / (1 - a)
+                    status = "neutral"
+                out.append(AcceptanceChange(
+                    engine=engine, batch_size=int(bs), slice=slc, base=base.mean_accepted_length,
+                    head=now.mean_accepted_length, relative=rel, status=status, expected=expected,
+                    acceptance_per_pos_base=base.acceptance_per_pos, acceptance_per_pos_head=now.acceptance_per_pos))
+    return out
+
+
+def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
+                         comp: Comparability | None = None) -> list[VerdictLine]:
+    out = []
+    if comp is not None and not comp.same_k:
+        for engine in sorted({c.engine for c in changes}):
+            rows = [c for c in changes if c.engine == engine and c.slice == "*"] or \
+                [c for c in changes if c.engine == engine]
+            parts = [f"{'all slices' if c.slice == '*' else c.slice} at batch size {c.batch_size}: "
+                     f"{c.base:.2f} → {c.head:.2f} (Leviathan expects {c.expected:.2f})"
+                     for c in rows[:4] if c.expected is not None]
+            out.append(VerdictLine(check="acceptance", status="neutral", engine=engine,
+                                    why=f"k changed {comp.base_k} → {comp.head_k}, so mean acceptance length moves "
+                                        f"as expected, not judged: {'; '.join(parts)}"))
+        return out
+    for c in changes:
+        if c.status == "fail":
+            where = "all slices" if c.slice == "*" else f"{c.slice}"
+            out.append(VerdictLine(check="acceptance", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                    slice=c.slice,
+                                    why=f"mean acceptance length on {where} at batch size {c.batch_size} fell "
+                                        f"{c.base:.2f} → {c.head:.2f} ({signed_pct(c.relative)}), beyond the "
+                                        f"{tolerance:.0%} tolerance: the draft agrees with the target less often"))
+    for engine in sorted({c.engine for c in changes}):
+        mine = [c for c in changes if c.engine == engine]
+        if all(c.status == "pass" for c in mine):
+            worst = min(mine, key=lambda c: c.relative)
+            where = "all slices" if worst.slice == "*" else worst.slice
+            out.append(VerdictLine(check="acceptance", status="pass", engine=engine,
+                                    why=f"mean acceptance length within {tolerance:.0%} of the baseline on every "
+                                        f"slice and batch size (worst {where} at batch size "
+                                        f"{worst.batch_size}: {signed_pct(worst.relative)})"))
+    return out
+
+
+def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost | None:
+    if not tpf:
+        return None
+    row = (calibration or {}).get(str(bs))
+    return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
+
+
+def _speedup_status(ratio: Interval, tolerance: float) -> tuple[str, bool]:
+    """The speedup rule, stored or paired: fail when the ratio's CI lies wholly below ``1 - tolerance``
+    (significant), warn when only its estimate does."""
+    significant = ratio.high is not None and ratio.high < 1 - tolerance
+    beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
+    return ("fail" if significant else ("warn" if beyond else "pass")), significant
+
+
+def _stored_speedup_changes(head: Measurements, baseline: Baseline, tolerance: float,
+                            comp: Comparability | None = None) -> list[SpeedupChange]:
+    head_cells = head.speedup
+    k = head.settings.num_draft_tokens
+    out = []
+    for engine, cells in head_cells.items():
+        for key, now in cells.items():
+            if comp is not None and not comp.slice_ok(now.slice):
+                continue
+            base = baseline.speedup.get(engine, {}).get(key)
+            if base is None or not base.samples or not now.samples:
+                continue
+            ratio = ratio_ci(now.samples, base.samples)
+            status, significant = _speedup_status(ratio, tolerance)
+            head_cal = head.calibration if engine in head.calibrated_engines else None
+            base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
+            hc = _costs(now.batch_size, now.tokens_per_target_forward, head_cal, k)
+            bc = _costs(base.batch_size, base.tokens_per_target_forward, base_cal, baseline.settings.num_draft_tokens)
+            out.append(SpeedupChange(engine=engine, slice=now.slice, batch_size=now.batch_size, bucket=now.bucket,
+                                     base=_interval(base), head=_interval(now), ratio=ratio, status=status,
+                                     significant=significant,
+                                     explanation=explain(bc, hc) if hc and bc else None))
+    return out
+
+
+def _paired_speedup_changes(measured: Measurements, paired: PairedSummary, tolerance: float) -> list[SpeedupChange]:
+    """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat).  Both engines'
+    cells (estimate, acceptance) are the run's own measurements."""
+    out = []
+    for key, cell in sorted(paired.cells.items()):
+        ratio = paired_ratio_ci(cell.ratios)
+        status, significant = _speedup_status(ratio, tolerance)
+        head = measured.speedup.get(paired.head_engine, {}).get(key)
+        base = measured.speedup.get(paired.engine, {}).get(key)
+        hc = _costs(cell.batch_size, head.tokens_per_target_forward if head else None, measured.calibration,
+                    measured.settings.num_draft_tokens)
+        bc = _costs(cell.batch_size, base.tokens_per_target_forward if base else None, paired.calibration,
+                    paired.num_draft_tokens)
+        out.append(SpeedupChange(engine=paired.head_engine, slice=cell.slice, batch_size=cell.batch_size,
+                                 bucket=cell.bucket, base=_interval(base), head=_interval(head), ratio=ratio,
+                                 status=status, significant=significant,
+                                 explanation=explain(bc, hc) if hc and bc else None))
+    return out
+
+
+def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bool) -> list[VerdictLine]:
+    out = []
+    how = "paired with the base in this job" if paired else "against the baseline's samples"
+    for c in changes:
+        if c.status != "fail":
+            continue
+        why = (f"speedup on {c.slice} (context {c.bucket}) at batch size {c.batch_size}: "
+               f"{times(c.base.estimate)} → {times(c.head.estimate)} ({signed_pct(c.ratio.estimate - 1)}, 95% CI "
+               f"{signed_pct(c.ratio.low - 1)} to {signed_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
+               "tolerance")
+        if c.explanation:
+            why += f": {c.explanation.sentence}"
+        out.append(VerdictLine(check="speedup", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                slice=c.slice, why=why))
+    if changes and not any(c.status == "fail" for c in changes):
+        worst = min((c for c in changes if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate,
+                    default=None)
+        if worst is not None:
+            out.append(VerdictLine(check="speedup", status="pass", engine=worst.engine,
+                                    why=f"no significant drop beyond {tolerance:.0%} in any cell ({how}; worst "
+                                        f"{worst.slice} at batch size {worst.batch_size}: "
+                                        f"{signed_pct(worst.ratio.estimate - 1)})"))
+    return out
+
+
+def what_changed(head: RunSummary, baseline: Baseline | None) -> list[Changed]:
+    """Draft, target and batching settings, base vs head."""
+    config = head.config.model_dump(mode="json")
+    out: list[Changed] = []
+    if head.paired is not None:
+        for path in (("models", "draft", "path"), ("models", "draft", "dtype"), ("models", "target", "path"),
+                     ("models", "target", "dtype"), ("speculation", "num_draft_tokens"),
+                     ("batching", "batch_sizes")):
+            b, h = _get(head.paired.config, path), _get(config, path)
+            if b != h:
+                out.append(Changed(what=".".join(path), base=str(b), head=str(h)))
+        return out
+    if baseline is None:
+        return out
+    for role in ("target", "draft"):
+        b = baseline.fingerprint.models.get(role)
+        h = head.models.get(role)
+        spec = _get(config, ("models", role, "path"))
+        if b is None or h is None:
+            continue
+        if b.fingerprint != h["fingerprint"]:
+            out.append(Changed(what=f"{role} model", base=f"{b.name} ({b.fingerprint})",
+                               head=f"{spec} ({h['fingerprint']})"))
+        if b.dtype != h["dtype"]:
+            out.append(Changed(what=f"{role} dtype", base=b.dtype, head=h["dtype"]))
+    for name in ("num_draft_tokens", "batch_sizes", "max_new_tokens"):
+        b, h = getattr(baseline.settings, name), getattr(head.measured.settings, name)
+        if b != h:
+            out.append(Changed(what=name, base=str(b), head=str(h)))
+    for lib in ("torch", "transformers"):
+        b, h = baseline.fingerprint.libraries.get(lib), head.measured.fingerprint.libraries.get(lib)
+        if b != h:
+            out.append(Changed(what=lib, base=str(b), head=str(h)))
+    return out
+
+
+def _get(d: dict, path: tuple) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _sizes(sizes: list[int]) -> str:
+    return "/".join(str(s) for s in sorted(sizes))
+
+
+def headline(doc: VerdictDoc, measured: Measurements) -> str:
+    """One line a reviewer understands, e.g. 'Merging keeps outputs equivalent at bs 1/4/8; speedup drops
+    14% on code at bs 8 (acceptance)'."""
+    sizes = measured.settings.batch_sizes
+    eq_fail = [c for c in doc.checks if c.status == "fail" and (c.check in ("equivalence", "noise_floor")
+                                                                or c.check.startswith("signature:"))]
+    parts = []
+    if doc.run_status != "complete":
+        parts.append(f"the run is {doc.run_status}")
+    crashed = sorted({c.engine for c in doc.checks if c.check == "engine_failure" and c.status == "fail"})
+    if crashed:
+        parts.append(f"{', '.join(crashed)} failed on some batches (crash, hang or broken contract)")
+    eq = [c for c in doc.checks if c.check == "equivalence"]
+    unproven = sorted({c.batch_size for c in eq if c.status == "warn" and c.batch_size})
+    if eq_fail:
+        bad = sorted({c.batch_size for c in eq_fail if c.batch_size})
+        parts.append(f"Merging breaks output equivalence{' at bs ' + _sizes(bad) if bad else ''}")
+    elif unproven:  # "equivalent" is said only of equivalence that passed, never of a warning
+        parts.append(f"Merging leaves output equivalence unproven at bs {_sizes(unproven)} (divergences the gate "
+                     "cannot classify)")
+    elif measured.settings.greedy and any(c.status == "pass" for c in eq):
+        parts.append(f"Merging keeps outputs equivalent at bs {_sizes(sizes)}")
+    elif measured.settings.greedy:
+        parts.append("Merging: output equivalence not measured")
+    else:
+        parts.append("Merging")
+    if any(c.status == "fail" and c.check == "distribution" for c in doc.checks):
+        parts.append("sampled tokens no longer follow the target's distribution")
+    acc = [c for c in doc.acceptance if c.status == "fail"]
+    if acc:
+        worst = min(acc, key=lambda c: c.relative)
+        where = "all slices" if worst.slice == "*" else worst.slice
+        parts.append(f"acceptance drops {-worst.relative:.0%} on {where} at bs {worst.batch_size}")
+    drops = [c for c in doc.speedup if c.status == "fail"]
+    if drops:
+        worst = min(drops, key=lambda c: c.ratio.estimate)
+        cause = main_cause(worst.explanation)
+        parts.append(f"speedup drops {1 - worst.ratio.estimate:.0%} on {worst.slice} at bs {worst.batch_size}"
+                     + (f" ({cause})" if cause else ""))
+    elif any(c.check == "speedup" and c.status == "warn" and c.why.startswith("not comparable") for c in doc.checks):
+        parts.append("speedup not compared (other hardware)")
+    elif doc.speedup:
+        parts.append("speedup holds")
+    if doc.mode == "none":
+        parts.append(f"no baseline for hardware {doc.hardware_key} yet")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:]
+
+
+__all__ = ["REFERENCE", "SCHEMA", "Cost", "VerdictDoc", "explain", "headline", "judge", "ratio_ci"]
