@@ -107,13 +107,13 @@ def test_a_loop_after_a_near_tie_is_a_signature_only_when_the_target_would_not_l
         return s
 
     near = analyze_sequence("p", "s", looped, ref, scored(looped, [0.0] * 30, 0.0), tol, {2}, 30, "max_tokens")
-    assert near.divergence["kind"] == "near_tie" and not near.signatures
+    assert near.divergence.kind == "near_tie" and not near.signatures
     assert near.target_loop["unit"] == [3, 4, 5] and near.target_loop["position"] == 9
     gaps = [0.0] * 20 + [5.0] + [0.0] * 9  # one token of the loop clearly below the argmax: not the target's path
     bad = analyze_sequence("p", "s", looped, ref, scored(looped, gaps, 0.0), tol, {2}, 30, "max_tokens")
     assert "repetition" in names(bad) and bad.target_loop is None
     confident = analyze_sequence("p", "s", looped, ref, scored(looped, [0.0] * 30, 3.0), tol, {2}, 30, "max_tokens")
-    assert confident.divergence["kind"] == "confident" and "repetition" in names(confident)
+    assert confident.divergence.kind == "confident" and "repetition" in names(confident)
     assert "repetition" in names(analyze_sequence("p", "s", looped, ref, None, tol, {2}, 30, "max_tokens"))
     from gate.checks.doc import EquivalenceSummary
     from gate.checks.equivalence import _verdicts, summarize
@@ -171,7 +171,7 @@ def test_re_tokenized_text_is_judged_as_text():
     for out in (ref + [1], ref[:7], ref[:5] + [2] + ref[6:]):
         v = analyze_sequence("p", "s", out, ref, None, tol, {2}, 30, "max_tokens", retokenized=True)
         assert not names(v) & {"overlength", "truncation", "eos_ignored"}, names(v)
-        assert v.divergence["kind"] == "unclassified"
+        assert v.divergence.kind == "unclassified"
         plain = analyze_sequence("p", "s", out, ref, None, tol, {2}, 30, "max_tokens")
         assert names(plain) & {"overlength", "truncation", "eos_ignored"}, "the same ids, judged as generated"
     looped = ref[:6] + [3, 4] * 12

@@ -310,4 +310,9 @@ def test_the_step_summary_is_bounded_as_a_whole_page_in_bytes():
     assert utf8_size(cut) <= limit and "## Details" not in cut and "speedup ✓" in cut
     assert "details left out" in cut and cut.rstrip().endswith("<!-- specguard:demo -->")
     tiny = render_summary(page, details="x", limit=25)  # nothing left to drop: cut, on a character boundary
-    assert utf8_size(tiny) <= 25 and tiny.encode("utf-8").decode("utf-8") == tiny
+    assert utf8_size(tiny) <= 25 and "\ufffd" not in tiny
+    alone = Page([Section("headline", "## ✅ ✅ specguard: PASS\n", 100)])
+    full = render_summary(alone, details="", limit=100_000)
+    for limit in range(1, utf8_size(full)):  # wherever the limit falls, inside a 3-byte ✅ too: whole characters
+        cut = render_summary(alone, details="", limit=limit)
+        assert utf8_size(cut) <= limit and full.startswith(cut), (limit, cut)

@@ -197,14 +197,14 @@ def test_engines_do_not_change_what_other_engines_see(demo_pair, demo_prompts):
         engines = {"hf": HFAssistedEngine(demo_pair.target.model, demo_pair.draft.model, CPU, 0),
                    "spec": SpeculativeEngine(demo_pair.target.model, demo_pair.draft.model, CPU),
                    "ref": ReferenceEngine(demo_pair.target.model, CPU)}
-        return {name: [s.token_ids for s in run(engines[name], prompts, settings, 1, max_new=12)]
-                for name in order for settings in (greedy(), sampled)}
+        return {(name, mode): [s.token_ids for s in run(engines[name], prompts, settings, 1, max_new=12)]
+                for name in order for mode, settings in (("greedy", greedy()), ("sampled", sampled))}
 
     before_cfg = demo_pair.draft.model.generation_config.to_dict()
     before_rng = torch.random.get_rng_state()
     forward = outputs(["hf", "spec", "ref"])
     backward = outputs(["ref", "spec", "hf"])
-    assert forward == backward
+    assert len(forward) == 6 and forward == backward
     assert demo_pair.draft.model.generation_config.to_dict() == before_cfg
     assert torch.equal(torch.random.get_rng_state(), before_rng)
     assert not hasattr(demo_pair.target.model, "_get_candidate_generator") or \

@@ -42,9 +42,12 @@ def test_expected_speedup_matches_leviathan():
     assert expected_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
     # perfect draft, free: k+1 tokens per step
     assert expected_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
-    # paper's formula, a middle value
+    # a middle value, from the distribution of accepted drafts rather than the closed form: n = i < k accepted
+    # with probability a^i (1 - a), all k with a^k; a step emits n + 1 tokens and costs 1 + c k target forwards
     a, k, c = 0.6, 3, 0.05
-    assert expected_speedup(a, k, c) == pytest.approx((1 - a ** 4) / ((1 - a) * (1 + c * k)))
+    tokens = sum((i + 1) * a ** i * (1 - a) for i in range(k)) + (k + 1) * a ** k
+    assert expected_speedup(a, k, c) == pytest.approx(tokens / (1 + c * k))
+    assert expected_speedup(a, k, c) == pytest.approx(2.1760 / 1.15)  # 1 + 0.6 + 0.36 + 0.216, by hand
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.8, 0.95])

@@ -27,6 +27,7 @@ floor*: how often plain decoding itself changes with batch shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -99,13 +100,38 @@ def find_loop(tokens: list[int]) -> tuple[int, ...] | None:
     return best
 
 
+DivergenceKind = Literal["near_tie", "confident", "unclassified", "length"]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a sequence first differs from the reference, and what the target says about it.
+
+    ``kind``: ``near_tie`` (|gap| within the tolerance: floating-point noise can flip it), ``confident`` (a bug),
+    ``unclassified`` (no target to ask: text only, or no logprobs), ``length`` (one sequence ended where the
+    other goes on).  ``gap`` is the reference token's logit minus the emitted one's (> 0: the reference's token
+    is preferred); ``gap`` and ``tolerance`` are None where nothing was scored."""
+
+    position: int
+    kind: DivergenceKind
+    token: int | None = None  # the engine's token there (None: the engine's sequence ended)
+    reference_token: int | None = None  # the reference's token there (None: the reference ended)
+    gap: float | None = None
+    tolerance: float | None = None
+
+    @classmethod
+    def scored(cls, position: int, token: int, reference_token: int, gap: float, tolerance: float) -> Divergence:
+        return cls(position, "near_tie" if abs(gap) <= tolerance else "confident", token, reference_token, gap,
+                   tolerance)
+
+
 @dataclass
 class SequenceVerdict:
     prompt_id: str
     slice: str
     identical: bool
     prefix_match: float  # fraction of reference tokens matched before the first divergence
-    divergence: dict | None = None  # {"position", "kind": near_tie|confident, "gap", "tolerance", ...}
+    divergence: Divergence | None = None
     inconsistent: list[dict] = field(default_factory=list)  # confident inconsistencies
     consistent_tokens: int = 0
     scored_tokens: int = 0
@@ -143,20 +169,14 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
     if j is not None and j < len(out) and j < len(ref) and scored is not None and scored.other is not None:
         gap = scored.other - scored.chosen[j]  # > 0: the reference's token is preferred
         allowed = tol.at(scored.best[j])
-        v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": gap,
-                        "tolerance": allowed, "kind": "near_tie" if abs(gap) <= allowed else "confident"}
+        v.divergence = Divergence.scored(j, out[j], ref[j], gap, allowed)
     elif j is not None and j < len(out) and j < len(ref) and server_gap is not None:
-        gap, allowed = server_gap
-        v.divergence = {"position": j, "token": out[j], "reference_token": ref[j], "gap": gap, "tolerance": allowed,
-                        "kind": "near_tie" if abs(gap) <= allowed else "confident"}
-    elif j is not None and (retokenized or (j < len(out) and j < len(ref) and scored is None)):
-        v.divergence = {"position": j, "token": out[j] if j < len(out) else None,
-                        "reference_token": ref[j] if j < len(ref) else None, "gap": None, "tolerance": None,
-                        "kind": "unclassified"}  # no target to ask: a difference, but not a bug or noise
+        v.divergence = Divergence.scored(j, out[j], ref[j], *server_gap)
     elif j is not None:
-        v.divergence = {"position": j, "token": out[j] if j < len(out) else None,
-                        "reference_token": ref[j] if j < len(ref) else None, "gap": None,
-                        "tolerance": None, "kind": "length"}
+        # no target to ask (text, or no scores): a difference, but not a bug or noise; else one sequence ended
+        unclassified = retokenized or (j < len(out) and j < len(ref) and scored is None)
+        v.divergence = Divergence(j, "unclassified" if unclassified else "length",
+                                  out[j] if j < len(out) else None, ref[j] if j < len(ref) else None)
     # signatures
     if not out:
         v.signatures.append({"name": "empty", "detail": "no tokens generated"})
@@ -173,7 +193,7 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
     if out and not ends_eos and len(out) < max_new:
         v.signatures.append({"name": "truncation", "detail": f"stopped after {len(out)} of {max_new} tokens "
                                                              "without EOS"})
-    elif ref and len(out) < TRUNCATION_RATIO * len(ref) and v.divergence and v.divergence["kind"] == "confident":
+    elif ref and len(out) < TRUNCATION_RATIO * len(ref) and v.divergence and v.divergence.kind == "confident":
         v.signatures.append({"name": "truncation", "detail": f"{len(out)} tokens vs {len(ref)} in the reference, "
                                                              "ended at a confident divergence"})
     _repetition(v, out, ref, scored)
@@ -192,11 +212,11 @@ def _repetition(v: SequenceVerdict, out: list[int], ref: list[int], scored: Scor
     if loop is None or find_loop(ref) == loop:
         return
     own = (scored is not None and not v.inconsistent and v.scored_tokens == len(out)
-           and v.divergence is not None and v.divergence["kind"] == "near_tie")
+           and v.divergence is not None and v.divergence.kind == "near_tie")
     if own:
-        v.target_loop = {"position": v.divergence["position"], "unit": list(loop),
+        v.target_loop = {"position": v.divergence.position, "unit": list(loop),
                          "detail": f"loop of {len(loop)} token(s) after a near-tie at position "
-                                   f"{v.divergence['position']}: every token is the target's own argmax given its "
+                                   f"{v.divergence.position}: every token is the target's own argmax given its "
                                    "prefix, so the target loops there itself"}
         return
     v.signatures.append({"name": "repetition", "detail": f"loop of {len(loop)} token(s) repeated, "
@@ -205,7 +225,7 @@ def _repetition(v: SequenceVerdict, out: list[int], ref: list[int], scored: Scor
 
 def summarize(verdicts: list[SequenceVerdict]) -> dict:
     n = len(verdicts)
-    kinds = [v.divergence["kind"] for v in verdicts if v.divergence]
+    kinds = [v.divergence.kind for v in verdicts if v.divergence]
     scored = sum(v.scored_tokens for v in verdicts)
     return {
         "sequences": n,
@@ -237,11 +257,11 @@ def by_slice(verdicts: list[SequenceVerdict]) -> dict:
 
 def example(v: SequenceVerdict, out: list[int], ref: list[int], decode) -> dict:
     """A divergence shown with a few decoded tokens on either side."""
-    j = v.divergence["position"]
+    j = v.divergence.position
     lo = max(0, j - CONTEXT_TOKENS)
     return {
-        "prompt_id": v.prompt_id, "position": j, "kind": v.divergence["kind"],
-        "gap": v.divergence["gap"], "tolerance": v.divergence["tolerance"],
+        "prompt_id": v.prompt_id, "position": j, "kind": v.divergence.kind,
+        "gap": v.divergence.gap, "tolerance": v.divergence.tolerance,
         "before": decode(out[lo:j]),
         "got": decode(out[j:j + CONTEXT_TOKENS]),
         "reference": decode(ref[j:j + CONTEXT_TOKENS]),
@@ -259,7 +279,7 @@ def summary_of(compared: list, canonical: dict, decode) -> EquivalenceSummary:
     exs = []
     for c in compared:
         v = c.verdict
-        if v.divergence and v.divergence["kind"] != "length" and len(exs) < MAX_EXAMPLES:
+        if v.divergence and v.divergence.kind != "length" and len(exs) < MAX_EXAMPLES:
             exs.append(example(v, c.output.token_ids, canonical[v.prompt_id].token_ids, decode))
     return EquivalenceSummary.model_validate({
         **summarize(vs), "compositions": len({c.composition for c in compared}), "by_slice": by_slice(vs),

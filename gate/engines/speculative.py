@@ -44,8 +44,9 @@ class Rows:
     def __init__(self, requests: list[Request], tracker: Tracker):
         self.tracker = tracker
         self.ids = list(range(len(requests)))  # cache row -> request index
-        self.t_lag = {i: list(r.prompt_ids) for i, r in enumerate(requests)}  # not yet in the target cache
-        self.d_lag = {i: list(r.prompt_ids) for i, r in enumerate(requests)}  # not yet in the draft cache
+        # Pending tokens: what each cache has not seen yet (the prompt at first, then each step's last token).
+        self.target_pending = {i: list(r.prompt_ids) for i, r in enumerate(requests)}
+        self.draft_pending = {i: list(r.prompt_ids) for i, r in enumerate(requests)}
 
     def active(self) -> list[int]:
         return [j for j, r in enumerate(self.ids) if not self.tracker.done(r)]
@@ -65,16 +66,16 @@ class Rows:
             emitted = self.tracker.emit(r, drafts[j][:nj] + [nxt[j]], now)
             self.tracker.counters[r].observe_step(k_list[j], nj, emitted, draft_forwards=K)
             if self.tracker.done(r):
-                self.t_lag.pop(r, None)
-                self.d_lag.pop(r, None)
+                self.target_pending.pop(r, None)
+                self.draft_pending.pop(r, None)
                 continue
-            self.t_lag[r] = [nxt[j]]
+            self.target_pending[r] = [nxt[j]]
             if not K:  # the draft did not run: it still has to see this step's token
-                self.d_lag[r] = self.d_lag.get(r, []) + [nxt[j]]
+                self.draft_pending[r] = self.draft_pending.get(r, []) + [nxt[j]]
             elif nj == K:  # every draft accepted: the draft never fed its own last token
-                self.d_lag[r] = [drafts[j][K - 1], nxt[j]]
+                self.draft_pending[r] = [drafts[j][K - 1], nxt[j]]
             else:
-                self.d_lag[r] = [nxt[j]]
+                self.draft_pending[r] = [nxt[j]]
 
 
 class SpeculativeEngine:
@@ -95,58 +96,66 @@ class SpeculativeEngine:
              rnd: RowRandom | None, clock: Clock) -> None:
         """One step for every active row: draft, verify, accept, then the residual or bonus token.
 
-        Draft lengths, by name: ``k`` is the configured ``num_draft_tokens`` (it sizes each row's random draws,
-        so a row's stream does not depend on its budget); ``k_row[r]`` (``k_list``) is row r's draft length this
-        step, ``k`` capped by what the row may still generate; ``K = max(k_row)`` is the width drafted and
-        verified for the batch (rows with ``k_row[r] < K`` carry invalid columns).
+        The step is split into small methods so that each rule of the algorithm is one to three lines that the
+        self-test can break on its own (the *seams* below: :meth:`accepted_count`, :meth:`next_position`,
+        :meth:`target_keep`, :meth:`accept_test`, :meth:`residual`); a mutant overrides one and must be caught.
+
+        Shapes: R rows in the batch (finished rows included until they are dropped), V the vocabulary, P the
+        widest pending-token list. Draft lengths, by name: ``k`` is the configured ``num_draft_tokens`` (it
+        sizes each row's random draws, so a row's stream does not depend on its budget); ``k_row[r]``
+        (``k_list``) is row r's draft length this step, ``k`` capped by what the row may still generate;
+        ``K = max(k_row)`` is the width drafted and verified for the batch (rows with ``k_row[r] < K`` carry
+        invalid columns).
         """
         k = settings.num_draft_tokens
         active = rows.active()
         k_list = rows.draft_budget(active, k)
-        k_row, K = torch.tensor(k_list, device=self.device), max(k_list)
+        k_row, K = torch.tensor(k_list, device=self.device), max(k_list)  # k_row: [R] long; K: int
         u_draft = u_accept = u_final = None
         if rnd is not None:
-            u = torch.zeros(len(rows.ids), 2 * k + 1, dtype=torch.float64, device=self.device)
+            u = torch.zeros(len(rows.ids), 2 * k + 1, dtype=torch.float64, device=self.device)  # [R, 2k+1]
             u[active] = rnd.uniform([rows.ids[j] for j in active], 2 * k + 1)
-            u_draft, u_accept, u_final = u[:, :k], u[:, k:2 * k], u[:, 2 * k]
+            u_draft, u_accept, u_final = u[:, :k], u[:, k:2 * k], u[:, 2 * k]  # [R, k], [R, k], [R]
 
-        d_start, d_width = drf.length, max(len(rows.d_lag.get(r, [])) for r in rows.ids)
-        drafts, q = self.propose(drf, [rows.d_lag.get(r, []) for r in rows.ids], k_row, K, settings, u_draft)
+        draft_pending = [rows.draft_pending.get(r, []) for r in rows.ids]
+        d_start, d_width = drf.length, max(len(p) for p in draft_pending)
+        drafts, q = self.propose(drf, draft_pending, k_row, K, settings, u_draft)  # [R, K] long; [R, K, V] | None
 
         t_start = tgt.length
-        lag_ids, lag_valid = right_align([rows.t_lag.get(r, []) for r in rows.ids], self.device)
-        draft_valid = torch.arange(K, device=self.device)[None] < k_row[:, None]
-        logits = tgt.forward(torch.cat([lag_ids, drafts], 1), torch.cat([lag_valid, draft_valid], 1),
-                             logits_to_keep=K + 1)  # p_1 .. p_{K+1}
+        pending_ids, pending_valid = right_align(  # [R, P] long, [R, P] bool (left holes where a row has fewer)
+            [rows.target_pending.get(r, []) for r in rows.ids], self.device)
+        draft_valid = self._real(K, k_row)  # [R, K] bool: d_j is real where j < k_row
+        logits = tgt.forward(torch.cat([pending_ids, drafts], 1), torch.cat([pending_valid, draft_valid], 1),
+                             logits_to_keep=K + 1)  # [R, K+1, V]: p_1 .. p_{K+1}
 
         if settings.greedy:
-            n, nxt = self.accept_greedy(drafts, logits, k_row)
+            n, nxt = self.accept_greedy(drafts, logits, k_row)  # [R] long, [R] long
         else:
             n, nxt = self.accept_sampling(drafts, logits, q, k_row, settings, u_accept, u_final)
 
         rows.commit(active, k_list, K, drafts.tolist(), n.tolist(), nxt.tolist(), clock.now())
-        tgt.rollback(t_start, self.target_keep(lag_ids.shape[1], n, K))
+        tgt.rollback(t_start, self.target_keep(pending_ids.shape[1], n, K))  # keep [R] columns per row
         if K:
-            drf.rollback(d_start, d_width + n.clamp(max=K - 1))  # what the draft itself fed
+            drf.rollback(d_start, d_width + n.clamp(max=K - 1))  # [R]: what the draft itself fed
 
-    def propose(self, draft: RaggedBatch, lags: list[list[int]], k_row: torch.Tensor, K: int,
+    def propose(self, draft: RaggedBatch, pending: list[list[int]], k_row: torch.Tensor, K: int,
                 settings: GenerationSettings, u_draft: torch.Tensor | None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Draft K tokens per row: ([R, K] token ids, [R, K, V] draft distributions q, or None)."""
         if not K:
-            return torch.zeros(len(lags), 0, dtype=torch.long, device=self.device), None
-        ids, valid = right_align(lags, self.device)
+            return torch.zeros(len(pending), 0, dtype=torch.long, device=self.device), None
+        ids, valid = right_align(pending, self.device)  # [R, P] long, [R, P] bool
         drafts, qs = [], []
         for j in range(K):
-            logits = draft.forward(ids, valid, logits_to_keep=1)[:, -1]
+            logits = draft.forward(ids, valid, logits_to_keep=1)[:, -1]  # [R, V]
             if settings.greedy:
-                d = logits.argmax(-1)
+                d = logits.argmax(-1)  # [R]
             else:
-                q = probs(logits, settings.temperature)  # q_j: draft distribution at position j
-                d = sample(q, u_draft[:, j])
+                q = probs(logits, settings.temperature)  # [R, V]: q_j, the draft distribution at position j
+                d = sample(q, u_draft[:, j])  # [R]
                 qs.append(q)
             drafts.append(d)
-            ids, valid = d[:, None], (k_row > j)[:, None]  # d_{j+1} is real only where j < k_row
+            ids, valid = d[:, None], (k_row > j)[:, None]  # [R, 1] each: d_{j+1} is real only where j < k_row
         return torch.stack(drafts, 1), (torch.stack(qs, 1) if qs else None)
 
     def accept_greedy(self, drafts: torch.Tensor, logits: torch.Tensor, k_row: torch.Tensor
@@ -154,8 +163,8 @@ class SpeculativeEngine:
         """(accepted count n [R], next token [R]): the longest prefix the target agrees with, then its own token."""
         K = drafts.shape[1]
         best = logits.argmax(-1)  # [R, K+1]: the target's choice at each position
-        match = (drafts == best[:, :K]) & self._real(K, k_row)
-        n = self.accepted_count(match, k_row)
+        match = (drafts == best[:, :K]) & self._real(K, k_row)  # [R, K] bool
+        n = self.accepted_count(match, k_row)  # [R]
         return n, best.gather(1, self.next_position(n, k_row)[:, None])[:, 0]
 
     def accept_sampling(self, drafts: torch.Tensor, logits: torch.Tensor, q: torch.Tensor | None,
@@ -165,8 +174,8 @@ class SpeculativeEngine:
         K = drafts.shape[1]
         p = probs(logits, settings.temperature)  # [R, K+1, V]: p_1 .. p_{K+1}
         if K:
-            p_d = p[:, :K].gather(2, drafts[..., None])[..., 0]
-            q_d = q.gather(2, drafts[..., None])[..., 0]
+            p_d = p[:, :K].gather(2, drafts[..., None])[..., 0]  # [R, K]: p_j(d_j)
+            q_d = q.gather(2, drafts[..., None])[..., 0]  # [R, K]: q_j(d_j)
             n = self.accepted_count(self.accept_test(u_accept[:, :K], p_d, q_d) & self._real(K, k_row), k_row)
         else:
             n = torch.zeros(len(drafts), dtype=torch.long, device=self.device)
@@ -190,17 +199,17 @@ class SpeculativeEngine:
                            k_row: torch.Tensor) -> torch.Tensor:
         """Where the token after the accepted prefix comes from: the residual, or p for the bonus."""
         R, _, V = p.shape
-        at = self.next_position(n, k_row)[:, None, None].expand(R, 1, V)
-        p_n = p.gather(1, at)[:, 0]
+        at = self.next_position(n, k_row)[:, None, None].expand(R, 1, V)  # [R, 1, V]
+        p_n = p.gather(1, at)[:, 0]  # [R, V]
         if q is None:
             return p_n
-        q_n = torch.cat([q, torch.zeros_like(q[:, :1])], 1).gather(1, at)[:, 0]
-        bonus = (n >= k_row)[:, None]  # every real draft accepted: a plain draw from p_{K+1}
+        q_n = torch.cat([q, torch.zeros_like(q[:, :1])], 1).gather(1, at)[:, 0]  # [R, V]; 0 past the drafts
+        bonus = (n >= k_row)[:, None]  # [R, 1]: every real draft accepted, a plain draw from p_{K+1}
         return torch.where(bonus, p_n, self.residual(p_n, q_n))
 
     def residual(self, p_n: torch.Tensor, q_n: torch.Tensor) -> torch.Tensor:
-        r = (p_n - q_n).clamp_(min=0)  # norm(max(0, p - q))
-        total = r.sum(-1, keepdim=True)
+        r = (p_n - q_n).clamp_(min=0)  # [R, V]: norm(max(0, p - q))
+        total = r.sum(-1, keepdim=True)  # [R, 1]
         return torch.where(total > 0, r / total.clamp(min=1e-30), p_n)
 
     def target_keep(self, width: int, n: torch.Tensor, K: int) -> torch.Tensor:

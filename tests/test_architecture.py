@@ -1,0 +1,85 @@
+"""docs/architecture.md cannot go stale: its paths exist, its diagram covers every stage and output, its layer
+list is the enforced contract, and its table of writers is what the code does."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import tomllib
+
+from gate.io import rundir
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+WRITERS = {"write_json", "write_text", "atomic_write_json", "atomic_write_text", "write_png"}
+OUTPUTS = {getattr(rundir, n): n for n in ("RESULTS", "RECORDS", "PHASES", "CHECKS", "CHECKS_MD", "SUMMARY", "PNG",
+                                            "COMMENT", "VERDICT")}
+
+
+def block(kind: str, after: str = "") -> str:
+    text = DOC[DOC.index(after):] if after else DOC
+    return re.search(rf"```{kind}\n(.*?)```", text, re.S).group(1)
+
+
+def test_every_path_the_document_names_exists():
+    paths = set(re.findall(r"`(gate/[\w/.-]+)`", DOC)) | set(re.findall(r"(gate/[\w/]+/)", block("mermaid")))
+    assert len(paths) > 30
+    missing = sorted(p for p in paths if not (ROOT / p.split(" ")[0]).exists())
+    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_the_diagram_goes_from_the_config_through_every_stage_to_the_posted_comment():
+    diagram = block("mermaid")
+    stages = sorted(p.name for p in (ROOT / "gate").iterdir() if (p / "__init__.py").exists()
+                    and p.name not in ("selftest", "testing", "schemas"))  # tools beside the flow, not stages of it
+    assert stages == ["checks", "ci", "engines", "inputs", "io", "report", "run", "verdict"]
+    shown = [s for s in stages if f"gate/{s}/" in diagram]
+    assert set(stages) - set(shown) == {"io"}, "every stage but io (under all of them) is in the diagram"
+    assert "specguard.yaml" in diagram and "PR comment" in diagram and "baselines/" in diagram
+    assert [f for f in OUTPUTS if f not in diagram] == [], "every file of a run directory is in the diagram"
+
+
+def test_the_layer_list_is_the_enforced_contract():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c["type"] == "layers")
+    assert block("text", "## Layers").split("\n")[:-1] == layers
+
+
+def _writers() -> dict[str, set[str]]:
+    """{file name: {module.function}} for every call of a writer whose file is a run directory's constant."""
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / "gate").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+
+        def visit(node, scope, module=module):
+            for child in ast.iter_child_nodes(node):
+                inner = scope
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    inner = [*scope, child.name]
+                if isinstance(child, ast.Call) and getattr(child.func, "attr", getattr(child.func, "id", None)) \
+                        in WRITERS:
+                    for target in child.args:  # NAME, or run_dir / NAME
+                        if isinstance(target, ast.BinOp) and isinstance(target.op, ast.Div):
+                            target = target.right
+                        if isinstance(target, ast.Name) and target.id in OUTPUTS.values():
+                            file = next(f for f, n in OUTPUTS.items() if n == target.id)
+                            found.setdefault(file, set()).add(".".join([module, *scope]))
+                visit(child, inner, module)
+
+        visit(tree, [])
+    return found
+
+
+def test_each_output_has_the_writers_the_document_names():
+    table = {}
+    for row in re.findall(r"^\| `([\w.]+)` \| (.*?) \| .*? \|$", DOC[DOC.index("## One writer per file"):], re.M):
+        table[row[0]] = set(re.findall(r"`(gate[\w.]+)`", row[1]))
+    assert set(table) == set(OUTPUTS), "the table lists every output of a run directory"
+    found = _writers()
+    assert set(found) == set(OUTPUTS) - {rundir.RECORDS}  # the append-only log is opened, not written whole
+    for file, writers in found.items():
+        assert writers == table[file], f"{file}: written by {sorted(writers)}, the document says {sorted(table[file])}"
+    assert all(len(found[f]) == 1 for f in (rundir.CHECKS, rundir.SUMMARY, rundir.COMMENT, rundir.VERDICT))
