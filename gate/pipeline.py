@@ -10,6 +10,7 @@ named and written by :class:`gate.io.rundir.RunDir`, each by one stage only.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -207,10 +208,11 @@ class Models:
     pair: ModelPair
     engines: list
     base: PairedBase | None = None  # paired mode: the base's draft and k, timed beside the head's
+    own_references: list = field(default_factory=list)  # plug-ins' own plain decoding (engines[].reference)
 
 
 def load_models(session: Session, inputs: Inputs, against: str | None = None) -> Models:
-    from gate.engines import build_engine
+    from gate.engines import build_engine, build_own_reference
     from gate.inputs.models import load_pair
 
     loaded = inputs.loaded
@@ -221,7 +223,9 @@ def load_models(session: Session, inputs: Inputs, against: str | None = None) ->
         engines = [build_engine(e, pair, loaded, log_dir=inputs.out.path, callable_=inputs.workers.get(e.label))
                    for e in loaded.config.engines]
         base = paired_engine(against, loaded, pair, engines) if against else None
-    return Models(pair, engines, base)
+        own = [build_own_reference(spec, engine, pair, loaded, log_dir=inputs.out.path)
+               for spec, engine in zip(loaded.config.engines, engines, strict=True)]
+    return Models(pair, engines, base, [e for e in own if e is not None])
 
 
 def load_pair(session: Session, loaded):
@@ -297,7 +301,7 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, serv
         runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
                         out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
                         progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
-                        run_id=opts.run_id or uuid.uuid4().hex)
+                        run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references)
         results = runner.run(resume=opts.resume)
     except RunInterrupted as stop:
         progress.close()
@@ -426,7 +430,7 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     head = summarize(results, checks, config, name)  # the run, once, as the judge sees it
     verdict = judge(head, stored, config.baseline)
     verdict = verdict.model_copy(update={"results_digest": results.digest, "checks_digest": checks.digest})
-    page = build_page(results, checks, verdict, stored.baseline, name)
+    page = build_page(results, checks, verdict, stored.baseline, name, links=_links(stored))
     dest.write_text(SUMMARY, render_summary(page, details=render_details(results, checks)))
     note = write_png(checks, dest / PNG)
     if note:
@@ -444,6 +448,21 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     session.say(f"wrote {dest / VERDICT}, {dest / COMMENT} and {dest / SUMMARY}")
     # A pass is what the file says, read back, not what this process believes.
     return Compared(verdict.outcome, verdict.outcome == "fail" or read_back(results, checks, dest))
+
+
+def _links(stored) -> dict[str, str]:
+    """The comment's links (in CI): the run, its artifact, the baseline file as the repository holds it, and the
+    commit the baseline was measured at."""
+    from gate.ci.github import run_links
+
+    path = Path(stored.path) if stored.path else None
+    if path is not None and path.is_absolute():
+        try:
+            path = path.relative_to(Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve())
+        except ValueError:
+            path = None
+    commit = (stored.baseline.source or {}).get("commit") if stored.baseline is not None else None
+    return run_links(path.as_posix() if path is not None and stored.baseline is not None else None, commit)
 
 
 def read_back(results, checks, dest: RunDir) -> bool:
@@ -480,7 +499,6 @@ def write_baseline(loaded, run_dir: RunDir, root: Path, force: bool, reason: str
                    now: datetime | None = None) -> Path:
     """Derive the baseline of a run of this config, write it (the old one to history) and read it back; its
     path.  The clock and the commit are read here, once, and given to the derivation."""
-    import os
 
     from gate.checks.doc import load_checked
     from gate.inputs.identity import refuse_unless_made_with

@@ -86,8 +86,10 @@ def test_fail_on_speedup_with_its_cause(base_run):
     drop = next(c for c in v.speedup if c.status == "fail")
     assert (drop.slice, drop.batch_size) == ("code", 4) and drop.significant
     assert drop.ratio.estimate == pytest.approx(1.1 / 1.5, rel=0.02) and drop.ratio.high < 0.9
-    assert drop.explanation.acceptance == pytest.approx(100 * math.log(2 / 3))
-    assert drop.explanation.draft_cost == pytest.approx(0) and drop.explanation.verify_cost == pytest.approx(0)
+    e = drop.explanation
+    assert e.acceptance == pytest.approx(e.change * math.log(2 / 3) / math.log(drop.ratio.estimate))
+    assert e.draft_cost == pytest.approx(0) and e.verify_cost == pytest.approx(0)
+    assert e.acceptance + e.unexplained == pytest.approx(e.change)
     assert "speedup drops 27% on code at bs 4 (acceptance)" in v.headline
     golden("fail-speedup", text)
 
@@ -143,13 +145,28 @@ def tpf(alpha: float, k: int) -> float:
 
 @pytest.mark.parametrize("a0,a1,c0,c1,v0,v1", [(0.6, 0.5, 0.1, 0.1, 1.0, 1.0), (0.6, 0.6, 0.05, 0.2, 1.0, 1.0),
                                                (0.6, 0.6, 0.1, 0.1, 1.0, 1.5), (0.7, 0.4, 0.05, 0.1, 1.1, 1.3)])
-def test_explain_splits_the_model_change_exactly(a0, a1, c0, c1, v0, v1):
+@pytest.mark.parametrize("measured", [None, 0.83, 1.0, 1.21])
+def test_the_causes_add_up_to_the_change(a0, a1, c0, c1, v0, v1, measured):
+    """Issue 32: the parts (acceptance, draft cost, verify cost, unexplained) sum to the measured change in
+    percent, keep their log-scale shares, and the printed sentence adds up too."""
     k = 4
     base, head = Cost(tpf(a0, k), k, c0, v0), Cost(tpf(a1, k), k, c1, v1)
-    e = explain(base, head)
-    model = 100 * (math.log(tpf(a1, k) / (v1 + c1 * k)) - math.log(tpf(a0, k) / (v0 + c0 * k)))
-    assert e.acceptance + e.draft_cost + e.verify_cost == pytest.approx(model)
+    e = explain(base, head, measured)
+    model = math.log(tpf(a1, k) / (v1 + c1 * k)) - math.log(tpf(a0, k) / (v0 + c0 * k))  # log S_head - log S_base
+    assert e.model == pytest.approx(100 * math.expm1(model))
     assert e.alpha_base == pytest.approx(a0, abs=1e-6) and e.alpha_head == pytest.approx(a1, abs=1e-6)
+    parts = e.acceptance + e.draft_cost + e.verify_cost
+    if measured is None:  # the model's prediction: nothing measured, nothing unexplained
+        assert e.change is None and e.unexplained is None
+        assert parts == pytest.approx(e.model)
+    else:
+        assert e.change == pytest.approx(100 * (measured - 1))
+        assert parts + e.unexplained == pytest.approx(e.change, abs=1e-9)
+        if measured != 1.0:  # each part keeps its share of the exact log split
+            scale = e.change / math.log(measured)
+            assert e.acceptance == pytest.approx(scale * math.log(tpf(a1, k) / tpf(a0, k)))
+        numbers = [int(x) for x in re.findall(r"[+-]\d+(?= points|,| \()", e.sentence.split("=", 1)[1])]
+        assert sum(numbers) == int(re.match(r"([+-]\d+)%", e.sentence).group(1)), e.sentence
     if a0 == a1:
         assert e.acceptance == pytest.approx(0)
     if c0 == c1:
@@ -316,3 +333,66 @@ def test_the_step_summary_is_bounded_as_a_whole_page_in_bytes():
     for limit in range(1, utf8_size(full)):  # wherever the limit falls, inside a 3-byte ✅ too: whole characters
         cut = render_summary(alone, details="", limit=limit)
         assert utf8_size(cut) <= limit and full.startswith(cut), (limit, cut)
+
+
+# --- issue 32: a speed section a reviewer can trust ------------------------------------------------------------
+
+
+def test_a_real_drop_within_the_tolerance_is_never_shown_as_a_pass(base_run):
+    """The demo's comment showed ✅ beside -18% (-25% to -10%): a drop whose whole CI is below zero, within the
+    25% tolerance. It is a warning now, with the tolerance beside it, and the headline does not say it holds."""
+    head = syn.run(speedup={("code", 4): 1.5 * 0.95})  # -5%, CI about -7% to -3%: real, within the 10% tolerance
+    v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    cell = next(c for c in v.speedup if (c.slice, c.batch_size) == ("code", 4))
+    assert cell.ratio.high < 1 and cell.ratio.low > 0.9 and cell.status == "warn" and not cell.significant
+    assert v.outcome == "pass" and "speedup holds" not in v.headline
+    assert "speedup 5% lower on code at bs 4, within the tolerance" in v.headline
+    row = next(line for line in text.splitlines() if line.startswith("| speculative | code | 4 "))
+    assert "⚠️ -5%" in row and "✅" not in row
+    assert "whole 95% CI lies below -10% (`baseline.speedup_drop`)" in text
+    assert any(c.check == "speedup" and c.status == "warn" and "within the 10% tolerance" in c.why for c in v.checks)
+
+
+def test_runner_drift_is_named_when_every_cell_moves_alike_and_the_step_costs_moved(base_run):
+    """Every cell 17% slower, acceptance unchanged, the verification cost moved: the runner, not the PR."""
+    head = syn.run(speedup={cell: 1.5 * 0.83 for cell in [(s, b) for s in syn.SLICES for b in syn.SIZES]},
+                   verify_ratio=1.45)
+    v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
+    drift = [c for c in v.checks if c.check == "runner"]
+    assert len(drift) == 1 and drift[0].status == "warn" and "4 of 4 cells moved the same way" in drift[0].why
+    assert "the runner changed" in v.headline
+    assert all(c.status == "fail" for c in v.speedup)  # the cells' own verdicts stand
+    golden("runner-drift", text)
+    # the same drop with the step costs unchanged is not blamed on the runner: it may be the engine
+    same_costs = syn.run(speedup={cell: 1.5 * 0.83 for cell in [(s, b) for s in syn.SLICES for b in syn.SIZES]})
+    v2, _ = verdict_and_comment(same_costs, syn.checks_for(same_costs), base_of(base_run))
+    assert not [c for c in v2.checks if c.check == "runner"]
+    # nor is a drop in one slice only
+    one = syn.run(speedup={("code", 1): 1.2, ("code", 4): 1.2}, verify_ratio=1.45)
+    v3, _ = verdict_and_comment(one, syn.checks_for(one), base_of(base_run))
+    assert not [c for c in v3.checks if c.check == "runner"]
+
+
+def test_the_comment_links_the_run_the_artifact_and_the_baseline_from_the_job_environment(base_run):
+    from gate.ci.github import run_links
+    from gate.report.render import build_page
+
+    env = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "org/models", "GITHUB_RUN_ID": "42",
+           "GITHUB_SHA": "0123456789abcdef0123456789abcdef01234567"}
+    links = run_links("baselines/demo/cpu.json", "89abcdef0123", env)
+    assert links == {"run": "https://github.com/org/models/actions/runs/42",
+                     "artifact": "https://github.com/org/models/actions/runs/42#artifacts",
+                     "baseline": "https://github.com/org/models/blob/0123456789abcdef0123456789abcdef01234567/"
+                                 "baselines/demo/cpu.json",
+                     "baseline_commit": "https://github.com/org/models/commit/89abcdef0123"}
+    checks = syn.checks_for(base_run)
+    v = syn.judge(base_run, checks, syn.config(), baseline=base_of(base_run))
+    text = render_comment(build_page(base_run, checks, v, None, "demo", links=links))
+    assert "[workflow run](https://github.com/org/models/actions/runs/42) · [artifact](" in text
+    assert "[baseline's commit](https://github.com/org/models/commit/89abcdef0123)" in text
+    # hostile parts are left out, never rendered
+    bad = {**env, "GITHUB_REPOSITORY": "org/models)[x](http://evil", "GITHUB_RUN_ID": "42"}
+    assert run_links("baselines/x.json", "not-a-sha) [x](http://evil)", bad) == {}
+    assert "baseline_commit" not in run_links("b.json", "zz) [x](http://evil)", env)
+    assert "baseline" not in run_links("../../etc/passwd", None, env)
+    assert run_links(None, None, {}) == {}

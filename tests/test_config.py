@@ -150,7 +150,7 @@ def test_sampling_batch_sizes_must_be_configured_sizes():
     assert p.message == "expected a subset of batching.batch_sizes [1, 4], got [8]"
 
 
-@pytest.mark.parametrize("name", ["reference", "Reference", "gate", "base-speculative"])
+@pytest.mark.parametrize("name", ["reference", "Reference", "gate", "base-speculative", "inhouse.reference"])
 def test_engine_names_the_gate_uses_are_reserved(name):
     """Bug: a plug-in named 'reference' merged its records with the real reference's."""
     p = only(GOOD + f"engines:\n  - {{type: plugin, name: {name}, callable: 'm:f'}}\n")
@@ -163,6 +163,26 @@ def test_plugin_options_only_on_plugins():
     assert cfg.engines[0].extra == {"port": 8000} and cfg.engines[0].max_batch_size == 4
     p = only(GOOD + "engines:\n  - {type: speculative, extra: {a: 1}}\n")
     assert p.field == "engines[0]" and "only plugin engines take 'extra'" in p.message
+
+
+def test_a_plugins_own_reference_is_the_same_callable_with_speculation_off_or_another_callable():
+    """Issue 32: a plug-in is timed against its own plain decoding; the config says which, and only one way."""
+    plugin = "engines:\n  - {type: plugin, name: x, callable: 'm:f', reference: %s}\n"
+    cfg = parse_config(GOOD + plugin % "{num_draft_tokens: 0}", "s.yaml").config
+    assert cfg.engines[0].reference.num_draft_tokens == 0 and cfg.engines[0].reference.callable is None
+    cfg = parse_config(GOOD + plugin % "{callable: 'm:plain', extra: {mode: eager}}", "s.yaml").config
+    assert cfg.engines[0].reference.callable == "m:plain" and cfg.engines[0].reference.extra == {"mode": "eager"}
+    for bad, said in (("{}", "either 'num_draft_tokens: 0'"), ("{num_draft_tokens: 0, callable: 'm:g'}", "not both"),
+                      ("{num_draft_tokens: 3}", "expected 0"), ("{num_draft_tokens: 0, extra: {a: 1}}",
+                                                                  "'extra' goes with 'callable'"),
+                      ("{callable: 'not a callable'}", "expected 'package.module:function'")):
+        p = only(GOOD + plugin % bad)
+        assert p.field.startswith("engines[0].reference") and said in p.message, (bad, str(p))
+    p = only(GOOD + "engines:\n  - {type: speculative, reference: {num_draft_tokens: 0}}\n")
+    assert "only plugin engines take 'reference'" in p.message and "the gate's reference" in p.message
+    # a config without it keeps its digest: the field is left out of the dump while unset
+    assert "reference" not in parse_config(GOOD + "engines:\n  - {type: plugin, name: x, callable: 'm:f'}\n",
+                                           "s.yaml").config.model_dump(mode="json")["engines"][0]
 
 
 def test_an_http_reference_that_is_the_engine_under_test_is_refused():

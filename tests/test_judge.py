@@ -127,3 +127,18 @@ def test_without_a_baseline_the_outcome_is_neutral_or_fail_never_pass(speedups, 
     own_fail = any(v.status == "fail" for v in head.checks) or status != "complete"
     assert doc.outcome == ("fail" if own_fail else "neutral") and doc.mode == "none"
     assert not doc.speedup and not doc.acceptance and not doc.equivalence
+
+
+@EXAMPLES
+@given(PROFILE, ACCEPTANCE, SCALES)
+def test_no_cell_whose_whole_interval_is_a_drop_is_a_pass(speedups, accepted, scale):
+    """Issue 32: the comment showed ✅ beside drops whose CI lay wholly below zero (within the tolerance)."""
+    doc = judge(head_of(scaled(speedups, scale), accepted), stored_of(speedups, accepted), RULES)
+    for c in doc.speedup:
+        if c.ratio.high is not None and c.ratio.high < 1:
+            assert c.status in ("warn", "fail"), c
+        if c.status == "fail":
+            assert c.ratio.high < 1 - RULES.speedup_drop
+        if c.explanation is not None and c.explanation.change is not None:
+            e = c.explanation
+            assert abs(e.acceptance + (e.draft_cost or 0) + (e.verify_cost or 0) + e.unexplained - e.change) < 1e-9

@@ -259,6 +259,13 @@ class SpeedupEngine(_Doc):
     crossover_by_slice: dict[str, Crossover]
     memory: dict[str, dict[str, int]]  # batch size -> reference / engine -> peak bytes
     expected_note: str | None
+    # What the speedup is against (issue 32).  ``against``: the engine's own plain decoding (a plug-in's
+    # ``engines[].reference``, timed beside it) when it has one; None: the gate's reference.  ``versus_gate``: the
+    # load curve against the gate's reference as well, where the two differ.  ``not_a_speedup``: said of an
+    # engine of another stack timed only against the gate's torch reference (throughput, not a speedup).
+    against: str | None = Field(None, exclude_if=lambda v: v is None)
+    versus_gate: dict[str, SpeedupCI] | None = Field(None, exclude_if=lambda v: v is None)
+    not_a_speedup: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class Speedup(_Doc):

@@ -58,6 +58,19 @@ from gate.run.results import Execution, Results, TimingPair
 from gate.stats import alpha_from_mean_accepted, bootstrap_median_ci, expected_speedup
 
 NOT_CALIBRATED = "not measured: the engine cannot be stepped, so the pair's step costs do not apply to it"
+NOT_A_SPEEDUP = ("throughput against the gate's torch reference, not a speedup: this engine runs another stack; "
+                 "give it its own plain decoding to be timed against (a plug-in's engines[].reference, an http "
+                 "engine's http.reference; docs/engines.md)")
+
+
+def _other_stack(results: Results) -> set[str]:
+    """Engines of another stack timed against the gate's torch reference only: plug-ins without their own
+    reference, and http engines whose reference is not their own server."""
+    if results.config is None:
+        return set()
+    own = results.own_references()
+    return {e.label for e in results.config.engines
+            if (e.type == "plugin" and e.label not in own) or (e.type == "http" and e.http.reference is None)}
 
 
 def _latency(ex: Execution) -> float | None:
@@ -116,8 +129,11 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
     k = results.settings.num_draft_tokens
     protocol = results.timing
     engines: dict[str, SpeedupEngine] = {}
-    for engine in sorted({p.engine for p in results.timing_pairs()}):
-        mine = results.timing_pairs(engine)
+    own = results.own_references()
+    other_stack = _other_stack(results)
+    for engine in sorted({p.engine for p in results.timing_pairs()} - set(own.values())):
+        against = own.get(engine, REFERENCE)  # a plug-in with its own reference is timed against it
+        mine = results.timing_pairs(engine, against)
         sizes = sorted({p.batch_size for p in mine})
         calibrated = engine in results.calibrated_engines
 
@@ -153,9 +169,20 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
             cells=cells, load_curve=load, by_bucket=by_bucket, by_slice=by_slice,
             crossover=_crossover(load), worst_slice=_worst_slice(by_slice),
             crossover_by_slice={s: _crossover(rows) for s, rows in by_slice.items()},
-            memory=_memory(results, engine), expected_note=None if calibrated else NOT_CALIBRATED)
+            memory=_memory(results, engine), expected_note=None if calibrated else NOT_CALIBRATED,
+            against=None if against == REFERENCE else against,
+            versus_gate=_versus_gate(results, engine, resamples) if against != REFERENCE else None,
+            not_a_speedup=NOT_A_SPEEDUP if engine in other_stack else None)
     return Speedup(engines=engines, protocol=protocol, calibration=results.calibration,
                    calibrated_engines=results.calibrated_engines)
+
+
+def _versus_gate(results: Results, engine: str, resamples: int) -> dict[str, SpeedupCI]:
+    """The load curve against the gate's reference, for an engine judged against its own."""
+    pairs = results.timing_pairs(engine)
+    return {str(bs): SpeedupCI.of(bootstrap_median_ci([r for p in pairs if p.batch_size == bs
+                                                       and (r := p.ratio) is not None], resamples))
+            for bs in sorted({p.batch_size for p in pairs})}
 
 
 def _bucket_order(name: str | None) -> int:

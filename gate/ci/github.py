@@ -20,9 +20,10 @@ import contextlib
 import email.utils
 import logging
 import os
+import re
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -478,3 +479,29 @@ def step_outputs(**values: str) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         for k, v in values.items():
             fh.write(f"{k}={' '.join(str(v).split())}\n")
+
+
+_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_SHA = re.compile(r"[0-9a-f]{7,40}")
+_PATH = re.compile(r"[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@+-]+)*")
+
+
+def run_links(baseline_path: str | None = None, baseline_commit: str | None = None,
+              env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Links a reviewer follows from the comment: the workflow run, its artifact, the baseline file (at this
+    commit) and the commit the baseline was measured at.  Read off the job's ``GITHUB_*`` environment; every
+    part is checked against what GitHub itself produces, and a part that is not is left out (none outside CI)."""
+    env = os.environ if env is None else env
+    server = (env.get("GITHUB_SERVER_URL") or "").rstrip("/")
+    repo, run, sha = env.get("GITHUB_REPOSITORY", ""), env.get("GITHUB_RUN_ID", ""), env.get("GITHUB_SHA", "")
+    if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?", server) or not _REPO.fullmatch(repo):
+        return {}
+    links = {}
+    if run.isdigit():
+        links["run"] = f"{server}/{repo}/actions/runs/{run}"
+        links["artifact"] = f"{server}/{repo}/actions/runs/{run}#artifacts"
+    if baseline_path and _PATH.fullmatch(baseline_path) and ".." not in baseline_path and _SHA.fullmatch(sha):
+        links["baseline"] = f"{server}/{repo}/blob/{sha}/{baseline_path}"
+    if baseline_commit and _SHA.fullmatch(baseline_commit):
+        links["baseline_commit"] = f"{server}/{repo}/commit/{baseline_commit}"
+    return links

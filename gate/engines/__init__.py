@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from gate.engines.base import (
     SequenceResult,
     SpecCounters,
 )
-from gate.inputs.config import REFERENCE, EngineConfig, LoadedConfig
+from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, EngineConfig, LoadedConfig
 
 if TYPE_CHECKING:  # models import torch; the contract types must not (compare and report run without it)
     from gate.inputs.models import ModelPair
@@ -91,3 +92,28 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_
                               vocab_size=pair.target.vocab_size, timeout_s=spec.timeout_s)
     engine.name = spec.label
     return engine
+
+
+def build_own_reference(spec: EngineConfig, engine: Engine, pair: ModelPair, loaded: LoadedConfig,
+                        log_dir=None) -> Engine | None:
+    """A plug-in's own plain decoding (``engines[].reference``), timed beside it as ``<label>.reference``; None
+    when the config names none (its speedup is then throughput against the gate's reference, and says so)."""
+    if spec.type != "plugin" or spec.reference is None:
+        return None
+    from gate.engines.plugin import PluginEngine, ProcessCallable, SpeculationOff, load_in_process
+
+    name = spec.label + OWN_REFERENCE_SUFFIX
+    ref = spec.reference
+    if ref.callable is None:
+        return SpeculationOff(engine, name)
+    if (spec.isolation or "process") == "process":
+        fn = ProcessCallable(ref.callable, str(loaded.source), name,
+                             log_path=Path(log_dir) / f"{name}.log" if log_dir else None,
+                             roots=loaded.import_roots(spec))
+    else:
+        fn = load_in_process(ref.callable, str(loaded.source), loaded.import_roots(spec))
+    base = replace(engine.base, extra=dict(ref.extra))
+    own = PluginEngine(name, fn, pair.device, base, max_batch_size=spec.max_batch_size,
+                       vocab_size=pair.target.vocab_size, timeout_s=spec.timeout_s)
+    own.speculative = False
+    return own

@@ -22,6 +22,7 @@ import contextlib
 import math
 import numbers
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -347,6 +348,22 @@ class PluginEngine:
                            peak_memory_bytes=peak if peak is not None else peak_memory_bytes(self.device))
 
 
+class SpeculationOff:
+    """A plug-in's own plain decoding (``reference: {num_draft_tokens: 0}``): the same engine, called with
+    ``settings.num_draft_tokens = 0``.  Timed beside the plug-in on the same batches, so that its speedup is
+    against its own stack rather than the gate's torch reference; never judged for equivalence."""
+
+    speculative = False
+
+    def __init__(self, engine: PluginEngine, name: str):
+        self.engine = engine
+        self.name = name
+        self.capabilities = engine.capabilities
+
+    def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
+        return self.engine.generate(requests, replace(settings, num_draft_tokens=0))
+
+
 def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
     """Import every plug-in callable and check its signature (or that its entry point exists).
 
@@ -381,9 +398,30 @@ def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
                     started[e.label] = fn
             else:
                 load_in_process(e.callable, str(loaded.source), loaded.import_roots(e))
+            if e.reference is not None and e.reference.callable is not None:  # its own reference: imported here
+                where = f"engines[{i}].reference.callable"
+                if e.isolation == "thread":
+                    load_in_process(e.reference.callable, str(loaded.source), loaded.import_roots(e))
+                else:
+                    _check_in_worker(e.reference.callable, loaded, e, log_dir, where, problems)
         except SpecguardError as exc:
             problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
     return problems
+
+
+def _check_in_worker(name: str, loaded, e, log_dir, where: str, problems: list) -> None:
+    fn = ProcessCallable(name, str(loaded.source), e.label + ".reference",
+                         log_path=Path(log_dir) / f"{e.label}.reference.log" if log_dir else None,
+                         roots=loaded.import_roots(e))
+    try:
+        fn.start()
+    except EngineFailure as exc:
+        said = _keep_log_if_written(Path(fn.log_path)) if fn.log_path else False
+        problems.append(Problem(str(loaded.source), f"the plug-in's reference {name!r} does not load: {exc.message}",
+                                field=where, hint=f"its output is in {fn.log_path}" if said else
+                                "import it by hand to see why"))
+        return
+    fn.stop()
 
 
 def _keep_log_if_written(log: Path) -> bool:

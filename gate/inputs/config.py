@@ -176,6 +176,39 @@ class HttpConfig(_Strict):
         return v
 
 
+OWN_REFERENCE_SUFFIX = ".reference"  # a plug-in's own reference is timed as "<engine>.reference"
+
+
+class PluginReference(_Strict):
+    """A plug-in's own plain decoding, timed beside it so that its speedup is against its own stack (docs/engines.md).
+
+    ``num_draft_tokens: 0``: the same callable, called with ``settings.num_draft_tokens = 0`` (speculation off);
+    or ``callable`` (and ``extra``): another callable of the same stack that decodes without a draft."""
+
+    num_draft_tokens: StrictInt | None = None
+    callable: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("num_draft_tokens")
+    @classmethod
+    def _off(cls, v: int | None) -> int | None:
+        if v not in (None, 0):
+            raise ValueError(f"expected 0 (speculation off: the reference is the engine's own plain decoding), "
+                             f"got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> PluginReference:
+        if (self.num_draft_tokens is None) == (self.callable is None):
+            raise ValueError("give the plug-in's reference either 'num_draft_tokens: 0' (the same callable with "
+                             "speculation off) or 'callable: package.module:function' (another one), not both")
+        if self.callable is not None and not re.fullmatch(r"(entrypoint:[\w.-]+|[\w.]+:[\w.]+)", self.callable):
+            raise ValueError(f"expected 'package.module:function' or 'entrypoint:NAME', got {self.callable!r}")
+        if self.extra and self.callable is None:
+            raise ValueError("'extra' goes with 'callable' (the same callable keeps the engine's own extra)")
+        return self
+
+
 class EngineConfig(_Strict):
     type: Literal["speculative", "hf_assisted", "plugin", "http"]
     name: str | None = Field(None, validate_default=True)
@@ -191,15 +224,19 @@ class EngineConfig(_Strict):
     # (left out of the config's digest while empty: configs written before it existed keep their digest)
     pythonpath: list[str] = Field(default_factory=list, max_length=32, exclude_if=lambda v: not v)
     http: HttpConfig | None = None
+    # plugin: its own plain decoding, timed beside it (left out of the digest while unset: older configs keep theirs)
+    reference: PluginReference | None = Field(None, exclude_if=lambda v: v is None)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None, info) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
             raise ValueError(f"expected 1-64 characters from [A-Za-z0-9_.-], got {v!r}")
-        if v is not None and (v.lower() in RESERVED_ENGINE_NAMES or v.lower().startswith("base-")):
+        if v is not None and (v.lower() in RESERVED_ENGINE_NAMES or v.lower().startswith("base-")
+                              or v.lower().endswith(OWN_REFERENCE_SUFFIX)):
             raise ValueError(f"{v!r} is reserved: the gate uses it for its own engines "
-                             f"({', '.join(RESERVED_ENGINE_NAMES)} and base-*); choose another name")
+                             f"({', '.join(RESERVED_ENGINE_NAMES)}, base-* and *{OWN_REFERENCE_SUFFIX}); choose "
+                             "another name")
         return v
 
     @model_validator(mode="after")
@@ -219,6 +256,10 @@ class EngineConfig(_Strict):
                 raise ValueError(f"only plugin engines take 'isolation' (this engine is {self.type!r})")
             if self.pythonpath:
                 raise ValueError(f"only plugin engines take 'pythonpath' (this engine is {self.type!r})")
+            if self.reference is not None:
+                hint = " (an http engine names its reference under http.reference)" if self.type == "http" else \
+                    " (the gate's own engines are timed against the gate's reference, their own plain decoding)"
+                raise ValueError(f"only plugin engines take 'reference' (this engine is {self.type!r}){hint}")
         return self
 
     @field_validator("callable")

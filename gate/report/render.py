@@ -48,10 +48,46 @@ def marker(name: str) -> Inert:
     return Inert(comment_marker(name))
 
 
+def _load_levels(verdict: VerdictDoc) -> list[dict]:
+    """Per engine and batch size: the median over its cells of base and head speedup, and the step costs (the same
+    for every slice of a load level, so shown once per load level, not per row)."""
+    import statistics
+
+    groups: dict[tuple, list] = {}
+    for c in verdict.speedup:
+        groups.setdefault((c.engine, c.batch_size), []).append(c)
+    out = []
+    for (engine, bs), cells in sorted(groups.items()):
+        base = [c.base.estimate for c in cells if c.base.estimate is not None]
+        head = [c.head.estimate for c in cells if c.head.estimate is not None]
+        e = next((c.explanation for c in cells if c.explanation and c.explanation.cost_base is not None), None)
+        out.append({"engine": engine, "batch_size": bs, "base": statistics.median(base) if base else None,
+                    "head": statistics.median(head) if head else None, "costs": e})
+    return out
+
+
+LINK_LABELS = {"run": "workflow run", "artifact": "artifact", "baseline": "baseline file",
+               "baseline_commit": "baseline's commit"}
+
+
+def _safe_links(links: dict[str, str]) -> Inert | None:
+    """Markdown links from URLs that are only an https origin and a plain path (anything else is left out)."""
+    import re
+
+    safe = [f"[{label}]({links[key]})" for key, label in LINK_LABELS.items()
+            if key in links and re.fullmatch(r"https://[A-Za-z0-9.:-]+(/[A-Za-z0-9_.@+/-]*)?(#artifacts)?", links[key])]
+    return Inert(" · ".join(safe)) if safe else None
+
+
 def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None, name: str,
-               examples_limit: int = 20) -> Page:
+               examples_limit: int = 20, links: dict[str, str] | None = None) -> Page:
+    """``links``: the workflow run, its artifact, the baseline file and the commit it came from (``gate.ci`` reads
+    them off the job's environment; none outside CI)."""
     env = environment()
+    config = results.config
     ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
+           "levels": _load_levels(verdict), "links": _safe_links(links or {}),
+           "speedup_drop": config.baseline.speedup_drop if config is not None else None,
            "examples": _examples(checks, examples_limit), "chart": _chart(checks),
            "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
            "retokenized": retokenized_note(checks)}

@@ -34,7 +34,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_vali
 
 from gate.engines.base import SpecCounters
 from gate.errors import Problem, ResultsError
-from gate.inputs.config import REFERENCE, Config
+from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, Config
 from gate.io.documents import Document, RunRef, omitted_when_none
 from gate.io.files import _named, parse_json, read_input, split_lines
 from gate.io.rundir import RESULTS, DocumentKind, load_document
@@ -469,21 +469,34 @@ class Results(RunHeader):
     def sampled_groups(self) -> list[tuple[str, int]]:
         return sorted({(ex.engine, ex.batch_size) for ex in self.executions if ex.mode == "sampling"})
 
-    def timing_pairs(self, engine: str | None = None) -> list[TimingPair]:
-        """Paired (reference, engine) executions of the same timed batch and repeat, in run order."""
+    def timing_pairs(self, engine: str | None = None, against: str = REFERENCE) -> list[TimingPair]:
+        """Paired (``against``, engine) executions of the same timed batch and repeat, in run order: by default
+        against the gate's reference; ``against`` an engine's own reference (a plug-in's ``<engine>.reference``)."""
         by_key: dict[tuple, dict[str, Execution]] = defaultdict(dict)
         for ex in self.executions:
             if ex.phase == Phase.TIMING:
                 by_key[(ex.batch_size, ex.composition, ex.batch, ex.repeat)][ex.engine] = ex
         out = []
         for engines in by_key.values():
-            ref = engines.get(REFERENCE)
+            ref = engines.get(against)
             if ref is None:
                 continue
             for name, ex in engines.items():
-                if name != REFERENCE and (engine is None or name == engine):
+                if name not in (REFERENCE, against) and (engine is None or name == engine):
                     out.append(TimingPair(name, ref, ex))
         return out
+
+    def judged_timing_pairs(self) -> list[TimingPair]:
+        """Every engine's speedup samples as judged: against its own reference where it has one (a plug-in's
+        ``engines[].reference``), else against the gate's; the own references themselves are not engines."""
+        own = self.own_references()
+        engines = sorted({p.engine for p in self.timing_pairs()} - set(own.values()))
+        return [p for e in engines for p in self.timing_pairs(e, own.get(e, REFERENCE))]
+
+    def own_references(self) -> dict[str, str]:
+        """Engine -> the name its own plain decoding is timed under (``engines[].reference`` of the run's config)."""
+        engines = self.config.engines if self.config is not None else []
+        return {e.label: e.label + OWN_REFERENCE_SUFFIX for e in engines if e.reference is not None}
 
     def failures(self) -> list[Execution]:
         return [ex for ex in self.executions if ex.failure is not None]

@@ -32,7 +32,7 @@ refuses a log from a different setup (suite, config, models, libraries, hardware
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,7 +117,9 @@ class Runner:
                  cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
                  paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
                  shard: tuple[int, int] | None = None, run_id: str | None = None,
-                 hardware_key: str | None = None):
+                 hardware_key: str | None = None, own_references: Sequence[Engine] = ()):
+        """``own_references``: plug-ins' own plain decoding (``engines[].reference``, named ``<engine>.reference``),
+        timed beside their engines on the same batches and never judged for equivalence."""
         self.loaded = loaded
         self.run_id = run_id
         # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
@@ -131,6 +133,8 @@ class Runner:
         self.by_name: dict[str, Engine] = {REFERENCE: reference, **{e.name: e for e in engines}}
         if paired is not None:
             self.by_name[paired.engine.name] = paired.engine
+        self.own_references = list(own_references)
+        self.by_name.update({e.name: e for e in self.own_references})
         self.out_dir = Path(out_dir)
         self.say = log
         self.cache = cache
@@ -142,7 +146,8 @@ class Runner:
             self.prompts = prompt_infos(suite, pair, gen.max_new_tokens,
                                         list(self.cfg.checks.speedup.context_buckets),
                                         truncate=self.cfg.suite.truncate_long_prompts)
-            timing_only = [EngineInfo(paired.engine.name, paired.engine.capabilities)] if paired else None
+            timing_only = [EngineInfo(e.name, e.capabilities)
+                           for e in [*([paired.engine] if paired else []), *self.own_references]] or None
             self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
                                    timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
             self.shard = shard
@@ -178,7 +183,8 @@ class Runner:
             greedy=cfg.generation.greedy,
             sampling=cfg.generation.sampling.model_dump() if cfg.generation.sampling else None,
             engines=[e.name for e in self.engines], engine_version=ENGINE_VERSION,
-            capabilities={e.name: e.capabilities.to_dict() for e in [self.reference, *self.engines]},
+            capabilities={e.name: e.capabilities.to_dict()
+                          for e in [self.reference, *self.engines, *self.own_references]},
             compositions=cfg.batching.compositions, stress_mix=cfg.suite.stress_mix,
         )
         return RunHeader(schema=SCHEMA, fingerprint=self.fingerprint(), settings=settings, shard=self.shard,

@@ -238,7 +238,7 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
     checked = checks.speedup.engines if checks and checks.speedup else {}
 
     groups: dict[tuple[str, str], list] = {}
-    for p in results.timing_pairs():
+    for p in results.judged_timing_pairs():  # a plug-in with its own reference: against it
         groups.setdefault((p.engine, cell_key(p.slice, p.batch_size, p.bucket)), []).append(p)
     out: dict = {}
     for (engine, key), pairs in sorted(groups.items()):

@@ -12,7 +12,7 @@ from pydantic import Field
 from gate.checks.doc import VerdictLine
 from gate.io.documents import Document, RunRef
 
-SCHEMA = "specguard.verdict/2"
+SCHEMA = "specguard.verdict/3"
 Status = Literal["pass", "fail", "warn", "neutral"]
 EXIT_PASS, EXIT_FAIL = 0, 1
 
@@ -27,12 +27,19 @@ class Interval(_Doc):
 
 
 class Explanation(_Doc):
-    """log-points (100 x change of log S) of the Leviathan model's parts; they add up to ``model``."""
+    """A speedup change split into causes, in points of the measured change (100 x (head/base - 1)), one sign
+    convention (> 0: that cause made speculation faster), parts that add up: ``acceptance + draft_cost +
+    verify_cost + unexplained == change``.  The Leviathan model splits the change of log S exactly; each part
+    is then scaled by ``change / (100 log(head/base))``, so the parts keep their log-scale shares and sum to the
+    change as measured.  ``unexplained`` is what acceptance and the step costs do not account for (the runner's
+    load, the engine's host overhead).  Without calibration only acceptance is split out."""
 
+    change: float | None = None  # measured: 100 x (head/base - 1)
     acceptance: float
     draft_cost: float | None = None
     verify_cost: float | None = None
-    model: float | None = None
+    unexplained: float | None = None
+    model: float | None = None  # the model's own prediction of the change, same points
     alpha_base: float | None = None
     alpha_head: float | None = None
     cost_base: float | None = None
@@ -94,7 +101,7 @@ class BaselineRef(_Doc):
 
 
 class VerdictDoc(_Doc):
-    schema_id: Literal["specguard.verdict/2"] = Field(SCHEMA, alias="schema")
+    schema_id: Literal["specguard.verdict/3"] = Field(SCHEMA, alias="schema")
     outcome: Literal["pass", "fail", "neutral"]
     exit_code: int
     headline: str

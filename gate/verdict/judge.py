@@ -70,44 +70,70 @@ class Cost:
     verify_ratio: float | None = None  # v: one (k+1)-token verification over one target step
 
 
-def explain(base: Cost, head: Cost) -> Explanation:
-    """Split the change of log S between base and head into acceptance, draft cost and verification cost.
+def explain(base: Cost, head: Cost, ratio: float | None = None) -> Explanation:
+    """Split a speedup change (``ratio`` = head speedup / base speedup, as measured) into acceptance, draft cost,
+    verification cost and what they leave unexplained, in points of the change that add up to it.
 
     S = T / (v + c k), with T the tokens per target forward (Leviathan et al.: T = (1 - a^(k+1)) / (1 - a);
-    their model takes v = 1).  log S_head - log S_base is, exactly:
+    their model takes v = 1).  On the log scale the split is exact:
 
     * acceptance:  log T_h - log T_b
     * draft cost:  -[log(v_b + c_h k_h) - log(v_b + c_b k_b)]
     * verify cost: -[log(v_h + c_h k_h) - log(v_b + c_h k_h)]
+    * unexplained: log(ratio) - (the three above)
+
+    Each is then scaled by (ratio - 1) / log(ratio) and given in points (x 100), so that the four add up to the
+    measured change in percent, and each keeps its share of the log-scale split (one sign convention: > 0 made
+    speculation faster).  Without ``ratio`` the parts are the model's prediction and nothing is unexplained.
     """
-    acc = 100 * math.log(head.tokens_per_forward / base.tokens_per_forward)
-    pts = _points
-    out = Explanation(acceptance=acc, alpha_base=alpha_from_mean_accepted(base.tokens_per_forward, base.k),
-                      alpha_head=alpha_from_mean_accepted(head.tokens_per_forward, head.k))
-    if None in (base.cost_ratio, head.cost_ratio):
-        out.sentence = f"acceptance {out.alpha_base:.2f} → {out.alpha_head:.2f} explains {pts(acc)} points; " \
-                       "draft and verification costs not measured"
-        return out
-    vb, vh = base.verify_ratio or 1.0, head.verify_ratio or 1.0
-    cb, ch = base.cost_ratio, head.cost_ratio
-    draft = -100 * (math.log(vb + ch * head.k) - math.log(vb + cb * base.k))
-    verify = -100 * (math.log(vh + ch * head.k) - math.log(vb + ch * head.k))
-    out.draft_cost, out.verify_cost, out.model = draft, verify, acc + draft + verify
-    out.cost_base, out.cost_head, out.verify_base, out.verify_head = cb, ch, vb, vh
-    out.sentence = (f"acceptance {out.alpha_base:.2f} → {out.alpha_head:.2f} explains {pts(acc)} points, "
-                    f"draft cost {pts(draft)}, verify cost {pts(verify)}")
+    acc = math.log(head.tokens_per_forward / base.tokens_per_forward)
+    draft = verify = None
+    if None not in (base.cost_ratio, head.cost_ratio):
+        vb, vh = base.verify_ratio or 1.0, head.verify_ratio or 1.0
+        cb, ch = base.cost_ratio, head.cost_ratio
+        draft = -(math.log(vb + ch * head.k) - math.log(vb + cb * base.k))
+        verify = -(math.log(vh + ch * head.k) - math.log(vb + ch * head.k))
+    model = acc + (draft or 0.0) + (verify or 0.0)
+    measured = math.log(ratio) if ratio and ratio > 0 else None
+    total = measured if measured is not None else model
+    scale = 100 * (math.expm1(total) / total if abs(total) > 1e-12 else 1.0)
+    out = Explanation(acceptance=acc * scale, alpha_base=alpha_from_mean_accepted(base.tokens_per_forward, base.k),
+                      alpha_head=alpha_from_mean_accepted(head.tokens_per_forward, head.k),
+                      model=100 * math.expm1(model))
+    if draft is not None:
+        out.draft_cost, out.verify_cost = draft * scale, verify * scale
+        out.cost_base, out.cost_head, out.verify_base, out.verify_head = cb, ch, vb, vh
+    if measured is not None:
+        out.change = 100 * (ratio - 1)
+        out.unexplained = (measured - model) * scale
+    out.sentence = _cause_sentence(out)
     return out
 
 
-def _points(x: float) -> str:
-    return f"{round(x) + 0:+d}"  # + 0: no "-0"
+def _cause_sentence(e: Explanation) -> str:
+    """The split as a reviewer reads it, rounded so that the printed parts add up to the printed change."""
+    parts = [("acceptance", e.acceptance, f" ({e.alpha_base:.2f} → {e.alpha_head:.2f})")]
+    if e.draft_cost is not None:
+        parts += [("draft cost", e.draft_cost, ""), ("verify cost", e.verify_cost, "")]
+    shown = [(name, round(x) + 0, note) for name, x, note in parts]  # + 0: no "-0"
+    text = ", ".join(f"{name} {x:+d}{note}" for name, x, note in shown)
+    if e.change is None:
+        rest = "" if e.draft_cost is not None else "; draft and verification costs not measured"
+        return f"{text} points (the model's prediction){rest}"
+    change = round(e.change) + 0
+    unexplained = change - sum(x for _, x, _ in shown)  # the rounding goes where the model has no say
+    rest = "" if e.draft_cost is not None else " (draft and verification costs not measured)"
+    return f"{change:+d}% = {text}, unexplained {unexplained:+d} points{rest}"
 
 
 def main_cause(e: Explanation | None) -> str | None:
+    """The part that pulled the speedup down most (None when none did)."""
     if e is None:
         return None
-    parts = {"acceptance": e.acceptance, "draft cost": e.draft_cost or 0.0, "verification cost": e.verify_cost or 0.0}
-    return min(parts, key=parts.get)
+    parts = {"acceptance": e.acceptance, "draft cost": e.draft_cost or 0.0, "verification cost": e.verify_cost or 0.0,
+             "unexplained: not acceptance or step costs": e.unexplained or 0.0}
+    worst = min(parts, key=parts.get)
+    return worst if parts[worst] < 0 else None
 
 
 # --- ratio statistics -------------------------------------------------------------------------
@@ -191,6 +217,9 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
     if paired is not None:
         sp_changes = _paired_speedup_changes(measured, paired, rules.speedup_drop)
     verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
+    drift = runner_drift(sp_changes) if paired is None else None
+    if drift is not None:
+        verdicts.append(drift)
 
     failed = [v for v in verdicts if v.status == "fail"]
     mode = "paired" if paired else ("stored" if baseline else "none")
@@ -323,10 +352,12 @@ def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost
 
 def _speedup_status(ratio: Interval, tolerance: float) -> tuple[str, bool]:
     """The speedup rule, stored or paired: fail when the ratio's CI lies wholly below ``1 - tolerance``
-    (significant), warn when only its estimate does."""
+    (significant); warn when only its estimate does, or when the CI lies wholly below 1 (a real drop, within the
+    tolerance: never shown as a pass); pass otherwise."""
     significant = ratio.high is not None and ratio.high < 1 - tolerance
     beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
-    return ("fail" if significant else ("warn" if beyond else "pass")), significant
+    real_drop = ratio.high is not None and ratio.high < 1
+    return ("fail" if significant else ("warn" if beyond or real_drop else "pass")), significant
 
 
 def _stored_speedup_changes(head: Measurements, baseline: Baseline, tolerance: float,
@@ -350,7 +381,7 @@ def _stored_speedup_changes(head: Measurements, baseline: Baseline, tolerance: f
             out.append(SpeedupChange(engine=engine, slice=now.slice, batch_size=now.batch_size, bucket=now.bucket,
                                      base=_interval(base), head=_interval(now), ratio=ratio, status=status,
                                      significant=significant,
-                                     explanation=explain(bc, hc) if hc and bc else None))
+                                     explanation=explain(bc, hc, ratio.estimate) if hc and bc else None))
     return out
 
 
@@ -370,7 +401,7 @@ def _paired_speedup_changes(measured: Measurements, paired: PairedSummary, toler
         out.append(SpeedupChange(engine=paired.head_engine, slice=cell.slice, batch_size=cell.batch_size,
                                  bucket=cell.bucket, base=_interval(base), head=_interval(head), ratio=ratio,
                                  status=status, significant=significant,
-                                 explanation=explain(bc, hc) if hc and bc else None))
+                                 explanation=explain(bc, hc, ratio.estimate) if hc and bc else None))
     return out
 
 
@@ -388,15 +419,59 @@ def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bo
             why += f": {c.explanation.sentence}"
         out.append(VerdictLine(check="speedup", status="fail", engine=c.engine, batch_size=c.batch_size,
                                 slice=c.slice, why=why))
-    if changes and not any(c.status == "fail" for c in changes):
+    warned = [c for c in changes if c.status == "warn"]
+    if warned:
+        worst = min(warned, key=lambda c: c.ratio.estimate)
+        out.append(VerdictLine(
+            check="speedup", status="warn", engine=worst.engine,
+            why=f"{len(warned)} cell(s) slower, within the {tolerance:.0%} tolerance or not significant ({how}; "
+                f"worst {worst.slice} at batch size {worst.batch_size}: {signed_pct(worst.ratio.estimate - 1)}"
+                + (f", 95% CI {signed_pct(worst.ratio.low - 1)} to {signed_pct(worst.ratio.high - 1)}"
+                   if worst.ratio.low is not None else "") + ")"))
+    if changes and not any(c.status in ("fail", "warn") for c in changes):
         worst = min((c for c in changes if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate,
                     default=None)
         if worst is not None:
             out.append(VerdictLine(check="speedup", status="pass", engine=worst.engine,
-                                    why=f"no significant drop beyond {tolerance:.0%} in any cell ({how}; worst "
+                                    why=f"no significant drop in any cell ({how}; worst "
                                         f"{worst.slice} at batch size {worst.batch_size}: "
                                         f"{signed_pct(worst.ratio.estimate - 1)})"))
     return out
+
+
+DRIFT_MIN = 0.05  # a median move under 5% is not worth naming
+DRIFT_SHARE = 0.8  # the share of cells that must move the median's way
+
+
+def runner_drift(changes: list[SpeedupChange]) -> VerdictLine | None:
+    """Name the runner, not the PR, when every cell moved alike with acceptance unchanged and the step costs moved.
+
+    Stored mode compares timings from two jobs.  A PR moves the cells it touches (a slice, a load level) and
+    moves acceptance with them; a different runner (another GPU clock, a noisy neighbour, a driver) moves every
+    cell by a similar ratio, leaves acceptance where it was, and moves the calibrated step costs of the pair
+    (draft/target, verification/target), which the PR's change of models or config did not touch.  That pattern
+    is named as a warning; the cells' own verdicts stand (nothing here proves the PR innocent)."""
+    cells = [c for c in changes if c.ratio.estimate and c.explanation is not None]
+    if len(cells) < 3 or any(c.explanation.cost_base is None for c in cells):
+        return None
+    logs = sorted(math.log(c.ratio.estimate) for c in cells)
+    median = logs[len(logs) // 2]
+    if abs(median) < math.log1p(DRIFT_MIN):
+        return None
+    alike = sum(x * median > 0 for x in logs)
+    acceptance_moved = any(abs(c.explanation.alpha_head - c.explanation.alpha_base) > 0.01 for c in cells)
+    steps = max(max(abs(math.log(c.explanation.cost_head / c.explanation.cost_base)),
+                    abs(math.log(c.explanation.verify_head / c.explanation.verify_base))) for c in cells)
+    if alike < DRIFT_SHARE * len(cells) or acceptance_moved or steps < abs(median) / 2:
+        return None
+    moves = sorted(c.ratio.estimate - 1 for c in cells)
+    return VerdictLine(
+        check="runner", status="warn",
+        why=f"the runner changed, not the PR: {alike} of {len(cells)} cells moved the same way ({signed_pct(moves[0])} "
+            f"to {signed_pct(moves[-1])}, median {signed_pct(math.expm1(median))}) with acceptance unchanged, and "
+            f"the pair's step costs moved by up to {signed_pct(math.expm1(steps))}; compare paired "
+            "(the Action's paired: true, or specguard gate --against BASE.yaml) or give this runner class its own "
+            "hardware-key")
 
 
 def what_changed(head: RunSummary, baseline: Baseline | None) -> list[Changed]:
@@ -488,8 +563,14 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
                      + (f" ({cause})" if cause else ""))
     elif any(c.check == "speedup" and c.status == "warn" and c.why.startswith("not comparable") for c in doc.checks):
         parts.append("speedup not compared (other hardware)")
+    elif any(c.status == "warn" for c in doc.speedup):
+        worst = min((c for c in doc.speedup if c.status == "warn"), key=lambda c: c.ratio.estimate)
+        parts.append(f"speedup {1 - worst.ratio.estimate:.0%} lower on {worst.slice} at bs {worst.batch_size}, "
+                     "within the tolerance")
     elif doc.speedup:
         parts.append("speedup holds")
+    if any(c.check == "runner" for c in doc.checks):
+        parts.append("the runner changed (every cell moved alike)")
     if doc.mode == "none":
         parts.append(f"no baseline for hardware {doc.hardware_key} yet")
     text = "; ".join(parts)

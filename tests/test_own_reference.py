@@ -1,0 +1,86 @@
+"""Issue 32: a plug-in is timed against its own plain decoding (``engines[].reference``), not the gate's reference.
+
+The worked example (examples/inhouse_engine.py: one sequence at a time, no KV cache) is far slower than the gate's
+torch reference, so against that reference any plug-in built on it looks like a slowdown (or, for a faster stack,
+a speedup) that has nothing to do with speculation. Here a plug-in with speculation off is timed against its own
+reference, the same callable with ``num_draft_tokens = 0``: its speedup must be 1.0x with a CI around 1, while
+the number against the gate's reference, shown beside it, is far from 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import THREADS
+
+from gate.cli import main
+
+pytestmark = pytest.mark.slow  # gate runs on the demo pair, with plug-in workers
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAIN = '''\
+import dataclasses
+
+import inhouse_engine
+
+
+def generate(prompt_ids, batch_size, settings):
+    """The worked example with speculation off, whatever k the gate asks for."""
+    return inhouse_engine.generate(prompt_ids, batch_size, dataclasses.replace(settings, num_draft_tokens=0))
+'''
+CONFIG = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+  draft: {path: "specguard:demo/draft"}
+  device: cpu
+batching: {batch_sizes: [1], compositions: 1}
+generation: {max_new_tokens: 10}
+suite: {max_prompts_per_slice: 1, slices: [prose, questions]}
+engines:
+  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}}
+  - {type: plugin, name: inhouse, callable: "inhouse_engine:generate"}
+checks:
+  speedup: {min_repeats: 6, max_repeats: 6, warmup: 1, context_buckets: [1024], calibration_trials: 5}
+output: {dir: out, cache_dir: null}
+"""
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("own-reference")
+    shutil.copy(ROOT / "examples" / "inhouse_engine.py", root / "inhouse_engine.py")
+    (root / "plain_engine.py").write_text(PLAIN)
+    config = root / "specguard.yaml"
+    config.write_text(CONFIG)
+    code = main(["gate", str(config), "--out", str(root / "out"), "--threads", THREADS, "-q"])
+    return root / "out", code
+
+
+def test_a_plugin_without_speculation_is_1x_against_its_own_reference(gated):
+    out, code = gated
+    checks = json.loads((out / "checks.json").read_text())
+    engines = checks["speedup"]["engines"]
+    assert set(engines) == {"plain", "inhouse"}, "the own reference is timed, never judged as an engine"
+    plain = engines["plain"]
+    assert plain["against"] == "plain.reference" and "not_a_speedup" not in plain
+    sp = plain["load_curve"]["1"]["speedup"]
+    assert sp["low"] <= 1.0 <= sp["high"] and 0.8 < sp["estimate"] < 1.25, sp
+    versus_gate = plain["versus_gate"]["1"]
+    # the example has no KV cache: against the gate's reference it looks like a slowdown speculation never caused
+    assert versus_gate["high"] < min(0.9, sp["low"]), (versus_gate, sp)
+    assert code == 0  # no baseline: neutral
+
+
+def test_a_plugin_without_its_own_reference_is_throughput_not_a_speedup(gated):
+    out, _ = gated
+    engines = json.loads((out / "checks.json").read_text())["speedup"]["engines"]
+    assert "against" not in engines["inhouse"]
+    assert engines["inhouse"]["not_a_speedup"].startswith("throughput against the gate's torch reference")
+    comment = (out / "comment.md").read_text()
+    assert "**plain** is judged against its own plain decoding (`plain.reference`" in comment
+    assert "⚠️ **inhouse**: throughput against the gate's torch reference, not a speedup" in comment
+    assert "Speedup against its own plain decoding" in (out / "checks.md").read_text()
