@@ -222,7 +222,7 @@ def load_models(session: Session, inputs: Inputs, against: str | None = None) ->
         pair = load_pair(loaded)
         engines = [build_engine(e, pair, loaded, log_dir=inputs.out.path, callable_=inputs.workers.get(e.label))
                    for e in loaded.config.engines]
-        base = paired_engine(against, loaded, pair, engines) if against else None
+        base = paired_engine(against, loaded, pair, engines, log_dir=inputs.out.path) if against else None
         own = [build_own_reference(spec, engine, pair, loaded, log_dir=inputs.out.path)
                for spec, engine in zip(loaded.config.engines, engines, strict=True)]
     return Models(pair, engines, base, [e for e in own if e is not None])
@@ -237,11 +237,10 @@ def load_pair(session: Session, loaded):
         return load_pair(loaded)
 
 
-def paired_engine(against: str, loaded, pair, engines):
-    """The base's speculative configuration, as an engine timed beside the head's (paired mode)."""
-    from gate.engines.speculative import SpeculativeEngine
+def paired_engine(against: str, loaded, pair, engines, log_dir=None):
+    """The base's speculative configuration, as an engine timed beside the head's (paired mode): the gate's own
+    engine with the base's draft and k, or the base config's plug-in (its callable, extra, draft and k)."""
     from gate.inputs.config import load_config
-    from gate.inputs.models import load_draft_for
     from gate.run.runner import PairedBase
 
     base = load_config(against)
@@ -251,15 +250,39 @@ def paired_engine(against: str, loaded, pair, engines):
         raise SpecguardError(Problem(str(base.source), "paired mode times the base's draft against the head's "
                                      "with one target; the two configs name different targets",
                                      field="models.target", hint="compare against the stored baseline instead"))
-    if not any(e.name == "speculative" for e in engines):
-        raise SpecguardError(Problem(str(loaded.source), "paired mode compares the gate's own engine: add "
-                                     "`- type: speculative` to engines", field="engines"))
-    draft = load_draft_for(base, pair)
-    engine = SpeculativeEngine(pair.target.model, draft.model, pair.device)
-    engine.name = "base-speculative"
-    return PairedBase(engine=engine, head_engine="speculative", draft=draft,
-                      num_draft_tokens=base.config.speculation.num_draft_tokens,
-                      config=base.config.model_dump(mode="json"), source=str(base.source))
+    common = {"num_draft_tokens": base.config.speculation.num_draft_tokens,
+              "config": base.config.model_dump(mode="json"), "source": str(base.source)}
+    if any(e.name == "speculative" for e in engines):
+        from gate.engines.speculative import SpeculativeEngine
+        from gate.inputs.models import load_draft_for
+
+        draft = load_draft_for(base, pair)
+        engine = SpeculativeEngine(pair.target.model, draft.model, pair.device)
+        engine.name = "base-speculative"
+        return PairedBase(engine=engine, head_engine="speculative", draft=draft, **common)
+    head = next((e for e in loaded.config.engines if e.type == "plugin"), None)
+    if head is None:
+        raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine or a plug-in "
+                                     "beside its base; this config has neither",
+                                     field="engines", hint="add `- type: speculative`, or compare an http engine "
+                                                           "against the stored baseline"))
+    plugins = [e for e in base.config.engines if e.type == "plugin"]
+    base_spec = next((e for e in plugins if e.label == head.label), plugins[0] if len(plugins) == 1 else None)
+    if base_spec is None:
+        raise SpecguardError(Problem(str(base.source), f"paired mode times the base's plug-in beside the head's "
+                                     f"{head.label!r}; the base config has "
+                                     f"{'no plug-in engine' if not plugins else 'no plug-in of that name'}",
+                                     field="engines", hint="name the base's plug-in engine as the head's"))
+    from dataclasses import replace
+
+    from gate.engines import build_engine
+    from gate.inputs.models import draft_location
+
+    # The plug-in loads its own models: it is told the base's draft and dtypes; the gate loads no base weights.
+    base_pair = replace(pair, draft=replace(pair.draft, location=draft_location(base), spec=base.config.models.draft))
+    engine = build_engine(base_spec.model_copy(update={"name": f"base-{head.label}"}), base_pair, base,
+                          log_dir=log_dir)
+    return PairedBase(engine=engine, head_engine=head.label, draft=None, **common)
 
 
 # --- run: results.json ---------------------------------------------------------------------------

@@ -84,3 +84,23 @@ def test_a_plugin_without_its_own_reference_is_throughput_not_a_speedup(gated):
     assert "**plain** is judged against its own plain decoding (`plain.reference`" in comment
     assert "⚠️ **inhouse**: throughput against the gate's torch reference, not a speedup" in comment
     assert "Speedup against its own plain decoding" in (out / "checks.md").read_text()
+
+
+def test_paired_mode_times_the_base_configs_plugin_beside_the_heads(gated):
+    """Issue 32: paired mode refused every engine but the gate's own. A plug-in's base (its callable, extra,
+    draft and k from the base config) is now timed beside the head's on the same batches."""
+    root = gated[0].parent
+    config = root / "paired.yaml"
+    config.write_text(CONFIG.replace(
+        '  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}}\n', ""))
+    code = main(["gate", str(config), "--against", str(config), "--out", str(root / "paired"), "--threads", THREADS,
+                 "-q"])
+    verdict = json.loads((root / "paired" / "verdict.json").read_text())
+    assert verdict["mode"] == "paired" and code == 0, [c["why"] for c in verdict["checks"] if c["status"] == "fail"]
+    results = json.loads((root / "paired" / "results.json").read_text())
+    assert results["paired"]["engine"] == "base-inhouse" and results["paired"]["head_engine"] == "inhouse"
+    timed = {ex["engine"] for ex in results["executions"] if ex["phase"] == "timing"}
+    assert timed == {"reference", "inhouse", "base-inhouse"}
+    cells = [c for c in verdict["speedup"] if c["ratio"]["low"] is not None]
+    assert cells and all(c["engine"] == "inhouse" for c in cells)
+    assert sum(c["ratio"]["low"] <= 1 <= c["ratio"]["high"] for c in cells) >= len(cells) / 2, cells

@@ -279,6 +279,12 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
     return ModelPair(target, draft, tok, device)
 
 
+def draft_location(loaded: LoadedConfig) -> str:
+    """Where a config's draft is (a resolved local path or a hub id), without loading it: what a plug-in is
+    told to load (paired mode's base, whose weights the gate itself never needs)."""
+    return _location(loaded, loaded.config.models.draft)
+
+
 def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
     """Another config's draft, checked against an already loaded pair's target (paired mode)."""
     check_architectures(loaded, ("draft",))

@@ -79,7 +79,7 @@ class PairedBase:
 
     engine: Engine
     head_engine: str
-    draft: LoadedModel
+    draft: LoadedModel | None  # the base's draft, loaded here (the gate's own engine); None: a plug-in loads its own
     num_draft_tokens: int
     config: dict
     source: str
@@ -327,7 +327,7 @@ class Runner:
                         trials = self.cfg.checks.speedup.calibration_trials
                         calibration = calibrate(self.pair, self.plan.calibrate,
                                                 self.cfg.speculation.num_draft_tokens, trials=trials)
-                        if self.paired is not None:
+                        if self.paired is not None and self.paired.draft is not None:
                             base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
                             base_calibration = calibrate(base_pair, self.plan.calibrate,
                                                          self.paired.num_draft_tokens, trials=trials)
