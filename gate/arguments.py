@@ -33,7 +33,14 @@ HELP = {
     "refresh-pr": "commit the refreshed baseline files (written and pruned, one commit) through the REST API, to "
                   "the dispatched branch or to a refresh branch with a pull request",
     "selftest": "prove the checks catch deliberately broken engines and pass the correct one (on the demo pair)",
-    "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name",
+    "exit codes": "Exit codes: 0 pass (or neutral: no baseline yet), 1 a check failed or a regression was found, "
+                  "2 bad input, 3 the baseline is unusable, 130 interrupted.",
+    "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name. "
+                       "--speed instead plants slowdowns of 0/5/10/20% in the correct engine and prints how often "
+                       "the speed rule flags and fails them, paired and stored (docs/checks.md)",
+    "--speed": "the speed self-test: planted slowdowns, paired and stored, on this machine (about 35 s per run)",
+    "--runs": "speed self-test: runs per mode and slowdown (default 10)",
+    "--repeats": "speed self-test: timed repeats per cell (default 6)",
     # arguments
     "config": "path to specguard.yaml",
     "--out": "output directory (default: output.dir from the config; specguard-out for demo)",

@@ -24,8 +24,6 @@ from gate.io.rundir import RunDir
 from gate.pipeline import Session
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
-EXIT_CODES = ("Exit codes: 0 pass (or neutral: no baseline yet), 1 a check failed or a regression was found, "
-              "2 bad input, 3 the baseline is unusable, 130 interrupted.")
 
 
 def _run_options(args) -> pipeline.RunOptions:
@@ -98,7 +96,6 @@ def cmd_baseline_refresh(args, session: Session) -> int:
 
 def cmd_baseline_history(args, session: Session) -> int:
     from gate.verdict.history import history_of
-
     print(history_of(args.name, args.dir, args.config, args.hardware))
     return EXIT_OK
 
@@ -106,7 +103,6 @@ def cmd_baseline_history(args, session: Session) -> int:
 def cmd_changed(args, session: Session) -> int:
     from gate.ci.changed import detect
     from gate.ci.github import step_outputs
-
     change = detect(Path(args.repo), args.config, args.base, args.head)
     print("\n".join(change.lines()))
     step_outputs(changed="true" if change.changed else "false")
@@ -115,7 +111,6 @@ def cmd_changed(args, session: Session) -> int:
 
 def cmd_github_comment(args, session: Session) -> int:
     from gate.ci.publish import comment_command
-
     print(comment_command(args.pr, args.when, args.config, args.run_dir, args.refused, args.setup_failed,
                           args.update_only))
     return EXIT_OK
@@ -133,18 +128,20 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
 
 def cmd_selftest(args, session: Session) -> int:
     from gate.selftest import selftest
+    from gate.selftest.speed import speed_selftest
 
     pipeline.set_threads(args.threads)
     session.quiet_libraries()
-    report = selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,
-                      detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype)
+    report = speed_selftest(runs=args.runs, repeats=args.repeats, say=session.say) if args.speed else \
+        selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,
+                 detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK if report.passed else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
 
-    p = argparse.ArgumentParser(prog="specguard", description=HELP["specguard"], epilog=EXIT_CODES)
+    p = argparse.ArgumentParser(prog="specguard", description=HELP["specguard"], epilog=HELP["exit codes"])
     p.add_argument("--version", action="version", version=f"specguard {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -157,15 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument(*names, **{"help": HELP.get(names[-1]), **kw})
 
     def talk(q):
-        arg(q, "-q", "--quiet", action="store_true")
-        arg(q, "-v", "--verbose", action="store_true")
+        for short, name in (("-q", "--quiet"), ("-v", "--verbose")):
+            arg(q, short, name, action="store_true")
 
     def generating(q, config: bool = True):
         if config:
             arg(q, "config")
         arg(q, "--out")
-        arg(q, "--resume", action="store_true")
-        arg(q, "--no-cache", action="store_true")
+        for name in ("--resume", "--no-cache"):
+            arg(q, name, action="store_true")
         arg(q, "--threads", type=threads)
         arg(q, "--hardware-key", type=hardware_key, metavar="KEY")
         arg(q, "--run-id", type=run_id)
@@ -194,9 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         arg(g, "--baselines-dir")
         if name == "gate":
             arg(g, "--against", metavar="BASE.yaml")
-            arg(g, "--refresh", action="store_true")
-            arg(g, "--force", action="store_true")
-            arg(g, "--reason")
+            for name in ("--refresh", "--force", "--reason"):
+                arg(g, name, **({} if name == "--reason" else {"action": "store_true"}))
         else:
             g.set_defaults(against=None, refresh=False, force=False, reason=None)
     bsub = command(sub, "baseline", None).add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
@@ -231,11 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
         arg(gr, name, **({"action": "store_true"} if name == "--push-only" else
                          {"default": "."} if name == "--repo" else {}))
     s = command(sub, "selftest", cmd_selftest, epilog=HELP["selftest epilog"])
-    arg(s, "--json", action="store_true")
+    for name in ("--json", "--speed"):
+        arg(s, name, action="store_true")
     arg(s, "--seeds", type=count(0, 1000), default=20)
     arg(s, "--samples", type=count(100, 1_000_000), default=600)
     arg(s, "--mutant", action="append")
     arg(s, "--dtype", choices=("float32", "bfloat16"), default="float32")
+    for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 6)):
+        arg(s, name, type=count(low, 1000), default=default)
     arg(s, "--threads", type=threads)
     talk(s)
     return p

@@ -72,3 +72,19 @@ def test_length_mix_bug_escapes_per_cell_batches(eos_pair, tmp_path, cache):
     asserted by the self-test's own test (tests/test_cli.py), which runs every mutant that way."""
     assert alarms(eos_pair, "length-mix-buffer", tmp_path, cache, planner=per_cell_outputs) == [], \
         "per-cell batches never put a long prompt beside a short one: the bug must not show there"
+
+
+@pytest.mark.slow
+def test_the_speed_selftest_flags_a_planted_slowdown_and_not_the_base_against_itself():
+    """Issue 32, on a small budget: paired only, one run each of the base against itself and of a 50% planted
+    slowdown (speedup -33%: far beyond what contention between interleaved engines can hide). The full table,
+    with 10 runs per row, is measured by `specguard selftest --speed` and kept in docs/checks.md."""
+    from gate.selftest.speed import Slowed, speed_selftest
+
+    report = speed_selftest(runs=1, slowdowns=(0.0, 0.5), repeats=4, modes=("paired",))
+    rows = {r["slowdown"]: r for r in report.rows()}
+    assert set(rows) == {0.0, 0.5} and all(r["mode"] == "paired" and r["cells"] == 6 for r in rows.values())
+    assert rows[0.0]["failed"] == 0, "the base against itself never fails beyond the 10% tolerance"
+    assert rows[0.5]["median_ratio"] < 0.85 and rows[0.5]["flagged"] >= rows[0.5]["cells"] // 2, rows[0.5]
+    assert report.lines()[2].startswith("| mode | planted slowdown |")
+    assert Slowed.__mro__[1].__name__ == "SpeculativeEngine"  # the correct engine's algorithm, only slower
