@@ -237,6 +237,14 @@ def load_pair(session: Session, loaded):
         return load_pair(loaded)
 
 
+def paired_head(loaded):
+    """Which of the head's engines paired mode times beside its base: the gate's own engine when the config has
+    one (None is returned: it is built from the base's draft), else the first plug-in or http engine."""
+    if any(e.type == "speculative" for e in loaded.config.engines):
+        return None
+    return next((e for e in loaded.config.engines if e.type in ("plugin", "http")), None)
+
+
 def paired_engine(against: str, loaded, pair, engines, log_dir=None):
     """The base's speculative configuration, as an engine timed beside the head's (paired mode): the gate's own
     engine with the base's draft and k, or the base config's plug-in (its callable, extra, draft and k)."""
@@ -252,27 +260,39 @@ def paired_engine(against: str, loaded, pair, engines, log_dir=None):
                                      field="models.target", hint="compare against the stored baseline instead"))
     common = {"num_draft_tokens": base.config.speculation.num_draft_tokens,
               "config": base.config.model_dump(mode="json"), "source": str(base.source)}
-    if any(e.name == "speculative" for e in engines):
+    own = next((e for e in loaded.config.engines if e.type == "speculative"), None)
+    if own is not None:
         from gate.engines.speculative import SpeculativeEngine
         from gate.inputs.models import load_draft_for
 
         draft = load_draft_for(base, pair)
         engine = SpeculativeEngine(pair.target.model, draft.model, pair.device)
-        engine.name = "base-speculative"
-        return PairedBase(engine=engine, head_engine="speculative", draft=draft, **common)
-    head = next((e for e in loaded.config.engines if e.type == "plugin"), None)
+        engine.name = f"base-{own.label}"
+        return PairedBase(engine=engine, head_engine=own.label, draft=draft, **common)
+    head = paired_head(loaded)
     if head is None:
-        raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine or a plug-in "
-                                     "beside its base; this config has neither",
-                                     field="engines", hint="add `- type: speculative`, or compare an http engine "
-                                                           "against the stored baseline"))
-    plugins = [e for e in base.config.engines if e.type == "plugin"]
-    base_spec = next((e for e in plugins if e.label == head.label), plugins[0] if len(plugins) == 1 else None)
+        raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine, a plug-in or an "
+                                     "http engine beside its base; this config has none",
+                                     field="engines", hint="add `- type: speculative`"))
+    kind = "plug-in" if head.type == "plugin" else "http engine"
+    same_type = [e for e in base.config.engines if e.type == head.type]
+    base_spec = next((e for e in same_type if e.label == head.label), same_type[0] if len(same_type) == 1 else None)
     if base_spec is None:
-        raise SpecguardError(Problem(str(base.source), f"paired mode times the base's plug-in beside the head's "
+        raise SpecguardError(Problem(str(base.source), f"paired mode times the base's {kind} beside the head's "
                                      f"{head.label!r}; the base config has "
-                                     f"{'no plug-in engine' if not plugins else 'no plug-in of that name'}",
-                                     field="engines", hint="name the base's plug-in engine as the head's"))
+                                     f"{'no ' + kind if not same_type else 'no ' + kind + ' of that name'}",
+                                     field="engines", hint=f"name the base's {kind} as the head's"))
+    name = f"base-{head.label}"
+    if head.type == "http":
+        from gate.engines import http_engine
+
+        if base_spec.http.server.url.rstrip("/") == head.http.server.url.rstrip("/"):
+            raise SpecguardError(Problem(str(base.source), f"the base's server is the head's "
+                                         f"({head.http.server.url}): paired mode needs both running side by side",
+                                         field="engines[].http.server.url",
+                                         hint="give the base config's server its own port (and its launch line)"))
+        engine = http_engine(base_spec, base_spec.http.server.url, pair, base, speculative=True, name=name)
+        return PairedBase(engine=engine, head_engine=head.label, draft=None, **common)
     from dataclasses import replace
 
     from gate.engines import build_engine
@@ -280,8 +300,7 @@ def paired_engine(against: str, loaded, pair, engines, log_dir=None):
 
     # The plug-in loads its own models: it is told the base's draft and dtypes; the gate loads no base weights.
     base_pair = replace(pair, draft=replace(pair.draft, location=draft_location(base), spec=base.config.models.draft))
-    engine = build_engine(base_spec.model_copy(update={"name": f"base-{head.label}"}), base_pair, base,
-                          log_dir=log_dir)
+    engine = build_engine(base_spec.model_copy(update={"name": name}), base_pair, base, log_dir=log_dir)
     return PairedBase(engine=engine, head_engine=head.label, draft=None, **common)
 
 
@@ -344,26 +363,37 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, serv
 
 
 @contextlib.contextmanager
-def serving(session: Session, loaded, out: Path) -> Iterator[list]:
+def serving(session: Session, loaded, out: Path, against: str | None = None) -> Iterator[list]:
     """Launch every serving stack the config asks the gate to start, side by side and before the gate loads its
     own models (a stack takes minutes to load a model; the gate's load overlaps it); yields the launched servers,
-    which :func:`run` waits for, and tears them all down on leaving, whatever happens."""
+    which :func:`run` waits for, and tears them all down on leaving, whatever happens.  In paired mode with an
+    http engine (``against``: the base config), the base's server is launched beside the head's and the
+    reference (named ``base-<engine>``); the reference is the head's."""
     from gate.engines.http import Server
 
+    stacks = [(loaded, e, e.label, i, ("server", "reference")) for i, e in enumerate(loaded.config.engines)]
+    head = paired_head(loaded) if against else None
+    if head is not None and head.type == "http":
+        from gate.inputs.config import load_config
+
+        base = load_config(against)
+        stacks += [(base, e, f"base-{head.label}", i, ("server",)) for i, e in enumerate(base.config.engines)
+                   if e.type == "http" and e.label == head.label]
     with contextlib.ExitStack() as stack:
         launched = []
-        for i, e in enumerate(loaded.config.engines):
+        for owner, e, label, i, roles in stacks:
             if e.http is None:
                 continue
-            for role in ("server", "reference"):
+            for role in roles:
                 ep = getattr(e.http, role)
                 if ep is None or not ep.launch:
                     continue
-                session.say(f"starting {e.label} {role}: {' '.join(ep.launch)}")
-                log = loaded.resolve_path(ep.log) if ep.log else out / f"{e.label}-{role}.log"
+                session.say(f"starting {label} {role}: {' '.join(ep.launch)}")
+                log = owner.resolve_path(ep.log) if ep.log else out / f"{label}-{role}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 server = Server(list(ep.launch), ep.url, ep.health, ep.startup_timeout_s, dict(ep.env),
-                                f"engines[{i}].http.{role}", log_path=log)
+                                f"engines[{i}].http.{role}" + (f" of {owner.source}" if owner is not loaded else ""),
+                                log_path=log)
                 stack.callback(server.stop)  # registered before the launch: a launch that fails midway is stopped
                 launched.append(server.launch())
         yield launched
@@ -572,7 +602,7 @@ def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | 
         raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
     inputs = load_inputs(session, config, opts.out, opts.threads)
-    with serving(session, inputs.loaded, inputs.out.path) as servers:  # torn down once the run is done
+    with serving(session, inputs.loaded, inputs.out.path, opts.against) as servers:  # torn down after the run
         models = load_models(session, inputs, opts.against)
         ran = run(session, inputs, models, opts.run, servers)
     if ran is not Ran.COMPLETE:

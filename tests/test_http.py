@@ -167,6 +167,29 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
 
 
 @pytest.mark.slow
+def test_paired_mode_times_the_base_configs_server_beside_the_heads(tmp_path, served):
+    """Issue 32: paired mode refused http engines. The base config's server (its own URL, launched beside the
+    head's when it has a launch line) is timed as base-<engine> on the same batches; the head's reference stays
+    the reference. Base and head serve the same pair here, so the paired ratio sits around 1."""
+    with serving(served, ("speculative", {}), ("speculative", {}), ("reference", {})) as (head, base, ref):
+        (tmp_path / "base.yaml").write_text(config((base, None), (ref, None)))
+        proc = gate_here(tmp_path, config((head, None), (ref, None)), "gate", "--against",
+                         str(tmp_path / "base.yaml"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        same = tmp_path / "same.yaml"  # the head's own server as its base: refused, naming the URL
+        same.write_text(config((head, None), (ref, None)))
+        refused = gate_here(tmp_path, config((head, None), (ref, None)), "gate", "--against", str(same))
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert results["paired"]["engine"] == "base-served" and results["paired"]["head_engine"] == "served"
+    assert {ex["engine"] for ex in results["executions"] if ex["phase"] == "timing"} == \
+        {"reference", "served", "base-served"}
+    assert verdict["mode"] == "paired" and verdict["speedup"]
+    assert all(c["engine"] == "served" for c in verdict["speedup"])
+    assert refused.returncode == 2 and "the base's server is the head's" in refused.stderr
+
+
+@pytest.mark.slow
 def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_logprobs(tmp_path, served):
     with serving(served, ("mutant:positions-batch-max", {}), ("reference", {})) as (e, r):
         proc = gate_here(tmp_path, config((e, None), (r, None), local_weights=False), "gate")

@@ -41,13 +41,14 @@ def build_reference(pair: ModelPair, loaded: LoadedConfig | None = None) -> Engi
     else the target alone, in process."""
     for spec in (loaded.config.engines if loaded is not None else []):
         if spec.http is not None and spec.http.reference is not None:
-            return _http(spec, spec.http.reference.url, pair, loaded, speculative=False, name=REFERENCE)
+            return http_engine(spec, spec.http.reference.url, pair, loaded, speculative=False, name=REFERENCE)
     from gate.engines.reference import ReferenceEngine
 
     return ReferenceEngine(pair.target.model, pair.device)
 
 
-def _http(spec: EngineConfig, url: str, pair: ModelPair, loaded: LoadedConfig, speculative: bool, name: str):
+def http_engine(spec: EngineConfig, url: str, pair: ModelPair, loaded: LoadedConfig, speculative: bool, name: str):
+    """An engine over a serving stack's OpenAI-compatible API (``spec`` is an entry of ``loaded``'s engines)."""
     from gate.engines.http import PRESETS, HttpEngine, api_key
 
     h = spec.http
@@ -65,7 +66,7 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_
 
         engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
     elif spec.type == "http":
-        engine = _http(spec, spec.http.server.url, pair, loaded, speculative=True, name=spec.label)
+        engine = http_engine(spec, spec.http.server.url, pair, loaded, speculative=True, name=spec.label)
     elif spec.type == "hf_assisted":
         from gate.engines.hf_assisted import HFAssistedEngine
 

@@ -179,7 +179,10 @@ def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, rep
                     if mode == "paired":
                         paired = PairedBase(engine=engine(0.0, "base-speculative"), head_engine="speculative",
                                             draft=pair.draft, num_draft_tokens=4, config={}, source="selftest")
-                    results, checks = run(f"{mode}-{s}-{seed}", seed, engine(s, "speculative"), paired)
+                    # paired: each run its own prompt order (hence batches); stored: the baseline's order, since
+                    # a slice's fingerprint follows its prompts' order and a reordered slice is not compared
+                    order = seed if mode == "paired" else 0
+                    results, checks = run(f"{mode}-{s}-{seed}", order, engine(s, "speculative"), paired)
                     doc = judge(summarize(results, checks, cfg.config, "selftest"),
                                 stored if mode == "stored" else Stored(None, "", "selftest"), cfg.config.baseline)
                     cells, flagged, failed, ratios = _cells(doc)
