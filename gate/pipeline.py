@@ -154,7 +154,8 @@ def validate(config: str) -> Validation:
 @dataclass
 class Inputs:
     """Everything a run needs before any model loads: the config, its suite, the run directory, and the
-    plug-in workers that already loaded (by engine label)."""
+    plug-in workers that already loaded (by engine name: the label, and `<label>.reference` for a plug-in's own
+    reference callable)."""
 
     loaded: LoadedConfig
     suite: Suite
@@ -213,6 +214,7 @@ class Models:
 
 def load_models(session: Session, inputs: Inputs, against: str | None = None) -> Models:
     from gate.engines import build_engine, build_own_reference
+    from gate.inputs.config import OWN_REFERENCE_SUFFIX
     from gate.inputs.models import load_pair
 
     loaded = inputs.loaded
@@ -222,8 +224,9 @@ def load_models(session: Session, inputs: Inputs, against: str | None = None) ->
         pair = load_pair(loaded)
         engines = [build_engine(e, pair, loaded, log_dir=inputs.out.path, callable_=inputs.workers.get(e.label))
                    for e in loaded.config.engines]
-        base = paired_engine(against, loaded, pair, engines, log_dir=inputs.out.path) if against else None
-        own = [build_own_reference(spec, engine, pair, loaded, log_dir=inputs.out.path)
+        base = paired_engine(against, loaded, pair, log_dir=inputs.out.path) if against else None
+        own = [build_own_reference(spec, engine, pair, loaded, log_dir=inputs.out.path,
+                                   callable_=inputs.workers.get(spec.label + OWN_REFERENCE_SUFFIX))
                for spec, engine in zip(loaded.config.engines, engines, strict=True)]
     return Models(pair, engines, base, [e for e in own if e is not None])
 
@@ -245,7 +248,7 @@ def paired_head(loaded):
     return next((e for e in loaded.config.engines if e.type in ("plugin", "http")), None)
 
 
-def paired_engine(against: str, loaded, pair, engines, log_dir=None):
+def paired_engine(against: str, loaded, pair, log_dir=None):
     """The base's speculative configuration, as an engine timed beside the head's (paired mode): the gate's own
     engine with the base's draft and k, or the base config's plug-in (its callable, extra, draft and k)."""
     from gate.inputs.config import load_config

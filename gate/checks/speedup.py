@@ -131,9 +131,10 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
     engines: dict[str, SpeedupEngine] = {}
     own = results.own_references()
     other_stack = _other_stack(results)
-    for engine in sorted({p.engine for p in results.timing_pairs()} - set(own.values())):
-        against = own.get(engine, REFERENCE)  # a plug-in with its own reference is timed against it
-        mine = results.timing_pairs(engine, against)
+    judged = results.judged_timing_pairs()  # a plug-in with its own reference: against it
+    for engine in sorted({p.engine for p in judged}):
+        against = own.get(engine, REFERENCE)
+        mine = [p for p in judged if p.engine == engine]
         sizes = sorted({p.batch_size for p in mine})
         calibrated = engine in results.calibrated_engines
 

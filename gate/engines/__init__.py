@@ -96,9 +96,10 @@ def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_
 
 
 def build_own_reference(spec: EngineConfig, engine: Engine, pair: ModelPair, loaded: LoadedConfig,
-                        log_dir=None) -> Engine | None:
+                        log_dir=None, callable_=None) -> Engine | None:
     """A plug-in's own plain decoding (``engines[].reference``), timed beside it as ``<label>.reference``; None
-    when the config names none (its speedup is then throughput against the gate's reference, and says so)."""
+    when the config names none (its speedup is then throughput against the gate's reference, and says so).
+    ``callable_``: its reference callable already loaded (the worker started by the gate's import check)."""
     if spec.type != "plugin" or spec.reference is None:
         return None
     from gate.engines.plugin import PluginEngine, ProcessCallable, SpeculationOff, load_in_process
@@ -107,7 +108,9 @@ def build_own_reference(spec: EngineConfig, engine: Engine, pair: ModelPair, loa
     ref = spec.reference
     if ref.callable is None:
         return SpeculationOff(engine, name)
-    if (spec.isolation or "process") == "process":
+    if callable_ is not None:
+        fn = callable_
+    elif (spec.isolation or "process") == "process":
         fn = ProcessCallable(ref.callable, str(loaded.source), name,
                              log_path=Path(log_dir) / f"{name}.log" if log_dir else None,
                              roots=loaded.import_roots(spec))

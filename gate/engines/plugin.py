@@ -41,6 +41,7 @@ from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
 from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, load_callable  # noqa: F401 (re-exported)
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem, SpecguardError
+from gate.inputs.config import OWN_REFERENCE_SUFFIX
 
 COUNTER_LISTS = ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos")
 
@@ -365,63 +366,52 @@ class SpeculationOff:
 
 
 def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
-    """Import every plug-in callable and check its signature (or that its entry point exists).
+    """Import every plug-in callable (and a plug-in's own reference callable) and check its signature (or that its
+    entry point exists).
 
     A plug-in isolated in a process (the default) is imported in its own worker, never in the gate: a module
     that calls ``os._exit`` or prints workflow commands at import cannot end or speak for the gate.  Workers
-    that loaded are kept in ``started`` (by engine label) for the run to use; without it they are stopped.
+    that loaded are kept in ``started`` (by engine name: the label, and ``<label>.reference`` for its own
+    reference) for the run to use; without it they are stopped.
     """
     problems = []
     for i, e in enumerate(loaded.config.engines):
         if e.type != "plugin":
             continue
-        where = f"engines[{i}].callable"
-        try:
-            if (e.isolation or "process") == "process":
-                fn = ProcessCallable(e.callable, str(loaded.source), e.label,
-                                     log_path=Path(log_dir) / f"{e.label}.log" if log_dir else None,
-                                     roots=loaded.import_roots(e))
-                try:
-                    fn.start()
-                except (EngineFailure, SpecguardError) as exc:
-                    said = _keep_log_if_written(Path(fn.log_path))  # a refused run adds no empty log to OUT
-                    if isinstance(exc, SpecguardError):
-                        raise
-                    problems.append(Problem(str(loaded.source), f"the plug-in {e.callable!r} does not load: "
-                                            f"{exc.message}", field=where,
-                                            hint=f"its output is in {fn.log_path}" if said else
-                                            "import it by hand to see why"))
+        checks = [(e.callable, e.label, f"engines[{i}].callable", "the plug-in")]
+        if e.reference is not None and e.reference.callable is not None:
+            checks.append((e.reference.callable, e.label + OWN_REFERENCE_SUFFIX, f"engines[{i}].reference.callable",
+                           "the plug-in's reference"))
+        for spec, name, where, what in checks:
+            try:
+                if (e.isolation or "process") == "thread":
+                    load_in_process(spec, str(loaded.source), loaded.import_roots(e))
                     continue
-                if started is None:
+                fn = _start_worker(spec, name, loaded, e, log_dir, where, what, problems)
+                if fn is not None and started is None:
                     fn.stop()
-                else:
-                    started[e.label] = fn
-            else:
-                load_in_process(e.callable, str(loaded.source), loaded.import_roots(e))
-            if e.reference is not None and e.reference.callable is not None:  # its own reference: imported here
-                where = f"engines[{i}].reference.callable"
-                if e.isolation == "thread":
-                    load_in_process(e.reference.callable, str(loaded.source), loaded.import_roots(e))
-                else:
-                    _check_in_worker(e.reference.callable, loaded, e, log_dir, where, problems)
-        except SpecguardError as exc:
-            problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
+                elif fn is not None:
+                    started[name] = fn
+            except SpecguardError as exc:
+                problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
     return problems
 
 
-def _check_in_worker(name: str, loaded, e, log_dir, where: str, problems: list) -> None:
-    fn = ProcessCallable(name, str(loaded.source), e.label + ".reference",
-                         log_path=Path(log_dir) / f"{e.label}.reference.log" if log_dir else None,
+def _start_worker(spec: str, name: str, loaded, e, log_dir, where: str, what: str,
+                  problems: list) -> ProcessCallable | None:
+    """A worker that imported ``spec``, or None with the problem recorded (its log kept only if it says something)."""
+    fn = ProcessCallable(spec, str(loaded.source), name, log_path=Path(log_dir) / f"{name}.log" if log_dir else None,
                          roots=loaded.import_roots(e))
     try:
         fn.start()
-    except EngineFailure as exc:
-        said = _keep_log_if_written(Path(fn.log_path)) if fn.log_path else False
-        problems.append(Problem(str(loaded.source), f"the plug-in's reference {name!r} does not load: {exc.message}",
-                                field=where, hint=f"its output is in {fn.log_path}" if said else
-                                "import it by hand to see why"))
-        return
-    fn.stop()
+    except (EngineFailure, SpecguardError) as exc:
+        said = _keep_log_if_written(Path(fn.log_path))  # a refused run adds no empty log to OUT
+        if isinstance(exc, SpecguardError):
+            raise
+        problems.append(Problem(str(loaded.source), f"{what} {spec!r} does not load: {exc.message}", field=where,
+                                hint=f"its output is in {fn.log_path}" if said else "import it by hand to see why"))
+        return None
+    return fn
 
 
 def _keep_log_if_written(log: Path) -> bool:
