@@ -68,10 +68,12 @@ def test_a_plugin_without_speculation_is_1x_against_its_own_reference(gated):
     plain = engines["plain"]
     assert plain["against"] == "plain.reference" and "not_a_speedup" not in plain
     sp = plain["load_curve"]["1"]["speedup"]
-    assert sp["low"] <= 1.0 <= sp["high"] and 0.8 < sp["estimate"] < 1.25, sp
+    # 1.0x with a CI around 1. Not "the CI covers exactly 1": two identical engines' 95% CI misses 1 one time in
+    # twenty by construction, more often on cores shared with other test workers; a few percent is noise here.
+    assert sp["low"] <= 1.05 and sp["high"] >= 0.95 and 0.8 < sp["estimate"] < 1.25, sp
     versus_gate = plain["versus_gate"]["1"]
     # the example has no KV cache: against the gate's reference it looks like a slowdown speculation never caused
-    assert versus_gate["high"] < min(0.9, sp["low"]), (versus_gate, sp)
+    assert versus_gate["high"] < 0.9 and versus_gate["estimate"] < sp["estimate"] - 0.1, (versus_gate, sp)
     assert code == 0  # no baseline: neutral
 
 
