@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from gate.errors import ConfigError, Problem, closest
+from gate.inputs.launch import mismatches
 from gate.io.files import read_input
 
 CONFIG_VERSION = 1
@@ -385,11 +386,30 @@ class Config(_Strict):
 
     @field_validator("engines")
     @classmethod
-    def _unique_labels(cls, v: list[EngineConfig]) -> list[EngineConfig]:
+    def _engines(cls, v: list[EngineConfig], info) -> list[EngineConfig]:
         labels = [e.label for e in v]
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
             raise ValueError(f"engine names must be unique; give each a distinct 'name' (repeated: {dupes})")
+        spec, models = info.data.get("speculation"), info.data.get("models")
+        if spec is None or models is None:  # reported on their own fields
+            return v
+        problems = []
+        for i, e in enumerate(v):
+            if e.http is None:
+                continue
+            for role, endpoint in (("server", e.http.server), ("reference", e.http.reference)):
+                if endpoint is None or endpoint.launch is None:
+                    continue
+                where = f"engines[{i}].http.{role}.launch"
+                try:
+                    found = mismatches(e.http.preset, endpoint.launch, spec.num_draft_tokens, models.draft.path,
+                                       role)
+                except ValueError as err:
+                    found = [str(err)]
+                problems += [f"{where}: {m}" for m in found]
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
 
