@@ -21,8 +21,12 @@ def pct(value, missing: str = MISSING) -> str:
 
 
 def signed_pct(value, fmt: str = "+.0%", missing: str = MISSING) -> str:
-    """A relative change as a signed percentage: -0.12 → ``-12%`` (``fmt="+.1%"``: ``-12.0%``)."""
-    return missing if value is None else format(value, fmt)
+    """A relative change as a signed percentage: -0.12 → ``-12%`` (``fmt="+.1%"``: ``-12.0%``); a change that
+    rounds to nothing is ``+0%``, never ``-0%`` (the ``z`` format option, without needing Python 3.11)."""
+    if value is None:
+        return missing
+    out = format(value, fmt)
+    return format(abs(value) * 0, fmt) if not out.lstrip("+-").strip("0.%") else out
 
 
 def times(value, missing: str = MISSING) -> str:

@@ -80,3 +80,11 @@ def test_a_posted_body_is_bounded_by_the_same_routine_at_the_exact_limit():
     over = prepare_body(exact + "x", MARKER)
     assert len(over) <= COMMENT_LIMIT and over.endswith(f"{MARKER}\n")
     assert "Cut to fit 65,536 characters: the rest of the page left out" in over
+
+
+def test_a_change_that_rounds_to_nothing_is_never_shown_as_minus_zero():
+    from gate.numbers import MISSING, signed_pct
+
+    assert [signed_pct(v) for v in (-0.001, -0.0049, 0.0, 0.001, -0.12, 0.3)] == ["+0%", "+0%", "+0%", "+0%",
+                                                                                  "-12%", "+30%"]
+    assert [signed_pct(v, "+.1%") for v in (-0.0004, -0.0006, None)] == ["+0.0%", "-0.1%", MISSING]
