@@ -31,7 +31,7 @@ if sys.argv[1:2] == ["verdictfile"]:
     main = entry_module.main
     argv = sys.argv[2:]
 else:
-    import gate.cli as entry_module
+    import gate.entry as entry_module
 
     main = None
     argv = sys.argv[1:]

@@ -1,3 +1,3 @@
-from gate.cli import entry
+from gate.entry import entry
 
 entry()

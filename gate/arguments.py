@@ -33,6 +33,16 @@ HELP = {
     "refresh-pr": "commit the refreshed baseline files (written and pruned, one commit) through the REST API, to "
                   "the dispatched branch or to a refresh branch with a pull request",
     "selftest": "prove the checks catch deliberately broken engines and pass the correct one (on the demo pair)",
+    "suite": "build a prompt suite",
+    "import": "a suite from a JSONL sample of real requests ('prompt' or chat 'messages', at the top level or under "
+              "'body'): deduplicated, stratified by slice and length, capped, validated like any suite",
+    "FILE": "the request sample (JSONL)",
+    "suite --out": "where the suite goes (written only when the import succeeds)",
+    "--slice-field": "the request field that names its slice (default: slice; 'default' where absent)",
+    "--per-slice": "at most this many prompts per slice, spread over short to long (default 16)",
+    "--max-rows": "at most this many prompts in all (default 1000)",
+    "--seed": "the sampling seed (default 0)",
+    "--max-bytes": "refuse a sample larger than this (default 268435456: 256 MiB)",
     "exit codes": "Exit codes: 0 pass (or neutral: no baseline yet), 1 a check failed or a regression was found, "
                   "2 bad input, 3 the baseline is unusable, 130 interrupted.",
     "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name. "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -49,16 +48,16 @@ def cmd_run(args, session: Session) -> int:
     return pipeline.run_command(session, args.config, args.out, args.threads, _run_options(args))
 
 
+def cmd_check(args, session: Session) -> int:
+    return pipeline.check_command(session, args.config, args.out, args.threads)
+
+
 def cmd_merge(args, session: Session) -> int:
     out = RunDir(args.out)
     merged = pipeline.merge([Path(d) for d in args.dirs], out)
     print(f"wrote {out / 'results.json'} ({len(merged.executions)} executions from {len(args.dirs)} shards); "
           f"now `specguard check CONFIG --out {out}` and `specguard compare {out}`")
     return EXIT_OK
-
-
-def cmd_check(args, session: Session) -> int:
-    return pipeline.check_command(session, args.config, args.out, args.threads)
 
 
 def cmd_compare(args, session: Session) -> int:
@@ -123,6 +122,13 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
     loaded = load_config(args.config)
     print(pipeline.publish_refresh(loaded, RunDir(args.run_dir), baselines_root(args.dir, loaded=loaded),
                                    Path(args.repo).resolve(), args.base_branch, args.branch, not args.push_only))
+    return EXIT_OK
+
+
+def cmd_suite_import(args, session: Session) -> int:
+    from gate.inputs.importer import import_suite
+    print("\n".join(import_suite(args.file, args.out, args.slice_field, args.per_slice, args.max_rows, args.seed,
+                                  args.max_bytes).lines()))
     return EXIT_OK
 
 
@@ -237,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
         arg(s, name, type=count(low, 1000), default=default)
     arg(s, "--threads", type=threads)
     talk(s)
+    si = command(command(sub, "suite", None).add_subparsers(dest="suite_command", required=True, metavar="ACTION"),
+                 "import", cmd_suite_import)
+    arg(si, "file", metavar="FILE", help=HELP["FILE"])
+    arg(si, "--out", required=True, help=HELP["suite --out"])
+    arg(si, "--slice-field", default="slice")
+    for name, low, high, default in (("--per-slice", 1, 100_000, 16), ("--max-rows", 1, 1_000_000, 1000),
+                                     ("--seed", 0, 1 << 31, 0), ("--max-bytes", 1, 1 << 40, 256 << 20)):
+        arg(si, name, type=count(low, high), default=default)
     return p
 
 
@@ -277,23 +291,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-def entry() -> None:
-    """``specguard``: :func:`main`, then an exit past an abandoned plug-in thread (``engines[].isolation: thread``),
-    whose torch threads would otherwise end the interpreter's shutdown with "terminate called without an active
-    exception" (exit 134); the default, process isolation, has no such thread (docs/reliability.md)."""
-    import gc
-    import threading
-
-    code = main()
-    gc.disable()  # collecting the run's objects while a plug-in thread is inside torch can abort
-    if any(t.name.startswith("specguard-engine-") and t.is_alive() for t in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    raise SystemExit(code)
-
-
-if __name__ == "__main__":
-    entry()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -84,3 +86,70 @@ def test_long_context_prompts_are_long_in_demo_tokens():
         row = json.loads(line)
         if row["slice"] == "long-context":
             assert len(tok(row["prompt"])["input_ids"]) >= 512, row["id"]
+
+
+# --- chat rows: `messages` instead of `prompt` ------------------------------------------------------------------
+
+
+def chat(*messages, **more) -> str:
+    return json.dumps({"id": "c", "slice": "chat", "messages": [{"role": r, "content": c} for r, c in messages],
+                       **more})
+
+
+def test_a_chat_row_parses_into_messages():
+    s = parse_suite(chat(("system", "Be brief."), ("user", "What is a module?")) + "\n", "s.jsonl")
+    [p] = s.prompts
+    assert p.messages == (("system", "Be brief."), ("user", "What is a module?")) and p.text == "" and s.chat
+    assert p.as_messages() == [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": "What is a module?"}]
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    (json.dumps({"id": "c", "slice": "x"}), "not neither"),
+    (json.dumps({"id": "c", "slice": "x", "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]}),
+     "not both"),
+    (json.dumps({"id": "c", "slice": "x", "messages": []}), "at least 1 item"),
+    (json.dumps({"id": "c", "slice": "x", "messages": [{"role": "wizard", "content": "hi"}]}), "messages[0].role"),
+    (json.dumps({"id": "c", "slice": "x", "messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+     "content parts"),
+    (json.dumps({"id": "c", "slice": "x", "messages": [{"role": "user"}]}), "messages[0].content"),
+    (json.dumps({"id": "c", "slice": "x", "messages": [{"role": "user", "content": "  "}]}), "with text"),
+    (json.dumps({"id": "c", "slice": "x", "messages": "hello"}), "messages"),
+    (json.dumps({"id": "c", "slice": "x", "messages": [{"role": "user", "content": "hi", "name": "x"}]}),
+     "unknown key"),
+])
+def test_a_malformed_chat_row_names_its_line_and_field(line, says):
+    [p] = bad('{"id": "a", "slice": "x", "prompt": "hi"}\n' + line + "\n")
+    assert p.line == 2 and says in str(p), str(p)
+
+
+def test_a_raw_prompt_suite_keeps_its_fingerprint_and_a_chat_suite_follows_its_template():
+    # the committed demo baselines were made before chat rows existed: their suite digest must still match
+    demo = json.loads(Path("baselines/demo/cpu-amd-epyc-2c-2t.json").read_text())["fingerprint"]["suite"]
+    assert load_suite(DEFAULT).select(None, 3).fingerprint() == demo["fingerprint"]
+    s = load_suite("gate/suites/chat.jsonl")
+    assert s.chat and s.fingerprint() != dataclasses.replace(s, chat_template="{{ messages }}").fingerprint()
+
+
+def test_the_chat_suite_renders_through_the_demo_template_and_a_missing_template_is_a_clear_error():
+    from transformers import AutoTokenizer
+
+    from gate.errors import SuiteError
+    from gate.inputs.models import ModelPair
+    from gate.run.runner import prompt_infos
+
+    tok = AutoTokenizer.from_pretrained("gate/demo/target")
+    target = types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=4096))
+    pair = ModelPair(target=target, draft=None, tokenizer=tok, device=None)  # tokenizing needs no weights
+    template = Path("gate/demo/chat_template.jinja").read_text()
+    suite = dataclasses.replace(load_suite("gate/suites/chat.jsonl"), chat_template=template)
+    text = tok.decode(pair.encode_chat(suite.prompts[1].as_messages(), template))
+    assert text == ("System: You answer questions about the Python language.\n"
+                    "User: What is the difference between \"is\" and \"==\"?\nAnswer:")
+    with pytest.raises(SuiteError, match="has chat messages, and rendering them failed: the target tokenizer has "
+                                         "no chat template") as info:
+        prompt_infos(dataclasses.replace(suite, chat_template=None), pair, 8, [1024])
+    assert info.value.problems[0].hint.startswith("set suite.chat_template")
+    broken = dataclasses.replace(suite, chat_template="{{ raise_exception('no system role here') }}")
+    with pytest.raises(SuiteError, match="no system role here"):
+        prompt_infos(broken, pair, 8, [1024])

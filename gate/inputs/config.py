@@ -124,6 +124,9 @@ class SuiteConfig(_Strict):
     max_prompts_per_slice: PositiveInt | None = None
     stress_mix: StrictBool = False
     truncate_long_prompts: StrictBool = False
+    # a Jinja chat template for rows with `messages` (default: the target tokenizer's own); left out of the digest
+    # while unset, so configs written before it keep theirs
+    chat_template: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class EndpointConfig(_Strict):

@@ -86,6 +86,16 @@ class ModelPair:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    def encode_chat(self, messages: list[dict[str, str]], template: str | None = None) -> list[int]:
+        """A chat row's token ids: the messages rendered by ``template`` (else the target tokenizer's own chat
+        template, in transformers' sandboxed Jinja) with the generation prompt, then tokenized as the template
+        wrote it (its special tokens included, none added).  No template at all is a ValueError."""
+        if template is None and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("the target tokenizer has no chat template")
+        text = self.tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                  add_generation_prompt=True)
+        return self.encode(text)
+
 
 def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
     """A local model directory, or a hub id.  A path that names a local folder (``./x``, ``models/x`` where

@@ -1,8 +1,8 @@
 """Prompt suites: JSONL files with one prompt per line, grouped into slices.
 
-Each line is an object with ``id``, ``slice``, ``prompt`` and an optional
-``max_new_tokens``.  A malformed line fails with ``file:line`` and the reason;
-every bad line is reported at once.
+Each line is an object with ``id``, ``slice``, ``prompt`` (a raw string) or ``messages`` (OpenAI chat format,
+rendered by the target tokenizer's chat template or ``suite.chat_template``), and an optional ``max_new_tokens``.
+A malformed line fails with ``file:line`` and the reason; every bad line is reported at once.
 """
 
 from __future__ import annotations
@@ -11,60 +11,113 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from gate.errors import Problem, SuiteError
 from gate.inputs.config import LoadedConfig, problems_from_validation
 from gate.io.files import parse_json, read_input, split_lines
 
 
+def _unicode(v: str) -> str:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate such as \ud800: no tokenizer can take it
+        raise ValueError(f"not valid Unicode text (a lone surrogate at character {exc.start})") from None
+    return v
+
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_MESSAGES = 256
+
+
+class _Message(BaseModel):
+    """One chat message; ``content`` is text (OpenAI's arrays of content parts carry images and audio, which no
+    suite here can judge, and are refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal[CHAT_ROLES]  # type: ignore[valid-type]
+    content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text(cls, v):
+        if isinstance(v, list):
+            raise ValueError("content parts (a list) are not supported: give the message's text as one string")
+        return v
+
+    @field_validator("content")
+    @classmethod
+    def _encodable(cls, v: str) -> str:
+        return _unicode(v)
+
+
 class _PromptLine(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: Annotated[str, Field(min_length=1, max_length=200)]
     slice: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
-    prompt: str
+    prompt: str | None = None
+    messages: Annotated[list[_Message], Field(min_length=1, max_length=MAX_MESSAGES)] | None = None
     max_new_tokens: Annotated[StrictInt, Field(gt=0, le=4096)] | None = None  # not true, "4" or 4.0
 
     @field_validator("prompt")
     @classmethod
-    def _nonempty(cls, v: str) -> str:
-        if not v.strip():
+    def _nonempty(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
             raise ValueError("expected a non-empty prompt")
         return v
 
     @field_validator("id", "slice", "prompt")
     @classmethod
-    def _encodable(cls, v: str) -> str:
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate such as \ud800: no tokenizer can take it
-            raise ValueError(f"not valid Unicode text (a lone surrogate at character {exc.start})") from None
-        return v
+    def _encodable(cls, v: str | None) -> str | None:
+        return v if v is None else _unicode(v)
+
+    @model_validator(mode="after")
+    def _one(self) -> _PromptLine:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either 'prompt' (a string) or 'messages' (a list of {role, content}), not "
+                             + ("both" if self.prompt is not None else "neither"))
+        if self.messages is not None and not any(m.content.strip() for m in self.messages):
+            raise ValueError("expected at least one message with text")
+        return self
 
 
 @dataclass(frozen=True)
 class Prompt:
     id: str
     slice: str
-    text: str
+    text: str  # the raw prompt; "" for a chat row
     max_new_tokens: int | None = None
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content), rendered by the chat template
+
+    def as_messages(self) -> list[dict[str, str]]:
+        return [{"role": r, "content": c} for r, c in self.messages or ()]
 
 
 @dataclass(frozen=True)
 class Suite:
     name: str
     prompts: tuple[Prompt, ...]
+    chat_template: str | None = None  # suite.chat_template's text; None: the target tokenizer's own
 
     @property
     def slices(self) -> list[str]:
         return sorted({p.slice for p in self.prompts})
 
+    @property
+    def chat(self) -> bool:
+        return any(p.messages is not None for p in self.prompts)
+
     def fingerprint(self) -> str:
+        """The prompts (and, for a chat suite, the template that renders them).  A raw-prompt suite's digest is
+        what it was before chat rows existed, so its baselines and caches still match."""
         h = hashlib.sha256()
         for p in self.prompts:
-            h.update(json.dumps([p.id, p.slice, p.text, p.max_new_tokens]).encode())
+            row = [p.id, p.slice, p.text, p.max_new_tokens]
+            h.update(json.dumps(row if p.messages is None else [*row, p.messages]).encode())
+        if self.chat and self.chat_template is not None:
+            h.update(self.chat_template.encode())
         return h.hexdigest()[:16]
 
     def select(self, slices: list[str] | None = None, max_per_slice: int | None = None) -> Suite:
@@ -80,7 +133,7 @@ class Suite:
             seen[p.slice] = seen.get(p.slice, 0) + 1
             if max_per_slice is None or seen[p.slice] <= max_per_slice:
                 kept.append(p)
-        return Suite(self.name, tuple(kept))
+        return Suite(self.name, tuple(kept), self.chat_template)
 
 
 def parse_suite(text: str, name: str) -> Suite:
@@ -98,6 +151,12 @@ def parse_suite(text: str, name: str) -> Suite:
         if not isinstance(obj, dict):
             problems.append(Problem(name, f"expected a JSON object, got {type(obj).__name__}", line=n))
             continue
+        if ("prompt" in obj) == ("messages" in obj):
+            both = "prompt" in obj
+            problems.append(Problem(name, "give either 'prompt' (a string) or 'messages' (a list of {role, content}), "
+                                    f"not {'both' if both else 'neither'}", field="messages" if both else "prompt",
+                                    line=n))
+            continue
         try:
             row = _PromptLine.model_validate(obj)
         except ValidationError as exc:
@@ -108,7 +167,8 @@ def parse_suite(text: str, name: str) -> Suite:
                                     field="id", line=n, hint="ids must be unique within a suite"))
             continue
         first_line[row.id] = n
-        prompts.append(Prompt(row.id, row.slice, row.prompt, row.max_new_tokens))
+        messages = None if row.messages is None else tuple((m.role, m.content) for m in row.messages)
+        prompts.append(Prompt(row.id, row.slice, row.prompt or "", row.max_new_tokens, messages))
     if not prompts and not problems:
         problems.append(Problem(name, "the suite has no prompts", hint="add one JSON object per line"))
     if problems:
@@ -123,4 +183,9 @@ def load_suite(path: str | Path) -> Suite:
 
 def suite_for(loaded: LoadedConfig) -> Suite:
     cfg = loaded.config.suite
-    return load_suite(loaded.resolve_path(cfg.path)).select(cfg.slices or None, cfg.max_prompts_per_slice)
+    suite = load_suite(loaded.resolve_path(cfg.path)).select(cfg.slices or None, cfg.max_prompts_per_slice)
+    if cfg.chat_template is None:
+        return suite
+    path = loaded.resolve_path(cfg.chat_template)
+    template = read_input(path, SuiteError, "chat template", "set suite.chat_template to a Jinja file")
+    return Suite(suite.name, suite.prompts, template)

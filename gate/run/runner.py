@@ -92,7 +92,18 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
     limit = getattr(pair.target.config, "max_position_embeddings", None)
     out, problems = [], []
     for i, p in enumerate(suite.prompts):
-        ids = tuple(pair.encode(p.text))
+        if p.messages is None:
+            ids = tuple(pair.encode(p.text))
+        else:
+            try:
+                ids = tuple(pair.encode_chat(p.as_messages(), suite.chat_template))
+            except Exception as exc:  # no template, or one that raises (jinja's TemplateError, its raise_exception)
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                problems.append(Problem(suite.name, f"prompt {p.id!r} has chat messages, and rendering them failed: "
+                                        f"{why}",
+                                        field="messages", hint="set suite.chat_template to a Jinja chat template, or "
+                                        "use a target tokenizer that has one (tokenizer_config.json chat_template)"))
+                continue
         budget = p.max_new_tokens or max_new_tokens
         if limit and len(ids) + budget > limit:
             room = limit - budget
