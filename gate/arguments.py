@@ -33,6 +33,10 @@ HELP = {
     "refresh-pr": "commit the refreshed baseline files (written and pruned, one commit) through the REST API, to "
                   "the dispatched branch or to a refresh branch with a pull request",
     "selftest": "prove the checks catch deliberately broken engines and pass the correct one (on the demo pair)",
+    "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
+            "reference batches already cached) and, from the last run in the output directory on this runner, how "
+            "long it will take; no weights load",
+    "plan --against": "plan a paired run against this base config",
     "suite": "build a prompt suite",
     "import": "a suite from a JSONL sample of real requests ('prompt' or chat 'messages', at the top level or under "
               "'body'): deduplicated, stratified by slice and length, capped, validated like any suite",

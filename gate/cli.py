@@ -22,13 +22,7 @@ from gate.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunI
 from gate.io.rundir import RunDir
 from gate.pipeline import Session
 
-DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
-
-
-def _run_options(args) -> pipeline.RunOptions:
-    return pipeline.RunOptions(resume=args.resume, no_cache=args.no_cache,
-                               cache_dir=getattr(args, "demo_cache_dir", None), shard=getattr(args, "shard", None),
-                               hardware_key=args.hardware_key, run_id=args.run_id)
+DEMO_CONFIG = pipeline.DEMO_CONFIG
 
 
 def cmd_validate(args, session: Session) -> int:
@@ -45,7 +39,7 @@ def cmd_validate(args, session: Session) -> int:
 
 
 def cmd_run(args, session: Session) -> int:
-    return pipeline.run_command(session, args.config, args.out, args.threads, _run_options(args))
+    return pipeline.run_command(session, args.config, args.out, args.threads, pipeline.RunOptions.of(args))
 
 
 def cmd_check(args, session: Session) -> int:
@@ -69,7 +63,7 @@ def cmd_gate(args, session: Session) -> int:
     from gate.ci.github import step_outputs
 
     code, baseline = pipeline.gate(session, args.config, pipeline.GateOptions(
-        run=_run_options(args), threads=args.threads, out=args.out, against=args.against,
+        run=pipeline.RunOptions.of(args), threads=args.threads, out=args.out, against=args.against,
         baselines_dir=args.baselines_dir, refresh=args.refresh, force=args.force, reason=args.reason))
     if baseline is not None:
         step_outputs(**{"baseline-path": str(baseline)})
@@ -122,6 +116,12 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
     loaded = load_config(args.config)
     print(pipeline.publish_refresh(loaded, RunDir(args.run_dir), baselines_root(args.dir, loaded=loaded),
                                    Path(args.repo).resolve(), args.base_branch, args.branch, not args.push_only))
+    return EXIT_OK
+
+
+def cmd_plan(args, session: Session) -> int:
+    report = pipeline.plan_run(args.config, args.out, args.against)
+    print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK
 
 
@@ -245,12 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
     talk(s)
     si = command(command(sub, "suite", None).add_subparsers(dest="suite_command", required=True, metavar="ACTION"),
                  "import", cmd_suite_import)
-    arg(si, "file", metavar="FILE", help=HELP["FILE"])
-    arg(si, "--out", required=True, help=HELP["suite --out"])
-    arg(si, "--slice-field", default="slice")
+    for name, kw in (("file", {"metavar": "FILE", "help": HELP["FILE"]}), ("--slice-field", {"default": "slice"}),
+                     ("--out", {"required": True, "help": HELP["suite --out"]})):
+        arg(si, name, **kw)
     for name, low, high, default in (("--per-slice", 1, 100_000, 16), ("--max-rows", 1, 1_000_000, 1000),
                                      ("--seed", 0, 1 << 31, 0), ("--max-bytes", 1, 1 << 40, 256 << 20)):
         arg(si, name, type=count(low, high), default=default)
+    pl = command(sub, "plan", cmd_plan)
+    for name, kw in (("config", {}), ("--out", {"help": HELP["check --out"]}), ("--json", {"action": "store_true"}),
+                     ("--against", {"metavar": "BASE.yaml", "help": HELP["plan --against"]})):
+        arg(pl, name, **kw)
     return p
 
 

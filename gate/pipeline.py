@@ -148,6 +148,36 @@ def validate(config: str) -> Validation:
     return Validation(problems, model_notes(config) if not problems else [], summary)
 
 
+DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
+
+
+def plan_run(config: str, out: str | None = None, against: str | None = None):
+    """What ``specguard gate CONFIG`` will do and how long it will take here, with no weights loaded
+    (:mod:`gate.run.estimate`)."""
+    import dataclasses
+
+    from gate.inputs.config import REFERENCE, load_config
+    from gate.inputs.models import ModelPair, _config_only, _load_tokenizer, resolve_device
+    from gate.inputs.suite import suite_for
+    from gate.run.estimate import describe
+
+    loaded = load_config(config)
+    device = resolve_device(loaded.config.models.device)
+    target, draft = _config_only(loaded, "target", device), _config_only(loaded, "draft", device)
+    pair = ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
+    cache = loaded.config.output.cache_dir
+    cache_dir = loaded.resolve_path(cache) if cache else None
+    if loaded.source.resolve() == DEMO_CONFIG:  # as `specguard demo` runs it: out and cache in the working directory
+        out, cache_dir = out or "specguard-out", Path(".specguard-cache")
+    report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir)
+    if against:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
+        report = dataclasses.replace(report, summary=report.summary + f"; paired with {against}")
+        for (engine, bs), tokens in list(report.timing_tokens.items()):
+            if engine == REFERENCE:
+                report.timing_tokens[("base", bs)] = tokens
+    return report
+
+
 # --- load inputs ---------------------------------------------------------------------------------
 
 
@@ -318,6 +348,12 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     hardware_key: str | None = None
     run_id: str | None = None
+
+    @classmethod
+    def of(cls, args) -> RunOptions:
+        """From the command line's options (``run``, ``gate``, ``demo``)."""
+        return cls(resume=args.resume, no_cache=args.no_cache, cache_dir=getattr(args, "demo_cache_dir", None),
+                   shard=getattr(args, "shard", None), hardware_key=args.hardware_key, run_id=args.run_id)
 
 
 def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> Ran:

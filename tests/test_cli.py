@@ -173,3 +173,35 @@ def test_the_gate_prints_no_library_warnings_or_weight_loading_bars(small_run, t
     quiet = _gate(tmp_path / "copy" / "specguard.yaml", "-q", "--resume")
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.strip().splitlines() == [quiet.stdout.strip()] and quiet.stdout.startswith("specguard: ")
+
+
+@pytest.mark.slow
+def test_plan_predicts_the_runs_batches_its_cache_hits_and_a_time(small_run, tmp_path, capsys):
+    """`specguard plan` before a run says what the run then did: the batches of each phase, engine and batch size,
+    the reference batches the cache serves, and an estimate from the earlier run's rates."""
+    from gate.pipeline import set_threads
+
+    cfg, proc = small_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    set_threads(int(THREADS))  # the thread count is part of the hardware key the cache is keyed by
+    again = cfg.parent / "plan-again.yaml"
+    again.write_text(TINY.replace("output: {dir: out,", "output: {dir: plan-again,"))
+    assert main(["plan", str(again), "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before["estimate_s"] is None and "no earlier run" in before["estimate_from"]
+    assert main(["run", str(again), "--threads", THREADS, "-q"]) == 0
+    results = json.loads((cfg.parent / "plan-again" / "results.json").read_text())
+    done: dict = {}
+    for ex in results["executions"]:
+        if ex["phase"] in ("outputs", "canonical"):
+            done[(ex["engine"], ex["batch_size"])] = done.get((ex["engine"], ex["batch_size"]), 0) + 1
+    planned = {(w["engine"], w["batch_size"]): w["batches"] for w in before["work"]}
+    assert planned == done
+    assert sum(w["cached"] for w in before["work"]) == len(results["cache"]["reused"]) > 0
+    capsys.readouterr()
+    assert main(["plan", str(again)]) == 0
+    text = capsys.readouterr().out
+    assert "estimate: " in text and " on this runner (rates of the run in " in text, text
+    assert main(["plan", str(again), "--json"]) == 0
+    low, high = json.loads(capsys.readouterr().out)["estimate_s"]
+    assert 0 < low <= high

@@ -125,3 +125,4 @@ def test_the_sample_is_never_overwritten_and_a_missing_file_is_named(tmp_path, c
     assert "overwrite" in capsys.readouterr().err and path.read_text() == before
     code, _, err, _ = run(tmp_path, capsys, tmp_path / "nope.jsonl")
     assert code == 2 and "nope.jsonl" in err and "cannot read" in err
+

@@ -1,0 +1,254 @@
+"""``specguard plan CONFIG``: what a run will do, and how long it will take on this runner, before it starts.
+
+No weights load: the plan is the run's own planner (:func:`gate.run.plan.plan`) over the suite, tokenized with the
+target's tokenizer, and the models' configs.  It says, per phase, engine and batch size, how many batches and rows
+run and how many new tokens they may generate; which reference batches the cache already holds (the run's own
+cache keys, computed the same way); and, where an earlier run of this config on this runner left ``results.json``
+and ``phases.json`` in the output directory, an estimate of the time: each engine's seconds per budgeted token at
+each batch size, measured in that run, times this plan's tokens, plus that run's fixed costs (set-up, model load,
+calibration, analysis, report).  Timing repeats are adaptive, so the estimate is a range: every cell at
+``min_repeats`` to every cell at ``max_repeats``.  Without such a run there is no estimate, and the plan says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gate.engines import ENGINE_VERSION, Capabilities, GenerationSettings
+from gate.inputs import fingerprint as fp
+from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, LoadedConfig
+from gate.inputs.suite import Suite
+from gate.run.plan import EngineInfo, Job, plan
+
+GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling")
+
+
+@dataclass
+class Work:
+    """Batches of one phase, engine and batch size."""
+
+    batches: int = 0
+    rows: int = 0
+    tokens: int = 0  # the budget: max new tokens summed over rows
+    cached: int = 0  # batches the reference cache already holds
+    cached_tokens: int = 0
+
+
+@dataclass
+class PlanReport:
+    config: str
+    summary: str
+    work: dict[tuple[str, str, int], Work] = field(default_factory=dict)  # (phase, engine, batch size)
+    timing_repeats: tuple[int, int] = (0, 0)
+    warmup: int = 0
+    timing_tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (engine, bs) -> tokens per repeat
+    calibration: str | None = None
+    cache: str = ""
+    estimate_s: tuple[float, float] | None = None
+    estimate_from: str = ""
+
+    def lines(self) -> list[str]:
+        out = [f"plan for {self.config}: {self.summary}"]
+        phases = sorted({k[0] for k in self.work}, key=["equivalence outputs", "canonical reference",
+                                                        "sampling"].index)
+        for phase in phases:
+            out.append(f"{phase}:")
+            for engine in sorted({k[1] for k in self.work if k[0] == phase}, key=lambda e: (e != REFERENCE, e)):
+                cells = []
+                for (p, e, b), w in sorted(self.work.items()):
+                    if p == phase and e == engine:
+                        hit = f", {w.cached} cached" if w.cached else ""
+                        cells.append(f"bs {b}: {w.batches} batches, {w.rows} rows, {w.tokens} tokens{hit}")
+                out.append(f"  {engine}: " + "; ".join(cells))
+        if self.timing_tokens:
+            lo, hi = self.timing_repeats
+            engines = sorted({e for e, _ in self.timing_tokens}, key=lambda e: (e != REFERENCE, e))
+            per = sum(self.timing_tokens.values())
+            out.append(f"timing: {', '.join(engines)}, interleaved; {per} tokens per repeat of every cell, "
+                       f"{lo} to {hi} repeats (adaptive) after {self.warmup} warm-up")
+        if self.calibration:
+            out.append(f"calibration: {self.calibration}")
+        out.append(f"cache: {self.cache}")
+        if self.estimate_s is None:
+            out.append(f"estimate: none ({self.estimate_from})")
+        else:
+            lo, hi = self.estimate_s
+            out.append(f"estimate: {_duration(lo)} to {_duration(hi)} on this runner ({self.estimate_from})")
+        return out
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "summary": self.summary,
+                "work": [{"phase": p, "engine": e, "batch_size": b, **vars(w)}
+                         for (p, e, b), w in sorted(self.work.items())],
+                "timing_repeats": list(self.timing_repeats), "warmup": self.warmup,
+                "timing_tokens_per_repeat": [{"engine": e, "batch_size": b, "tokens": t}
+                                             for (e, b), t in sorted(self.timing_tokens.items())],
+                "calibration": self.calibration, "cache": self.cache,
+                "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from}
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def _eos(loaded: LoadedConfig, pair) -> tuple[int, ...]:
+    """The EOS ids the run will stop at (as :attr:`ModelPair.eos_token_ids` reads them from the loaded model)."""
+    if not loaded.config.generation.stop_at_eos:
+        return ()
+    ids = None
+    try:
+        from transformers import GenerationConfig
+
+        ids = GenerationConfig.from_pretrained(pair.target.location).eos_token_id
+    except Exception:  # no generation_config.json: the model's config, then the tokenizer
+        ids = getattr(pair.target.config, "eos_token_id", None)
+    if ids is None:
+        ids = pair.tokenizer.eos_token_id
+    if ids is None:
+        return ()
+    return tuple(ids) if isinstance(ids, (list, tuple)) else (int(ids),)
+
+
+def _engines(loaded: LoadedConfig) -> tuple[list[EngineInfo], list[EngineInfo]]:
+    from gate.engines.hf_assisted import HFAssistedEngine
+    from gate.engines.speculative import SpeculativeEngine
+
+    engines, timing_only = [], []
+    for e in loaded.config.engines:
+        # the built-in engines' own (class) capabilities; a plug-in's limit is its config's, a server has none
+        caps = {"speculative": SpeculativeEngine.capabilities, "hf_assisted": HFAssistedEngine.capabilities}.get(
+            e.type, Capabilities(max_batch_size=e.max_batch_size))
+        engines.append(EngineInfo(e.label, caps))
+        if e.reference is not None:
+            own = Capabilities(max_batch_size=e.max_batch_size)
+            timing_only.append(EngineInfo(e.label + OWN_REFERENCE_SUFFIX, own))
+    return engines, timing_only
+
+
+def _budget(job_members, prompts) -> int:
+    return sum(prompts[i].max_new_tokens for i in job_members)
+
+
+def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir: Path | None) -> PlanReport:
+    """The plan of a run of ``loaded`` (``pair``: configs and tokenizer, no weights needed)."""
+    from gate.run.cache import ReferenceCache
+    from gate.run.runner import prompt_infos
+
+    cfg = loaded.config
+    gen, speed = cfg.generation, cfg.checks.speedup
+    prompts = prompt_infos(suite, pair, gen.max_new_tokens, list(speed.context_buckets),
+                           truncate=cfg.suite.truncate_long_prompts)
+    engines, timing_only = _engines(loaded)
+    p = plan(cfg, prompts, engines, timed=True, timing_only=timing_only or None)
+    report = PlanReport(config=str(loaded.source), summary=(
+        f"{len(prompts)} prompts in {len(suite.slices)} slices, batch sizes "
+        f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "
+        f"{gen.max_new_tokens} new tokens"))
+
+    served_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
+    cache = ReferenceCache(cache_dir) if cache_dir is not None and not served_reference else None
+    context = None
+    if cache is not None:
+        t = pair.target
+        context = {"target": t.fingerprint, "dtype": str(t.dtype), "device": pair.device.type,
+                   "hardware": fp.hardware_key(fp.hardware(pair.device)), "libraries": fp.libraries(),
+                   "attn": cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
+    greedy = GenerationSettings(0.0, cfg.speculation.num_draft_tokens, _eos(loaded, pair))
+
+    def hit(job: Job) -> bool:
+        if cache is None or not job.cacheable or job.mode != "greedy":
+            return False
+        b = job.batch
+        key = fp.digest({**context, "prompts": [prompts[i].prompt_ids for i in b.members],
+                         "max_new": [prompts[i].max_new_tokens for i in b.members], "seeds": None,
+                         "settings": greedy.to_dict(), "batch_size": b.batch_size, "n_real": b.n_real})
+        return cache.get(key) is not None
+
+    for phase, jobs in (("equivalence outputs", p.outputs), ("canonical reference", p.canonical)):
+        for job in jobs:
+            w = report.work.setdefault((phase, job.engine, job.batch.batch_size), Work())
+            tokens = _budget(job.batch.members, prompts)
+            w.batches, w.rows, w.tokens = w.batches + 1, w.rows + job.batch.batch_size, w.tokens + tokens
+            if hit(job):
+                w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
+    for g in p.sampling:
+        per_pass = sum(_budget(b.members, prompts) for b in g.batches) or 1
+        passes = math.ceil(g.need / per_pass)
+        w = report.work.setdefault(("sampling", g.engine, g.batch_size), Work())
+        w.batches += passes * len(g.batches)
+        w.rows += passes * sum(b.batch_size for b in g.batches)
+        w.tokens += passes * per_pass
+    for level in p.timing:
+        per_repeat = sum(_budget(b.members, prompts) for c in level.cells for b in c.batches)
+        for engine in (REFERENCE, *level.engines):
+            report.timing_tokens[(engine, level.batch_size)] = per_repeat
+    report.timing_repeats, report.warmup = (speed.min_repeats, speed.max_repeats), speed.warmup
+    if p.calibrate:
+        report.calibration = (f"{speed.calibration_trials} trials of each step cost at batch sizes "
+                              f"{'/'.join(map(str, p.calibrate))}")
+    cached = sum(w.cached for w in report.work.values())
+    cacheable = sum(1 for j in p.jobs() if j.cacheable)
+    report.cache = ("not used (output.cache_dir is null, or the reference is a server)" if cache is None else
+                    f"{cached} of {cacheable} reference batches already in {cache_dir}")
+    _estimate(report, out_dir, pair)
+    return report
+
+
+def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
+    """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware."""
+    from gate.io.documents import PhasesDoc
+    from gate.io.rundir import load_document
+    from gate.run.results import RESULTS_DOC
+
+    results_path, phases_path = out_dir / "results.json", out_dir / "phases.json"
+    if not results_path.is_file() or not phases_path.is_file():
+        report.estimate_from = (f"no earlier run in {out_dir} (results.json and phases.json); the first run's "
+                                "timings make the next plan's estimate")
+        return
+    try:
+        last = load_document(results_path, RESULTS_DOC)
+        phases = PhasesDoc.model_validate_json(phases_path.read_bytes())
+    except Exception as exc:  # an unreadable earlier run gives no estimate; it is not this command's input
+        report.estimate_from = f"the run in {out_dir} cannot be read ({type(exc).__name__})"
+        return
+    here = fp.hardware_key(fp.hardware(pair.device))
+    if last.fingerprint.hardware_key != here and fp.hardware_key(last.fingerprint.hardware) != here:
+        report.estimate_from = (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on this "
+                                f"runner ({here})")
+        return
+    budget = {pr.id: pr.max_new_tokens for pr in last.prompts}
+    spent: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for ex in last.executions:
+        if ex.cached or ex.failure is not None:
+            continue
+        s = spent[(ex.engine, ex.batch_size)]
+        s[0] += ex.wall_s
+        s[1] += sum(budget.get(pid, 0) for pid in ex.prompts)
+    rate = {k: sec / tok for k, (sec, tok) in spent.items() if tok}
+    if not rate:
+        report.estimate_from = f"the run in {out_dir} timed no generation"
+        return
+
+    def per_token(engine: str, bs: int) -> float:
+        if (engine, bs) in rate:
+            return rate[(engine, bs)]
+        same = [r for (e, _), r in rate.items() if e == engine] or [r for (e, _), r in rate.items()
+                                                                     if e == REFERENCE] or list(rate.values())
+        return max(same)
+
+    work = sum(per_token(e, b) * (w.tokens - w.cached_tokens) for (_, e, b), w in report.work.items())
+    timing_once = sum(per_token(e, b) * t for (e, b), t in report.timing_tokens.items())
+    lo, hi = report.timing_repeats
+    generation = sum(v for k, v in phases.seconds.items() if k.startswith(GENERATION_PHASES))
+    fixed = max(0.0, phases.wall_s - generation)
+    report.estimate_s = (fixed + work + timing_once * (lo + report.warmup),
+                         fixed + work + timing_once * (hi + report.warmup))
+    report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}), its fixed costs "
+                            f"{_duration(fixed)}")
+
+
+__all__ = ["PlanReport", "Work", "describe"]
