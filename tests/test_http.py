@@ -714,6 +714,30 @@ def test_llama_server_with_a_draft_model_passes_and_a_quantized_target_fails(tmp
     assert "confident divergence(s) from the reference" in comment and "a bug, not float noise" in comment
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_llamacpp_missing() is not None, reason=_llamacpp_missing() or "")
+def test_llama_server_paired_base_against_head_on_the_same_waves(tmp_path):
+    """Paired mode with a real serving stack: the base config's llama-server (its own port, launched by the gate
+    beside the head's and the reference) timed on the same waves; base and head are the same build and draft, so
+    the verdict is paired and passes."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    ports = free_ports(4)
+    for name, (port, ref) in (("head", ports[:2]), ("base", ports[2:])):
+        subprocess.run([PY, str(ROOT / "scripts" / "llamacpp_demo.py"), "config", str(tmp_path / f"{name}.yaml"),
+                        "--no-local-weights", "--tokens", "16", "--per-slice", "1", "--batch-sizes", "1, 4",
+                        f"--port={port}", f"--reference-port={ref}", "--out", f"out-{name}"], check=True, env=env)
+    proc = subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / "head.yaml"), "--against",
+                           str(tmp_path / "base.yaml"), "--threads", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    verdict = json.loads((tmp_path / "out-head" / "verdict.json").read_text())
+    assert verdict["mode"] == "paired"
+    results = json.loads((tmp_path / "out-head" / "results.json").read_text())
+    base = results["paired"]["engine"]
+    timed = {e["engine"] for e in results["executions"] if e["phase"] == "timing"}
+    assert {base, "llamacpp", "reference"} <= timed
+
+
 # Each stand-in server announces itself, then waits for the other before it serves: launched one after another,
 # the first would never answer (the second is only launched once the first is ready).
 BOTH_UP = """\

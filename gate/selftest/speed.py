@@ -79,6 +79,7 @@ class SpeedTrial:
     flagged: int  # cells marked ⚠️ or ❌
     failed: int  # cells marked ❌
     ratios: list[float]  # head/base per cell
+    samples: list[list[float]] = field(default_factory=list)  # paired mode: each cell's paired head/base ratios
 
 
 @dataclass
@@ -183,10 +184,13 @@ def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, rep
                     # a slice's fingerprint follows its prompts' order and a reordered slice is not compared
                     order = seed if mode == "paired" else 0
                     results, checks = run(f"{mode}-{s}-{seed}", order, engine(s, "speculative"), paired)
-                    doc = judge(summarize(results, checks, cfg.config, "selftest"),
-                                stored if mode == "stored" else Stored(None, "", "selftest"), cfg.config.baseline)
+                    summary = summarize(results, checks, cfg.config, "selftest")
+                    doc = judge(summary, stored if mode == "stored" else Stored(None, "", "selftest"),
+                                cfg.config.baseline)
                     cells, flagged, failed, ratios = _cells(doc)
-                    report.trials.append(SpeedTrial(mode, s, seed, cells, flagged, failed, ratios))
+                    samples = [list(c.ratios) for _, c in sorted(summary.paired.cells.items())] \
+                        if summary.paired is not None else []
+                    report.trials.append(SpeedTrial(mode, s, seed, cells, flagged, failed, ratios, samples))
                     say(f"{mode} slowdown {s:.0%} run {seed}: {flagged}/{cells} cells flagged, {failed} failed")
     report.seconds = time.perf_counter() - started
     return report
