@@ -136,6 +136,16 @@ def test_a_hand_edited_baseline_is_a_change(repo, capsys, monkeypatch, tmp_path)
     assert out == "changed=true" and "baselines/specguard/cuda-h100.json changed" in text, text
 
 
+def test_an_edited_chat_template_is_a_change(repo, capsys, monkeypatch, tmp_path):
+    root, base = repo
+    cfg = CONFIG.replace("suite: {path: suites/prompts.jsonl}",
+                         "suite: {path: suites/prompts.jsonl, chat_template: suites/chat.jinja}")
+    base = write(root, {"specguard.yaml": cfg, "suites/chat.jinja": "{{ messages }}"})
+    write(root, {"suites/chat.jinja": "{{ messages }}{% if add_generation_prompt %}A:{% endif %}"})
+    out, text = changed(root, base, capsys, monkeypatch, tmp_path)
+    assert out == "changed=true" and "suites/chat.jinja changed" in text, text
+
+
 def test_config_and_files_are_compared_at_the_merge_base(repo, capsys, monkeypatch, tmp_path):
     """main moved on (k changed there) after the PR branched; the PR itself only edits the README."""
     root, _ = repo

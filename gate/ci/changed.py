@@ -10,7 +10,7 @@ batching settings.  A PR changed them when:
   files go is not what the gate measures);
 * a file was added, modified, deleted or moved (``--no-renames``: a move lists
   both paths) under a local model directory the config names (either version),
-  the suite file, the baseline directory (``baseline.dir``: a hand-edited
+  the suite file (and ``suite.chat_template``), the baseline directory (``baseline.dir``: a hand-edited
   baseline must not merge ungated), a plug-in engine's module, its package and
   the local modules it imports (found statically, transitively), or a path
   matched by the config's ``watch:`` list (gitignore-style globs: ``*`` stays
@@ -148,10 +148,14 @@ def _config_at(repo: Path, rev: str, path: str) -> tuple[Config | None, str | No
 
 
 def _repo_relative(cfg: Config, config_path: str) -> list[str]:
-    """Repository-relative directories and files the config reads: local model dirs, the suite, the baselines."""
+    """Repository-relative directories and files the config reads: local model dirs, the suite (and its chat
+    template), the baselines."""
     base = PurePosixPath(config_path).parent
     out = []
-    for path in (cfg.models.target.path, cfg.models.draft.path, cfg.suite.path, cfg.baseline.dir):
+    for path in (cfg.models.target.path, cfg.models.draft.path, cfg.suite.path, cfg.suite.chat_template,
+                 cfg.baseline.dir):
+        if path is None:
+            continue
         if not path.startswith(BUILTIN_PREFIX) and not path.startswith(("/", "~")):
             out.append(_norm(str(base / path)))
     return out
