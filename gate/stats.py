@@ -2,8 +2,6 @@
 
 * :func:`bootstrap_median_ci`: percentile bootstrap CI of the median of paired
   ratios (reference time / speculative time of the same batch, same repeat).
-* :func:`signed_rank_ratio_ci`: the Hodges-Lehmann estimate of paired ratios (head time / base time of the
-  same batch and repeat) with its exact Wilcoxon signed-rank CI, on the log scale (paired mode's comparison).
 * :func:`expected_speedup`: Leviathan et al. (2023), Theorem 3.8: with
   acceptance rate alpha, draft length k and draft/target cost ratio c, the
   expected wall-time improvement is ``(1 - alpha^(k+1)) / ((1 - alpha)(1 + c k))``.
@@ -48,42 +46,6 @@ def bootstrap_median_ci(samples, resamples: int = 2000, confidence: float = 0.95
     a = (1 - confidence) / 2
     return Interval(float(np.median(x)), float(np.quantile(medians, a)), float(np.quantile(medians, 1 - a)),
                     int(x.size))
-
-
-def signed_rank_null_cdf(n: int) -> np.ndarray:
-    """P(T <= t) for t = 0 .. n(n+1)/2, T the Wilcoxon signed-rank statistic of ``n`` samples under symmetry
-    about zero (exact: the count of subsets of {1..n} with each sum, over 2^n)."""
-    top = n * (n + 1) // 2
-    counts = np.zeros(top + 1)
-    counts[0] = 1.0
-    for r in range(1, n + 1):  # add rank r to every subset counted so far
-        counts[r:] += counts[:-r].copy()
-    return np.cumsum(counts) / counts.sum()
-
-
-def signed_rank_ratio_ci(ratios, confidence: float = 0.95) -> Interval:
-    """The Hodges-Lehmann estimate of a ratio from paired ratios, and its exact signed-rank CI.
-
-    On the log scale: the Walsh averages ``(x_i + x_j) / 2`` (i <= j) of the n log ratios; the estimate is their
-    median, the CI runs from the k-th smallest to the k-th largest, k the largest count with
-    ``P(T <= k - 1) <= (1 - confidence) / 2`` under the signed-rank null.  It assumes only that the log ratios are
-    symmetric about their centre; one outlier among ten moves it little (the median of the Walsh averages), and it
-    uses the samples about as efficiently as a t-interval (asymptotic efficiency 0.955 on normal data, against
-    0.64 for the median's bootstrap).  With too few samples for the confidence (n <= 5 at 95%), the CI is the range
-    of the Walsh averages (confidence 1 - 2^(1-n))."""
-    x = np.log(np.asarray(list(ratios), dtype=float))
-    n = int(x.size)
-    if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
-    if n == 1:
-        return Interval(float(math.exp(x[0])), -math.inf, math.inf, 1)
-    i, j = np.triu_indices(n)
-    walsh = np.sort((x[i] + x[j]) / 2)
-    cdf = signed_rank_null_cdf(n)
-    below = np.nonzero(cdf <= (1 - confidence) / 2)[0]
-    k = int(below[-1]) + 1 if below.size else 1  # P(T <= k - 1) <= alpha/2: the k-th smallest, 1-based
-    k = min(k, (walsh.size + 1) // 2)
-    return Interval(float(np.exp(np.median(walsh))), float(np.exp(walsh[k - 1])), float(np.exp(walsh[-k])), n)
 
 
 def expected_speedup(alpha: float, k: int, c: float) -> float:
