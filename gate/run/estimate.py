@@ -3,11 +3,13 @@
 No weights load: the plan is the run's own planner (:func:`gate.run.plan.plan`) over the suite, tokenized with the
 target's tokenizer, and the models' configs.  It says, per phase, engine and batch size, how many batches and rows
 run and how many new tokens they may generate; which reference batches the cache already holds (the run's own
-cache keys, computed the same way); and, where an earlier run of this config on this runner left ``results.json``
-and ``phases.json`` in the output directory, an estimate of the time: each engine's seconds per budgeted token at
-each batch size, measured in that run, times this plan's tokens, plus that run's fixed costs (set-up, model load,
+cache keys, computed the same way); and, where an earlier run on this runner left ``results.json`` and
+``phases.json`` in the output directory, an estimate of the time: the seconds per budgeted token of each phase,
+engine and batch size in that run, times this plan's tokens, plus that run's fixed costs (set-up, model load,
 calibration, analysis, report).  Timing repeats are adaptive, so the estimate is a range: every cell at
-``min_repeats`` to every cell at ``max_repeats``.  Without such a run there is no estimate, and the plan says why.
+``min_repeats``, up to the timing phase's ``time_budget_s`` where that is longer (repeats stop at the budget or
+at ``max_repeats``).  Without such
+a run there is no estimate, and the plan says why.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from gate.engines import ENGINE_VERSION, Capabilities, GenerationSettings
 from gate.inputs import fingerprint as fp
 from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, LoadedConfig
 from gate.inputs.suite import Suite
-from gate.run.plan import EngineInfo, Job, plan
+from gate.run.plan import EngineInfo, Job, plan, prompt_seed
+from gate.run.results import Phase
 
+RESULT_PHASE = {"equivalence outputs": "outputs", "canonical reference": "canonical", "sampling": "sampling"}
 GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling")
 
 
@@ -45,6 +49,8 @@ class PlanReport:
     timing_repeats: tuple[int, int] = (0, 0)
     warmup: int = 0
     timing_tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (engine, bs) -> tokens per repeat
+    timing_budget_s: float = 0.0  # checks.speedup.time_budget_s: the adaptive repeats stop there
+    warmup_tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (engine, bs) -> warm-up tokens
     calibration: str | None = None
     cache: str = ""
     estimate_s: tuple[float, float] | None = None
@@ -68,7 +74,8 @@ class PlanReport:
             engines = sorted({e for e, _ in self.timing_tokens}, key=lambda e: (e != REFERENCE, e))
             per = sum(self.timing_tokens.values())
             out.append(f"timing: {', '.join(engines)}, interleaved; {per} tokens per repeat of every cell, "
-                       f"{lo} to {hi} repeats (adaptive) after {self.warmup} warm-up")
+                       f"{lo} to {hi} repeats (adaptive, while the phase is within {self.timing_budget_s:g} s) after "
+                       f"{self.warmup} warm-up")
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
@@ -157,15 +164,21 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         context = {"target": t.fingerprint, "dtype": str(t.dtype), "device": pair.device.type,
                    "hardware": fp.hardware_key(fp.hardware(pair.device)), "libraries": fp.libraries(),
                    "attn": cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
-    greedy = GenerationSettings(0.0, cfg.speculation.num_draft_tokens, _eos(loaded, pair))
+    eos = _eos(loaded, pair)
+    greedy = GenerationSettings(0.0, cfg.speculation.num_draft_tokens, eos)
+    sampled = GenerationSettings(gen.sampling.temperature, cfg.speculation.num_draft_tokens, eos) \
+        if gen.sampling else None
+    seed = gen.sampling.seed if gen.sampling else 0
 
     def hit(job: Job) -> bool:
-        if cache is None or not job.cacheable or job.mode != "greedy":
+        """The run's own cache key of this job (:meth:`gate.run.execute.Executor.cache_key`), found in the cache."""
+        if cache is None or not job.cacheable:
             return False
-        b = job.batch
+        b, settings = job.batch, greedy if job.mode == "greedy" else sampled
+        seeds = None if settings.greedy else [prompt_seed(seed, prompts[i].id, job.repeat) for i in b.members]
         key = fp.digest({**context, "prompts": [prompts[i].prompt_ids for i in b.members],
-                         "max_new": [prompts[i].max_new_tokens for i in b.members], "seeds": None,
-                         "settings": greedy.to_dict(), "batch_size": b.batch_size, "n_real": b.n_real})
+                         "max_new": [prompts[i].max_new_tokens for i in b.members], "seeds": seeds,
+                         "settings": settings.to_dict(), "batch_size": b.batch_size, "n_real": b.n_real})
         return cache.get(key) is not None
 
     for phase, jobs in (("equivalence outputs", p.outputs), ("canonical reference", p.canonical)):
@@ -175,22 +188,27 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
             w.batches, w.rows, w.tokens = w.batches + 1, w.rows + job.batch.batch_size, w.tokens + tokens
             if hit(job):
                 w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
-    for g in p.sampling:
+    for g in p.sampling:  # passes over the group's batches until it has its tokens (the budget, at most)
         per_pass = sum(_budget(b.members, prompts) for b in g.batches) or 1
-        passes = math.ceil(g.need / per_pass)
         w = report.work.setdefault(("sampling", g.engine, g.batch_size), Work())
-        w.batches += passes * len(g.batches)
-        w.rows += passes * sum(b.batch_size for b in g.batches)
-        w.tokens += passes * per_pass
+        for r in range(math.ceil(g.need / per_pass)):
+            for b in g.batches:
+                tokens = _budget(b.members, prompts)
+                w.batches, w.rows, w.tokens = w.batches + 1, w.rows + b.batch_size, w.tokens + tokens
+                if hit(Job(Phase.SAMPLING, g.engine, "sampling", b, r, cacheable=g.cacheable)):
+                    w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
     for level in p.timing:
         per_repeat = sum(_budget(b.members, prompts) for c in level.cells for b in c.batches)
+        first = _budget(level.cells[0].batches[0].members, prompts) if level.cells else 0
         for engine in (REFERENCE, *level.engines):
             report.timing_tokens[(engine, level.batch_size)] = per_repeat
+            report.warmup_tokens[(engine, level.batch_size)] = first * speed.warmup  # one batch, unrecorded
     report.timing_repeats, report.warmup = (speed.min_repeats, speed.max_repeats), speed.warmup
+    report.timing_budget_s = speed.time_budget_s
     if p.calibrate:
         report.calibration = (f"{speed.calibration_trials} trials of each step cost at batch sizes "
                               f"{'/'.join(map(str, p.calibrate))}")
-    cached = sum(w.cached for w in report.work.values())
+    cached = sum(w.cached for (phase, _, _), w in report.work.items() if phase != "sampling")
     cacheable = sum(1 for j in p.jobs() if j.cacheable)
     report.cache = ("not used (output.cache_dir is null, or the reference is a server)" if cache is None else
                     f"{cached} of {cacheable} reference batches already in {cache_dir}")
@@ -221,32 +239,42 @@ def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
                                 f"runner ({here})")
         return
     budget = {pr.id: pr.max_new_tokens for pr in last.prompts}
-    spent: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    spent: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for ex in last.executions:
         if ex.cached or ex.failure is not None:
             continue
-        s = spent[(ex.engine, ex.batch_size)]
-        s[0] += ex.wall_s
-        s[1] += sum(budget.get(pid, 0) for pid in ex.prompts)
+        tokens = sum(budget.get(pid, 0) for pid in ex.prompts)
+        for key in ((ex.phase.value, ex.engine, ex.batch_size), (ex.engine, ex.batch_size)):
+            spent[key][0] += ex.wall_s
+            spent[key][1] += tokens
     rate = {k: sec / tok for k, (sec, tok) in spent.items() if tok}
     if not rate:
         report.estimate_from = f"the run in {out_dir} timed no generation"
         return
 
-    def per_token(engine: str, bs: int) -> float:
-        if (engine, bs) in rate:
-            return rate[(engine, bs)]
-        same = [r for (e, _), r in rate.items() if e == engine] or [r for (e, _), r in rate.items()
-                                                                     if e == REFERENCE] or list(rate.values())
+    def per_token(phase: str, engine: str, bs: int) -> float:
+        """Seconds per budgeted token: this phase's in the last run, else the engine's at this batch size over
+        every phase, else its slowest, else the reference's (a new engine runs at least as slowly)."""
+        for key in ((phase, engine, bs), (engine, bs)):
+            if key in rate:
+                return rate[key]
+        pooled = {k: r for k, r in rate.items() if len(k) == 2}
+        same = [r for (e, _), r in pooled.items() if e == engine] or \
+            [r for (e, _), r in pooled.items() if e == REFERENCE] or list(pooled.values())
         return max(same)
 
-    work = sum(per_token(e, b) * (w.tokens - w.cached_tokens) for (_, e, b), w in report.work.items())
-    timing_once = sum(per_token(e, b) * t for (e, b), t in report.timing_tokens.items())
+    work = sum(per_token(RESULT_PHASE[ph], e, b) * (w.tokens - w.cached_tokens)
+               for (ph, e, b), w in report.work.items())
+    timing_once = sum(per_token("timing", e, b) * t for (e, b), t in report.timing_tokens.items())
+    warm = sum(per_token("timing", e, b) * t for (e, b), t in report.warmup_tokens.items())
     lo, hi = report.timing_repeats
     generation = sum(v for k, v in phases.seconds.items() if k.startswith(GENERATION_PHASES))
     fixed = max(0.0, phases.wall_s - generation)
-    report.estimate_s = (fixed + work + timing_once * (lo + report.warmup),
-                         fixed + work + timing_once * (hi + report.warmup))
+    # every cell gets min_repeats; more repeats only while the timing phase is within time_budget_s (split over the
+    # load levels, counted from each level's start), up to max_repeats
+    least = timing_once * lo
+    most = max(least, min(timing_once * hi, report.timing_budget_s))
+    report.estimate_s = (fixed + work + warm + least, fixed + work + warm + most)
     report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}), its fixed costs "
                             f"{_duration(fixed)}")
 
