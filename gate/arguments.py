@@ -52,9 +52,11 @@ HELP = {
     "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name. "
                        "--speed instead plants slowdowns of 0/5/10/20% in the correct engine and prints how often "
                        "the speed rule flags and fails them, paired and stored (docs/checks.md)",
-    "--speed": "the speed self-test: planted slowdowns, paired and stored, on this machine (about 35 s per run)",
+    "--speed": "the speed self-test: planted slowdowns, paired and stored, on this machine (about 90 s per paired run "
+               "with 16 repeats on 2 CPU cores)",
     "--runs": "speed self-test: runs per mode and slowdown (default 10)",
-    "--repeats": "speed self-test: timed repeats per cell (default 6)",
+    "--repeats": "speed self-test: timed repeats per cell (default 16: what a planted 10%% slowdown needs to be "
+                 "flagged in 9 of 10 cells, docs/checks.md)",
     # arguments
     "config": "path to specguard.yaml",
     "--out": "output directory (default: output.dir from the config; specguard-out for demo)",

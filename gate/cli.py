@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     arg(s, "--samples", type=count(100, 1_000_000), default=600)
     arg(s, "--mutant", action="append")
     arg(s, "--dtype", choices=("float32", "bfloat16"), default="float32")
-    for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 6)):
+    for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 16)):
         arg(s, name, type=count(low, 1000), default=default)
     arg(s, "--threads", type=threads)
     talk(s)

@@ -137,12 +137,13 @@ def _cells(doc) -> tuple[int, int, int, list[float]]:
             sum(c.status == "fail" for c in changes), [c.ratio.estimate for c in changes])
 
 
-def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, repeats: int = 8,
+def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, repeats: int = 16,
                    tolerance: float = 0.10, modes: tuple[str, ...] = ("paired", "stored"),
                    say: Callable[[str], None] = lambda m: None) -> SpeedReport:
     """``runs`` runs per mode and slowdown (each with its own prompt order, hence batches); the stored mode's
-    baseline is refreshed once from a run of the correct engine.  Budget: about 15 s per run on 2 CPU cores
-    with the defaults (two load levels, three slices, ``repeats`` timed repeats of each cell)."""
+    baseline is refreshed once from a run of the correct engine.  Budget: about 90 s per paired run on 2 CPU cores
+    with the defaults (two load levels, three slices, 16 timed repeats of each cell: what a planted 10% slowdown
+    needs to be flagged in 95% of cells, docs/checks.md)."""
     started = time.perf_counter()
     cfg = parse_config(SPEED_CONFIG % {"repeats": repeats, "tolerance": tolerance}, PACKAGE_DIR / "selftest.yaml")
     pair = load_pair(cfg)
