@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test test-fast lint selftest clean llamacpp
+.PHONY: demo demo-full demo-baseline test test-fast lint selftest clean llamacpp openvino
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,17 @@ llamacpp: $(VENV)/.installed
 	$(BIN)/python scripts/llamacpp_demo.py convert
 	$(BIN)/python scripts/llamacpp_demo.py config specguard-llamacpp/specguard.yaml
 	$(BIN)/python scripts/llamacpp_demo.py config specguard-llamacpp/control.yaml --control
+
+# OpenVINO GenAI 2026.4.1 (ContinuousBatchingPipeline, batched speculative decoding) gated as a plug-in
+# (examples/openvino_engine.py): openvino-genai pinned into .venv with --no-deps (torch and transformers untouched),
+# the demo pair exported to OpenVINO IR in fp32 by optimum-cli in its own venv (optimum-intel 2.2 wants
+# transformers < 5.6), both in ~/.cache/specguard-openvino/<version>/ (SPECGUARD_OPENVINO_CACHE moves it; a second
+# call is a no-op), and a gate config written to specguard-openvino/.
+# Then: $(BIN)/specguard gate specguard-openvino/specguard.yaml --threads 2
+openvino: $(VENV)/.installed
+	$(BIN)/python scripts/openvino_demo.py install
+	$(BIN)/python scripts/openvino_demo.py export
+	$(BIN)/python scripts/openvino_demo.py config specguard-openvino/specguard.yaml
 
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2
