@@ -105,7 +105,7 @@ def test_a_chat_row_parses_into_messages():
 
 
 @pytest.mark.parametrize(("line", "says"), [
-    (json.dumps({"id": "c", "slice": "x"}), "not neither"),
+    (json.dumps({"id": "c", "slice": "x"}), "prompt: required field is missing (or give 'messages'"),
     (json.dumps({"id": "c", "slice": "x", "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]}),
      "not both"),
     (json.dumps({"id": "c", "slice": "x", "messages": []}), "at least 1 item"),

@@ -154,8 +154,8 @@ def parse_suite(text: str, name: str) -> Suite:
         if ("prompt" in obj) == ("messages" in obj):
             both = "prompt" in obj
             problems.append(Problem(name, "give either 'prompt' (a string) or 'messages' (a list of {role, content}), "
-                                    f"not {'both' if both else 'neither'}", field="messages" if both else "prompt",
-                                    line=n))
+                                    "not both" if both else "required field is missing (or give 'messages', a list "
+                                    "of {role, content}, instead)", field="messages" if both else "prompt", line=n))
             continue
         try:
             row = _PromptLine.model_validate(obj)
