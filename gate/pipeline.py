@@ -154,8 +154,6 @@ DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "specguard.yaml"
 def plan_run(config: str, out: str | None = None, against: str | None = None):
     """What ``specguard gate CONFIG`` will do and how long it will take here, with no weights loaded
     (:mod:`gate.run.estimate`)."""
-    import dataclasses
-
     from gate.inputs.config import REFERENCE, load_config
     from gate.inputs.models import ModelPair, _config_only, _load_tokenizer, resolve_device
     from gate.inputs.suite import suite_for
@@ -171,7 +169,7 @@ def plan_run(config: str, out: str | None = None, against: str | None = None):
         out, cache_dir = out or "specguard-out", Path(".specguard-cache")
     report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir)
     if against:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
-        report = dataclasses.replace(report, summary=report.summary + f"; paired with {against}")
+        report.summary += f"; paired with {against}"
         for (engine, bs), tokens in list(report.timing_tokens.items()):
             if engine == REFERENCE:
                 report.timing_tokens[("base", bs)] = tokens

@@ -19,11 +19,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gate.engines import ENGINE_VERSION, Capabilities, GenerationSettings
+from gate.engines import Capabilities, GenerationSettings
 from gate.inputs import fingerprint as fp
 from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, LoadedConfig
 from gate.inputs.suite import Suite
-from gate.run.plan import EngineInfo, Job, plan, prompt_seed
+from gate.run.plan import EngineInfo, Job, plan
 from gate.run.results import Phase
 
 RESULT_PHASE = {"equivalence outputs": "outputs", "canonical reference": "canonical", "sampling": "sampling"}
@@ -143,7 +143,8 @@ def _budget(job_members, prompts) -> int:
 def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir: Path | None) -> PlanReport:
     """The plan of a run of ``loaded`` (``pair``: configs and tokenizer, no weights needed)."""
     from gate.run.cache import ReferenceCache
-    from gate.run.runner import prompt_infos
+    from gate.run.execute import reference_cache_key
+    from gate.run.runner import cache_context, prompt_infos
 
     cfg = loaded.config
     gen, speed = cfg.generation, cfg.checks.speedup
@@ -158,12 +159,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
 
     served_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
     cache = ReferenceCache(cache_dir) if cache_dir is not None and not served_reference else None
-    context = None
-    if cache is not None:
-        t = pair.target
-        context = {"target": t.fingerprint, "dtype": str(t.dtype), "device": pair.device.type,
-                   "hardware": fp.hardware_key(fp.hardware(pair.device)), "libraries": fp.libraries(),
-                   "attn": cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
+    context = cache_context(pair, cfg, fp.hardware(pair.device)) if cache is not None else None
     eos = _eos(loaded, pair)
     greedy = GenerationSettings(0.0, cfg.speculation.num_draft_tokens, eos)
     sampled = GenerationSettings(gen.sampling.temperature, cfg.speculation.num_draft_tokens, eos) \
@@ -174,12 +170,8 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         """The run's own cache key of this job (:meth:`gate.run.execute.Executor.cache_key`), found in the cache."""
         if cache is None or not job.cacheable:
             return False
-        b, settings = job.batch, greedy if job.mode == "greedy" else sampled
-        seeds = None if settings.greedy else [prompt_seed(seed, prompts[i].id, job.repeat) for i in b.members]
-        key = fp.digest({**context, "prompts": [prompts[i].prompt_ids for i in b.members],
-                         "max_new": [prompts[i].max_new_tokens for i in b.members], "seeds": seeds,
-                         "settings": settings.to_dict(), "batch_size": b.batch_size, "n_real": b.n_real})
-        return cache.get(key) is not None
+        settings = greedy if job.mode == "greedy" else sampled
+        return cache.get(reference_cache_key(context, prompts, job.batch, job.repeat, settings, seed)) is not None
 
     for phase, jobs in (("equivalence outputs", p.outputs), ("canonical reference", p.canonical)):
         for job in jobs:

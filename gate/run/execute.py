@@ -47,6 +47,20 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def reference_cache_key(context: dict, prompts, batch: PlannedBatch, repeat: int, settings: GenerationSettings,
+                        seed: int) -> str:
+    """The cache key of one reference batch (see :mod:`gate.run.cache`): ``context`` (the run's
+    :func:`gate.run.runner.cache_context`), the batch's prompts, budgets and (sampling) per-request seeds, the
+    settings.  ``specguard plan`` computes it too, to say which batches the cache already holds."""
+    return fp.digest({
+        **context,
+        "prompts": [prompts[i].prompt_ids for i in batch.members],
+        "max_new": [prompts[i].max_new_tokens for i in batch.members],
+        "seeds": None if settings.greedy else [prompt_seed(seed, prompts[i].id, repeat) for i in batch.members],
+        "settings": settings.to_dict(), "batch_size": batch.batch_size, "n_real": batch.n_real,
+    })
+
+
 class Executor:
     def __init__(self, prompts: list[PromptInfo], decode: Callable[[list[int]], str], log: RecordLog,
                  seed: int = 0, cache: ReferenceCache | None = None, cache_context: dict | None = None,
@@ -73,13 +87,7 @@ class Executor:
         """Everything a reference generation depends on (see :mod:`gate.run.cache`); the draft is not part of it, and
         neither are the per-request seeds of a greedy generation (adding sampling to a config, which sets the run's
         seed, keeps its greedy generations cached)."""
-        return fp.digest({
-            **self.cache_context,
-            "prompts": [self.prompts[i].prompt_ids for i in batch.members],
-            "max_new": [self.prompts[i].max_new_tokens for i in batch.members],
-            "seeds": None if settings.greedy else [r.seed for r in self.requests(batch, repeat)],
-            "settings": settings.to_dict(), "batch_size": batch.batch_size, "n_real": batch.n_real,
-        })
+        return reference_cache_key(self.cache_context, self.prompts, batch, repeat, settings, self.seed)
 
     def run(self, engine: Engine, job: Job, settings: GenerationSettings) -> Execution:
         b = job.batch

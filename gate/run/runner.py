@@ -122,6 +122,14 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
     return out
 
 
+def cache_context(pair: ModelPair, cfg, hardware: dict) -> dict:
+    """What every cached reference generation depends on besides its batch (see :mod:`gate.run.cache`)."""
+    t = pair.target
+    return {"target": t.fingerprint, "dtype": str(t.dtype), "device": pair.device.type,
+            "hardware": fp.hardware_key(hardware), "libraries": fp.libraries(),
+            "attn": cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
+
+
 class Runner:
     def __init__(self, loaded: LoadedConfig, pair: ModelPair, suite: Suite, reference: Engine,
                  engines: list[Engine], out_dir: Path, log: Callable[[str], None] = print,
@@ -205,11 +213,7 @@ class Runner:
                          batches=[b.record(self.prompts) for b in self.plan.batches])
 
     def cache_context(self) -> dict:
-        """What every cached reference generation depends on besides its batch (see :mod:`gate.run.cache`)."""
-        t = self.pair.target
-        return {"target": t.fingerprint, "dtype": str(t.dtype), "device": self.pair.device.type,
-                "hardware": fp.hardware_key(self.hardware), "libraries": fp.libraries(),
-                "attn": self.cfg.models.attn_implementation, "engine_version": ENGINE_VERSION}
+        return cache_context(self.pair, self.cfg, self.hardware)
 
     # --- phases ---------------------------------------------------------------------------
 
