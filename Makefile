@@ -14,13 +14,21 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test test-fast lint selftest clean llamacpp openvino
+.PHONY: demo demo-full demo-baseline test test-fast lint lock selftest clean llamacpp openvino
 
-$(VENV)/.installed: pyproject.toml
+# .ci/constraints.txt locks every other package too: a new PyPI release (transformers 5.25.0 did) must not change
+# what a CI run of an unchanged commit prints.  Users installing the package get pyproject.toml's ranges.
+$(VENV)/.installed: pyproject.toml .ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(TORCH_CPU)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c .ci/constraints.txt -e '.[test]'
 	touch $@
+
+# Re-lock after a deliberate upgrade (pip install -U ... in .venv, then make test, then make lock).
+lock: $(VENV)/.installed
+	{ sed -n '/^#/p' .ci/constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
+	  | grep -vi '^openvino' | sed 's/+cpu$$//'; } > .ci/constraints.txt.new
+	mv .ci/constraints.txt.new .ci/constraints.txt
 
 demo: $(VENV)/.installed
 	$(BIN)/specguard demo --threads 2

@@ -329,12 +329,26 @@ def support_table() -> str:
     return "\n".join(lines + ["", END])
 
 
+_VERSION = re.compile(r"with transformers (\S+):")
+
+
 def test_support_table_in_the_docs_matches_the_matrix():
+    """The table's rows must hold on the installed transformers; the version it names is only where it was made.
+
+    A new transformers release that leaves every row as it was passes (the claim still holds); one that changes a
+    row fails with both versions named, since the docs then claim something this transformers does not do.
+    """
+    import transformers
+
     text = DOCS.read_text(encoding="utf-8")
     found = re.search(re.escape(START) + ".*?" + re.escape(END), text, re.S)
     assert found, f"{DOCS}: the architecture table markers are missing"
-    assert found.group(0) == support_table(), \
-        f"{DOCS}: the support table is stale; regenerate it with `python tests/test_architectures.py`"
+    documented = _VERSION.search(found.group(0))
+    assert documented, f"{DOCS}: the support table does not say which transformers generated it"
+    fresh = support_table()
+    assert _VERSION.sub("with transformers ?:", found.group(0)) == _VERSION.sub("with transformers ?:", fresh), \
+        (f"{DOCS}: the support table (generated with transformers {documented.group(1)}) differs from what "
+         f"transformers {transformers.__version__} does here; regenerate it with `python tests/test_architectures.py`")
 
 
 if __name__ == "__main__":  # rewrite the table in docs/engines.md
