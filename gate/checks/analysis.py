@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gate.checks import distribution, equivalence, failures, noise_floor, reproducibility, speedup
+from gate.checks import distribution, equivalence, failures, noise_floor, reproducibility, speedup, traffic
 from gate.checks.context import CheckContext
 from gate.checks.doc import CHECKS_SCHEMA, ChecksDoc, Incomplete, Tolerance, VerdictLine
 from gate.inputs.config import Config
@@ -22,6 +22,7 @@ CHECKS = (
     ("reproducibility", reproducibility),
     ("distribution", distribution),
     ("speedup", speedup),
+    ("traffic", traffic),
 )
 
 

@@ -275,6 +275,70 @@ class Speedup(_Doc):
     calibrated_engines: list[str]
 
 
+class Percentiles(_Doc):
+    """Seconds; None when nothing was measured."""
+
+    p50: float | None = None
+    p99: float | None = None
+
+
+class TrafficSide(_Doc):
+    """One side (the engine under test, or its reference) at one rate, pooled over its replays."""
+
+    requests: int
+    completed: int
+    failed: int
+    first_error: str | None = omitted_when_none()
+    offered_rps: float | None  # arrivals per second, as sent
+    achieved_rps: float | None  # completions per second, from a replay's first arrival to its last token
+    saturated: bool  # completions fell behind arrivals (below 75% of the offered rate), or a replay was cut short
+    cut_short: str | None = omitted_when_none()
+    output_tps: float | None  # output tokens per second over the replays' durations
+    ttft: Percentiles
+    tpot: Percentiles  # (end - first token) / (tokens - 1), per request
+    itl: Percentiles  # gaps between token-bearing events, pooled
+    e2e: Percentiles  # end-to-end latency, from the arrival
+    goodput_rps: float | None = None  # requests meeting checks.traffic.slo per second (None: no SLO given)
+    max_send_lag_s: float  # how far behind its trace the replay sent a request (the replay's own fidelity)
+
+
+class TrafficRate(_Doc):
+    rate: float  # requests per second, as configured
+    engine: TrafficSide
+    reference: TrafficSide
+    # per request of the same trace: reference latency / engine latency (> 1: speculation made it faster)
+    speedup: SpeedupCI | None
+    tpot_speedup: SpeedupCI | None
+    goodput_ratio: float | None = None
+    by_slice: dict[str, SpeedupCI] = Field(default_factory=dict)
+
+
+class TrafficCrossover(_Doc):
+    """Where speculation stops paying as the request rate grows."""
+
+    rate: float | None  # the lowest configured rate whose median latency speedup is below 1
+    clearly_below_1_from: float | None  # ... whose whole CI is below 1
+    interpolated: float | None  # where the speedup crosses 1 between the rates around it (linear in log rate)
+    below_at_lowest: bool  # below 1 already at the lowest rate: the crossover lies below the sweep
+    seen: bool
+
+
+class TrafficEngine(_Doc):
+    rates: dict[str, TrafficRate]  # key: the rate as written (e.g. "0.5", "2")
+    crossover: TrafficCrossover
+    crossover_by_slice: dict[str, TrafficCrossover]
+
+
+class Traffic(_Doc):
+    """Sustained request-rate load (``checks.traffic``, :mod:`gate.checks.traffic`)."""
+
+    arrival: str
+    requests: int
+    repeats: int
+    slo: dict[str, float]
+    engines: dict[str, TrafficEngine]
+
+
 class Tolerance(_Doc):
     """The logit tolerance the classifier used, and the rule that set it (:class:`gate.engines.tolerance.Tolerance`)."""
 
@@ -302,6 +366,7 @@ class ChecksDoc(_Doc):
     reproducibility: dict[str, Reproducibility] | None = omitted_when_none()
     distribution: Distribution | None = omitted_when_none()
     speedup: Speedup | None = omitted_when_none()
+    traffic: Traffic | None = omitted_when_none()
     tolerance: Tolerance | None = omitted_when_none()
     equivalence_method: str | None = omitted_when_none()
     verdicts: list[VerdictLine]

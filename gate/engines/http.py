@@ -392,6 +392,10 @@ class HttpEngine:
         self.detokenize = detokenize
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session = requests.Session()
+        # a request-rate replay keeps many requests in flight: one pooled connection each, not a new one per request
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=256)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
         self.capabilities = Capabilities(in_process=False, steppable=False,
                                          counters="engine" if self.metrics_url and self.counters else "none")
 
@@ -473,7 +477,15 @@ class HttpEngine:
         who = f"request {i + 1} of {n} (load level {n}" + (f", prompt {req.prompt_id!r}" if req.prompt_id else "") + ")"
         return EngineFailure(kind, "HTTPError", f"{self.name} at {self.url}: {who}: {text}"[:600])
 
-    def _one(self, i: int, req: Request, settings: GenerationSettings, start: float, n: int) -> SequenceResult:
+    def stream(self, req: Request, settings: GenerationSettings) -> tuple[SequenceResult, float, list[float]]:
+        """One request on its own, as a request-rate replay sends it (gate/run/traffic.py): its result, when it was
+        sent and when each token arrived (``time.perf_counter`` readings)."""
+        times: list[float] = []
+        start = time.perf_counter()
+        return self._one(0, req, settings, start, 1, times), start, times
+
+    def _one(self, i: int, req: Request, settings: GenerationSettings, start: float, n: int,
+             times_out: list[float] | None = None) -> SequenceResult:
         body = self.body(req, settings)
         try:
             resp = self.session.post(self.url + self.preset.route, json=body, stream=True,
@@ -545,6 +557,8 @@ class HttpEngine:
             times = [time.perf_counter()] * len(ids)
         else:
             pieces = text_tops = None
+        if times_out is not None and not text_only:
+            times_out += times
         ttft = times[0] - start if times else None
         per_token = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
         spec = SpecCounters(num_drafts=0, num_draft_tokens=counters.get("num_draft_tokens", 0),

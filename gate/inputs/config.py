@@ -332,11 +332,41 @@ class SpeedupCheck(_Strict):
         return self
 
 
+class TrafficSLO(_Strict):
+    """A request meets the SLO when every bound given here holds; goodput counts those per second."""
+
+    ttft_s: Seconds | None = None  # time to first token
+    tpot_s: Seconds | None = None  # time per output token after the first
+    e2e_s: Seconds | None = None  # end-to-end latency
+
+
+class TrafficCheck(_Strict):
+    """Sustained request-rate load (docs/serving.md): an open-loop arrival trace per rate, replayed to each http
+    engine and to its reference in interleaved repeats, so both see identical traffic."""
+
+    rates: list[Annotated[float, Field(gt=0.0, le=10_000.0)]] = Field(min_length=1, max_length=32)
+    arrival: Literal["poisson", "constant"] = "poisson"
+    requests: Annotated[StrictInt, Field(ge=4, le=100_000)] = 32  # per rate and replay
+    repeats: Annotated[StrictInt, Field(ge=1, le=100)] = 2  # replays per side and rate, in ABBA order
+    seed: Annotated[StrictInt, Field(ge=0, lt=1 << 63)] = 0
+    slo: TrafficSLO = TrafficSLO()
+    max_in_flight: Annotated[StrictInt, Field(ge=1, le=10_000)] = 256  # past it a replay is cut short: saturated
+
+    @field_validator("rates")
+    @classmethod
+    def _increasing(cls, v: list[float]) -> list[float]:
+        if sorted(set(v)) != list(v):
+            raise ValueError(f"rates must be strictly increasing requests per second, got {v}")
+        return v
+
+
 class ChecksConfig(_Strict):
     equivalence: EquivalenceCheck = EquivalenceCheck()
     reproducibility: ReproducibilityCheck = ReproducibilityCheck()
     distribution: DistributionCheck = DistributionCheck()
     speedup: SpeedupCheck = SpeedupCheck()
+    # off unless given; left out of the digest while unset, so configs written before it keep theirs
+    traffic: TrafficCheck | None = Field(None, exclude_if=lambda v: v is None)
 
 
 HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
@@ -414,6 +444,14 @@ class Config(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return v
+
+    @model_validator(mode="after")
+    def _traffic_needs_a_stack(self) -> Config:
+        if self.checks.traffic is not None and not any(e.type == "http" and e.http.reference for e in self.engines):
+            raise ValueError("checks.traffic replays request-rate traffic to an engine that takes requests while "
+                             "others run, and to its own reference on the same trace: add an http engine with "
+                             "http.reference (docs/serving.md), or remove checks.traffic")
+        return self
 
 
 def baseline_name(config: Config, source: str | Path | None) -> str:

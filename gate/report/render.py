@@ -39,7 +39,9 @@ def environment() -> Environment:
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
-    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line)
+    from gate.checks.traffic import crossover_sentence
+
+    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line, crossover_sentence=crossover_sentence)
     return env
 
 
@@ -90,10 +92,13 @@ def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baselin
            "speedup_drop": config.baseline.speedup_drop if config is not None else None,
            "examples": _examples(checks, examples_limit), "chart": _chart(checks),
            "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
-           "retokenized": retokenized_note(checks)}
+           "retokenized": retokenized_note(checks),
+           "traffic_changes": {(t.engine, t.rate): t for t in verdict.traffic},
+           "slo": ", ".join(f"{k.removesuffix('_s').upper()} ≤ {v * 1000:g} ms"
+                            for k, v in (checks.traffic.slo if checks.traffic else {}).items())}
     page = Page()
     for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
-                              ("distribution", 60), ("speedup", 75), ("acceptance", 50), ("chart", 30),
+                              ("distribution", 60), ("speedup", 75), ("traffic", 74), ("acceptance", 50), ("chart", 30),
                               ("examples", 20), ("verdicts", 10), (FOOTER, KEEP)):
         text = env.get_template(f"report/{section}.md.j2").render(**ctx)
         if text.strip():
@@ -235,8 +240,16 @@ def _change(c) -> str:
 # --- the chart ----------------------------------------------------------------------------------
 
 
+def _errorbars(ax, xs, cis, label) -> None:
+    est = [ci.estimate for ci in cis]
+    lo = [max(0.0, ci.estimate - ci.low) if ci.n > 1 else 0 for ci in cis]
+    hi = [max(0.0, ci.high - ci.estimate) if ci.n > 1 else 0 for ci in cis]
+    ax.errorbar(xs, est, yerr=[lo, hi], marker="o", capsize=3, label=label)
+
+
 def write_png(checks: ChecksDoc, path: Path) -> str | None:
-    """speedup.png: speedup vs batch size per slice with CI bars. Returns a note when it cannot be drawn."""
+    """speedup.png: per engine, speedup vs batch size per slice with CI bars, and (``checks.traffic``) the latency
+    speedup vs request rate per slice. Returns a note when it cannot be drawn."""
     try:
         import matplotlib
 
@@ -245,21 +258,36 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
     except ImportError:
         return "speedup.png skipped: install the plot extra (pip install 'specguard[plot]') for the chart"
     engines = checks.speedup.engines if checks.speedup else {}
-    if not engines:
+    traffic = checks.traffic.engines if checks.traffic else {}
+    names = list(dict.fromkeys([*engines, *traffic]))
+    if not names:
         return "speedup.png skipped: the run has no timing"
-    fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 4), squeeze=False)
-    for ax, (engine, e) in zip(axes[0], engines.items()):
-        for slc, rows in sorted(e.by_slice.items()):
-            sizes = sorted(rows, key=int)
-            cis = [rows[b].speedup for b in sizes]
-            est = [ci.estimate for ci in cis]
-            lo = [max(0.0, ci.estimate - ci.low) if ci.n > 1 else 0 for ci in cis]
-            hi = [max(0.0, ci.high - ci.estimate) if ci.n > 1 else 0 for ci in cis]
-            ax.errorbar([int(b) for b in sizes], est, yerr=[lo, hi], marker="o", capsize=3, label=slc)
+    charts = [(n, "batch") for n in names if n in engines] + [(n, "rate") for n in names if n in traffic]
+    fig, axes = plt.subplots(1, len(charts), figsize=(6 * len(charts), 4), squeeze=False)
+    for ax, (engine, kind) in zip(axes[0], charts):
+        if kind == "batch":
+            for slc, rows in sorted(engines[engine].by_slice.items()):
+                sizes = sorted(rows, key=int)
+                _errorbars(ax, [int(b) for b in sizes], [rows[b].speedup for b in sizes], slc)
+            ax.set_xlabel("batch size (load)")
+            ax.set_title(f"{engine}: median speedup, 95% CI")
+        else:
+            t = traffic[engine]
+            rows = sorted(t.rates.values(), key=lambda r: r.rate)
+            slices = sorted({s for r in rows for s in r.by_slice})
+            for slc in slices:
+                have = [r for r in rows if slc in r.by_slice]
+                _errorbars(ax, [r.rate for r in have], [r.by_slice[slc] for r in have], slc)
+            have = [r for r in rows if r.speedup is not None]
+            _errorbars(ax, [r.rate for r in have], [r.speedup for r in have], "all requests")
+            if t.crossover.interpolated:
+                ax.axvline(t.crossover.interpolated, color="red", linestyle=":", linewidth=1,
+                           label=f"crossover ~{t.crossover.interpolated:.2g} req/s")
+            ax.set_xscale("log")
+            ax.set_xlabel(f"request rate (req/s, {checks.traffic.arrival} arrivals)")
+            ax.set_title(f"{engine}: latency speedup per request, 95% CI")
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlabel("batch size (load)")
         ax.set_ylabel("speedup vs non-speculative (x)")
-        ax.set_title(f"{engine}: median speedup, 95% CI")
         ax.legend(fontsize="small")
     fig.tight_layout()
     import io

@@ -54,7 +54,7 @@ def merge(dirs: list[Path]) -> Results:
                                  hint="pass every shard's directory"))
     executions, keys = [], set()
     timing: dict = {}
-    calibration, calibrated, reused, skipped = {}, [], [], []
+    calibration, calibrated, reused, skipped, traffic = {}, [], [], [], []
     status = "complete"
     for _, r in sorted(shards, key=lambda x: x[1].shard[0]):
         for ex in r.executions:
@@ -65,6 +65,7 @@ def merge(dirs: list[Path]) -> Results:
             timing.setdefault(bs, {}).update(cells)
         if r.calibration:
             calibration, calibrated = r.calibration, r.calibrated_engines
+        traffic += r.traffic  # request-rate replays run on shard 0 only
         reused += r.cache.get("reused", [])
         skipped += [s for s in r.skipped if s not in skipped]
         if r.status != "complete":
@@ -73,4 +74,4 @@ def merge(dirs: list[Path]) -> Results:
     return first.model_copy(update={"executions": executions, "timing": timing, "calibration": calibration,
                                     "calibrated_engines": calibrated, "cache": {"reused": reused},
                                     "skipped": skipped, "status": status, "stopped_at": None, "shard": None,
-                                    "batches": batches, "phases": {}})
+                                    "batches": batches, "phases": {}, "traffic": traffic})

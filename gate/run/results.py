@@ -127,6 +127,39 @@ class Failure(_Record):
     message: str
 
 
+class TrafficRequest(_Record):
+    """One request of a request-rate replay; times in seconds from the replay's start."""
+
+    prompt_id: str
+    slice: str
+    scheduled_s: Seconds  # its arrival in the trace
+    sent_s: Seconds  # when the replay sent it (late when the sender falls behind the trace)
+    first_token_s: Seconds | None = None
+    end_s: Seconds | None = None  # its last token
+    tokens: Count = 0
+    gaps_s: list[Seconds] = Field(default_factory=list)  # between successive token-bearing events (ITL)
+    error: str | None = omitted_when_none()
+
+
+class TrafficReplay(_Record):
+    """One replay of one rate's arrival trace to one side: the engine under test, or its reference."""
+
+    kind: Literal["traffic"] = "traffic"
+    engine: str  # the engine under test (both sides of a pair carry its name)
+    side: Literal["engine", "reference"]
+    rate: Annotated[float, Field(gt=0)]
+    repeat: Count
+    arrival: Literal["poisson", "constant"]
+    seed: int
+    duration_s: Seconds  # from the first arrival to the last token of the replay
+    requests: list[TrafficRequest]
+    cut_short: str | None = omitted_when_none()  # why the replay stopped sending (max_in_flight reached)
+
+    @property
+    def key(self) -> tuple[str, str, float, int]:
+        return self.engine, self.side, self.rate, self.repeat
+
+
 class Execution(_Record):
     """One batch run by one engine (``kind: execution`` in ``records.jsonl``)."""
 
@@ -369,6 +402,8 @@ class Results(RunHeader):
     phases: dict[str, Any] = Field(default_factory=dict)
     # The reference checked against transformers.generate; None when the reference is a serving stack.
     anchor: AnchorRecord | None = None
+    # request-rate replays (checks.traffic); left out while empty, so runs without them keep their documents
+    traffic: list[TrafficReplay] = Field(default_factory=list, exclude_if=lambda v: not v)
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -556,7 +591,7 @@ class RecordLog:
         self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
 
-    def append(self, record: Execution) -> None:
+    def append(self, record: Execution | TrafficReplay) -> None:
         self._write(record.model_dump(mode="json"))
 
     def _write(self, record: dict) -> None:
@@ -578,18 +613,24 @@ class RecordLog:
 
 
 def read_records(path: Path) -> tuple[RunHeader | None, list[Execution]]:
+    """The header and the complete execution records of a log (:func:`read_log` also gives the traffic replays)."""
+    header, records, _ = read_log(path)
+    return header, records
+
+
+def read_log(path: Path) -> tuple[RunHeader | None, list[Execution], list[TrafficReplay]]:
     """The header and the complete records of a log; a torn last line (a crash mid-write) is dropped.
 
     A log from another schema version, or one that does not parse, gives no header and no
     records: it cannot be resumed.
     """
     if not path.exists():
-        return None, []
+        return None, [], []
     hint = "delete the output directory and run again"
     lines = split_lines(read_input(path, ResultsError, "record log", hint))
     while lines and not lines[-1].strip():
         lines.pop()
-    header, records = None, []
+    header, records, traffic = None, [], []
     for n, line in enumerate(lines, start=1):
         try:
             rec = parse_json(line, ResultsError, str(path), "a record", hint, line=n)
@@ -603,14 +644,16 @@ def read_records(path: Path) -> tuple[RunHeader | None, list[Execution]]:
         try:
             if rec.get("kind") == "header":
                 if rec.get("schema") != SCHEMA:
-                    return None, []
+                    return None, [], []
                 header = RunHeader.model_validate({k: v for k, v in rec.items() if k != "kind"})
+            elif rec.get("kind") == "traffic":
+                traffic.append(TrafficReplay.model_validate(rec))
             else:
                 records.append(Execution.model_validate(rec))
         except ValidationError as exc:
             raise ResultsError(Problem(str(path), f"corrupt record: {_first_error(exc)}", line=n,
                                        hint="delete the output directory and run again")) from None
-    return header, records
+    return header, records, traffic
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -66,7 +66,8 @@ from gate.run.results import (
     Settings,
     StoppedAt,
     SuiteFingerprint,
-    read_records,
+    TrafficReplay,
+    read_log,
 )
 from gate.run.schedule import TimingScheduler
 
@@ -178,6 +179,9 @@ class Runner:
             if gen.sampling else None
         self.executor: Executor | None = None
         self.anchored: AnchorRecord | None = None
+        self.traffic: list[TrafficReplay] = []
+        self.previous_traffic: dict = {}
+        self.log: RecordLog | None = None
 
     # --- identity -------------------------------------------------------------------------
 
@@ -274,6 +278,39 @@ class Runner:
                                                              share, run_pair)
         return out
 
+    def traffic_phase(self) -> None:
+        """``checks.traffic``: each rate's arrival traces replayed to every http engine and to the reference (its
+        stack without speculation), ABBA across repeats; each finished replay is logged at once."""
+        from gate.run.traffic import http_sender, make_trace, replay, replay_record, sides, trace_seed
+
+        tc = self.cfg.checks.traffic
+        pairs = [e for e in self.engines if hasattr(e, "stream")]
+        if not hasattr(self.reference, "stream") or not pairs:
+            self.progress.note("request-rate traffic skipped: no engine takes requests while others run "
+                               "(an http engine with http.reference)")
+            return
+        settings = self.greedy if self.cfg.generation.greedy else self.sampled
+        todo = len(pairs) * len(tc.rates) * tc.repeats * 2
+        self.progress.start(f"request-rate traffic: {len(tc.rates)} rates x {tc.repeats} repeats x "
+                            f"{tc.requests} requests, {tc.arrival} arrivals, engine and reference", todo)
+        for engine in pairs:
+            for ri, rate in enumerate(tc.rates):
+                for repeat in range(tc.repeats):
+                    seed = trace_seed(tc.seed, ri, repeat)
+                    trace = make_trace(self.prompts, rate, tc.requests, tc.arrival, seed)
+                    for side in sides(repeat):
+                        key = (engine.name, side, rate, repeat)
+                        rec = self.previous_traffic.get(key)
+                        if rec is None:
+                            target = engine if side == "engine" else self.reference
+                            self.executor.current = {"phase": "traffic", "engine": target.name, "batch_size": 1}
+                            rec = replay_record(engine.name, side, rate, repeat, tc.arrival, seed,
+                                                replay(trace, http_sender(target, lambda _: settings),
+                                                       max_in_flight=tc.max_in_flight))
+                            self.log.append(rec)
+                        self.traffic.append(rec)
+                        self.progress.advance()
+
     def canonical_phase(self) -> None:
         if self.plan.canonical:
             self.progress.start("canonical reference at batch size 1", len(self.plan.canonical))
@@ -301,7 +338,7 @@ class Runner:
     # --- the whole run --------------------------------------------------------------------
 
     def _previous(self, header: RunHeader, records_path: Path) -> dict:
-        old_header, old = read_records(records_path)
+        old_header, old, traffic = read_log(records_path)
         if old_header is None:
             if records_path.exists():
                 raise ResumeError(Problem(str(records_path), "cannot resume: the log is from another version "
@@ -309,6 +346,7 @@ class Runner:
                                           hint="run without --resume to start over"))
             self.say(f"nothing to resume in {records_path}; starting a new run")
             return {}
+        self.previous_traffic = {r.key: r for r in traffic}
         differs = header.fingerprint.differences(old_header.fingerprint)
         if differs:
             raise ResumeError(Problem(str(records_path), "cannot resume: the interrupted run had a different "
@@ -323,8 +361,9 @@ class Runner:
         previous = self._previous(header, records_path) if resume else {}
         log = RecordLog(records_path)
         log.start(header)
-        for rec in previous.values():
+        for rec in [*previous.values(), *self.previous_traffic.values()]:
             log.append(rec)  # keep them on disk even if this run stops before reusing them
+        self.log = log
         seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
         self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
                                  cache_context=self.cache_context(), previous=previous, say=self.progress.note)
@@ -350,6 +389,9 @@ class Runner:
                 if self.plan.timing:
                     with self.phases("timing"):
                         timing = self.timing_phase()
+                if self.cfg.checks.traffic is not None and (self.shard is None or self.shard[0] == 0):  # on one shard
+                    with self.phases("request-rate traffic"):
+                        self.traffic_phase()
                 with self.phases("canonical reference"):
                     self.canonical_phase()
                 if self.sampled is not None:
@@ -374,7 +416,7 @@ class Runner:
                                   calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                                   cache={"reused": self.executor.reused}, paired=paired,
-                                  anchor=self.anchored)
+                                  anchor=self.anchored, traffic=self.traffic)
                 atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)

@@ -25,6 +25,7 @@ directory fsync): a refresh killed at any point leaves the old baseline intact.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,21 @@ class SpeedupCell(_Doc):
     acceptance_rate: float | None = None
 
 
+class TrafficCell(_Doc):
+    """One engine at one request rate (``checks.traffic``): the paired latency ratios (reference / engine, per
+    request of the same trace), overall and per slice, and the engine's tail latencies and goodput beside them."""
+
+    rate: float
+    samples: list[float]
+    by_slice: dict[str, list[float]] = Field(default_factory=dict)
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    ttft_p99: float | None = None
+    tpot_p99: float | None = None
+    goodput_rps: float | None = None
+
+
 class DistributionResult(_Doc):
     n: int
     pvalues: dict[str, float]
@@ -153,6 +169,8 @@ class Measurements(_Doc):
     distribution: BaselineDistribution | None = None
     reproducibility: dict[str, Reproducibility] = Field(default_factory=dict)
     memory: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    # engine -> rate -> cell; left out while empty, so baselines without request-rate load keep their documents
+    traffic: dict[str, dict[str, TrafficCell]] = Field(default_factory=dict, exclude_if=lambda v: not v)
 
 
 class Baseline(Measurements):
@@ -181,6 +199,10 @@ def model_name(config_path: str, location: str) -> str:
     if config_path.startswith("specguard:") or not local:
         return config_path
     return f"local:{Path(location).name}"
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _round(x: float) -> float:
@@ -348,8 +370,31 @@ def measure(results: Results, checks: ChecksDoc, config: Config) -> Measurements
         calibration={bs: {k: row[k] for k in ("cost_ratio", "verify_ratio") if k in row}
                      for bs, row in results.calibration.items()},
         calibrated_engines=list(results.calibrated_engines), distribution=distribution,
-        reproducibility=checks.reproducibility or {}, memory=memory,
+        reproducibility=checks.reproducibility or {}, memory=memory, traffic=traffic_cells(results, checks),
     )
+
+
+def traffic_cells(results: Results, checks: ChecksDoc) -> dict[str, dict[str, TrafficCell]]:
+    """Per engine and rate: the paired latency ratios of the run's request-rate replays, as a baseline keeps them."""
+    if checks.traffic is None:
+        return {}
+    from gate.checks.traffic import latency, paired
+
+    out: dict[str, dict[str, TrafficCell]] = {}
+    for engine, e in checks.traffic.engines.items():
+        for key, row in e.rates.items():
+            reps = [r for r in results.traffic if r.engine == engine and r.rate == row.rate]
+            ratios = paired([r for r in reps if r.side == "engine"], [r for r in reps if r.side == "reference"],
+                            latency)
+            sp = row.speedup
+            out.setdefault(engine, {})[key] = TrafficCell(
+                rate=row.rate, samples=[_round(x) for x in ratios.get(None, [])],
+                by_slice={s: [_round(x) for x in xs] for s, xs in sorted((k, v) for k, v in ratios.items()
+                                                                          if k is not None)},
+                estimate=_finite(sp.estimate if sp else None), low=_finite(sp.low if sp else None),
+                high=_finite(sp.high if sp else None),
+                ttft_p99=row.engine.ttft.p99, tpot_p99=row.engine.tpot.p99, goodput_rps=row.engine.goodput_rps)
+    return out
 
 
 # --- the store -----------------------------------------------------------------------------------

@@ -62,6 +62,23 @@ class SpeedupChange(_Doc):
     explanation: Explanation | None = None
 
 
+class TrafficChange(_Doc):
+    """One engine at one request rate: its latency speedup (reference / engine on the same trace) against the
+    baseline's at that rate."""
+
+    engine: str
+    rate: float
+    base: Interval
+    head: Interval
+    ratio: Interval  # head speedup / base speedup
+    status: Status
+    significant: bool
+    ttft_p99_base: float | None = None
+    ttft_p99_head: float | None = None
+    tpot_p99_base: float | None = None
+    tpot_p99_head: float | None = None
+
+
 class AcceptanceChange(_Doc):
     engine: str
     batch_size: int
@@ -112,6 +129,8 @@ class VerdictDoc(_Doc):
     equivalence: list[EquivalenceChange] = Field(default_factory=list)
     acceptance: list[AcceptanceChange] = Field(default_factory=list)
     speedup: list[SpeedupChange] = Field(default_factory=list)
+    # request-rate load against the baseline; left out while empty (verdicts without it keep their documents)
+    traffic: list[TrafficChange] = Field(default_factory=list, exclude_if=lambda v: not v)
     changed: list[Changed] = Field(default_factory=list)
     run_status: str
     # the run it belongs to, and the exact documents it was judged from (``python -m gate.verdict.file`` checks all
@@ -125,4 +144,5 @@ class VerdictDoc(_Doc):
 
 
 __all__ = ["EXIT_FAIL", "EXIT_PASS", "SCHEMA", "AcceptanceChange", "BaselineRef", "Changed",
-           "EquivalenceChange", "Explanation", "Interval", "RunRef", "SpeedupChange", "Status", "VerdictDoc"]
+           "EquivalenceChange", "Explanation", "Interval", "RunRef", "SpeedupChange", "Status", "TrafficChange",
+           "VerdictDoc"]

@@ -53,6 +53,7 @@ from gate.verdict.doc import (
     Explanation,
     Interval,
     SpeedupChange,
+    TrafficChange,
     VerdictDoc,
 )
 from gate.verdict.summary import PairedSummary, RunSummary
@@ -217,6 +218,9 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
     if paired is not None:
         sp_changes = _paired_speedup_changes(measured, paired, rules.speedup_drop)
     verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
+    tr_changes = _traffic_changes(measured, baseline, rules.speedup_drop) \
+        if baseline is not None and paired is None and stored.same_hardware else []
+    verdicts += _traffic_verdicts(tr_changes, rules.speedup_drop, measured, baseline)
     drift = runner_drift(sp_changes) if paired is None else None
     if drift is not None:
         verdicts.append(drift)
@@ -231,7 +235,8 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
                           forced=baseline.forced is not None)
     doc = VerdictDoc(outcome=outcome, exit_code=EXIT_FAIL if failed else EXIT_PASS, headline="", mode=mode,
                      baseline=ref, hardware_key=hw, checks=verdicts, equivalence=eq_changes, acceptance=acc_changes,
-                     speedup=sp_changes, changed=what_changed(head, baseline), run_status=head.status, run=head.run)
+                     speedup=sp_changes, traffic=tr_changes, changed=what_changed(head, baseline),
+                     run_status=head.status, run=head.run)
     doc.headline = headline(doc, measured)
     return doc
 
@@ -405,6 +410,72 @@ def _paired_speedup_changes(measured: Measurements, paired: PairedSummary, toler
     return out
 
 
+def _traffic_changes(head: Measurements, baseline: Baseline, tolerance: float) -> list[TrafficChange]:
+    """Each engine's latency speedup per request rate against the baseline's samples at the same rate (the speedup
+    rule: fail when the ratio's CI lies wholly below ``1 - tolerance``)."""
+    out = []
+    for engine, cells in head.traffic.items():
+        for key, cell in cells.items():
+            base = baseline.traffic.get(engine, {}).get(key)
+            if base is None or not cell.samples or not base.samples:
+                continue
+            ratio = ratio_ci(cell.samples, base.samples)
+            status, significant = _speedup_status(ratio, tolerance)
+            out.append(TrafficChange(
+                engine=engine, rate=cell.rate, base=Interval(estimate=base.estimate, low=base.low, high=base.high),
+                head=Interval(estimate=cell.estimate, low=cell.low, high=cell.high), ratio=ratio, status=status,
+                significant=significant, ttft_p99_base=base.ttft_p99, ttft_p99_head=cell.ttft_p99,
+                tpot_p99_base=base.tpot_p99, tpot_p99_head=cell.tpot_p99))
+    return out
+
+
+CROSSOVER_MOVE = 0.8  # a crossover rate below this share of the baseline's is worth a warning
+
+
+def _crossover_rate(cells: dict) -> float | None:
+    """Where the median latency speedup crosses 1 (interpolated; else the lowest rate below 1; None: it pays at
+    every rate)."""
+    from gate.checks.traffic import crossing
+
+    first, interpolated = crossing({c.rate: c.estimate for c in cells.values() if c.estimate is not None})
+    return interpolated or first
+
+
+def _traffic_verdicts(changes: list[TrafficChange], tolerance: float, head: Measurements,
+                      baseline: Baseline | None) -> list[VerdictLine]:
+    out = []
+    for c in changes:
+        if c.status == "fail":
+            out.append(VerdictLine(
+                check="traffic", status="fail", engine=c.engine,
+                why=f"latency speedup at {c.rate:g} req/s: {times(c.base.estimate)} → {times(c.head.estimate)} "
+                    f"({signed_pct(c.ratio.estimate - 1)}, 95% CI {signed_pct(c.ratio.low - 1)} to "
+                    f"{signed_pct(c.ratio.high - 1)} against the baseline's requests), beyond the {tolerance:.0%} "
+                    "tolerance"))
+        elif c.status == "warn":
+            out.append(VerdictLine(
+                check="traffic", status="warn", engine=c.engine,
+                why=f"latency speedup at {c.rate:g} req/s: {times(c.base.estimate)} → {times(c.head.estimate)} "
+                    f"({signed_pct(c.ratio.estimate - 1)}), a drop within the {tolerance:.0%} tolerance or not "
+                    "significant"))
+    for engine, cells in head.traffic.items():
+        base_cells = (baseline.traffic if baseline else {}).get(engine)
+        if not base_cells:
+            continue
+        was, now = _crossover_rate(base_cells), _crossover_rate(cells)
+        if now is not None and (was is None or now < CROSSOVER_MOVE * was):
+            out.append(VerdictLine(
+                check="traffic", status="warn", engine=engine,
+                why=f"speculation now stops paying at about {now:.2g} req/s "
+                    + (f"(the baseline: about {was:.2g} req/s)" if was is not None else
+                       f"(the baseline: it paid at every rate up to {max(c.rate for c in base_cells.values()):g} "
+                       "req/s)")))
+    if changes and not any(c.status in ("fail", "warn") for c in changes):
+        out.append(VerdictLine(check="traffic", status="pass",
+                               why=f"latency speedup within {tolerance:.0%} of the baseline at every request rate"))
+    return out
+
+
 def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bool) -> list[VerdictLine]:
     out = []
     how = "paired with the base in this job" if paired else "against the baseline's samples"
@@ -569,6 +640,10 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
                      "within the tolerance")
     elif doc.speedup:
         parts.append("speedup holds")
+    tr_drops = [c for c in doc.traffic if c.status == "fail"]
+    if tr_drops:
+        worst = min(tr_drops, key=lambda c: c.ratio.estimate)
+        parts.append(f"latency speedup drops {1 - worst.ratio.estimate:.0%} at {worst.rate:g} req/s")
     if any(c.check == "runner" for c in doc.checks):
         parts.append("the runner changed (every cell moved alike)")
     if doc.mode == "none":
