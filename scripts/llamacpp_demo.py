@@ -193,6 +193,10 @@ def config(args) -> None:
     e = args.port
     r = args.reference_port or e + 1
     engine_model = f"target-{args.control}" if args.control else f"target-{args.dtype}"
+    traffic = ""
+    if args.traffic:
+        traffic = (f"\n  traffic: {{rates: [{args.traffic}], requests: {args.traffic_requests}, repeats: 2, "
+                   "slo: {ttft_s: 0.5, tpot_s: 0.05}}")
     text = f"""\
 # Written by `python scripts/llamacpp_demo.py config` (docs/serving.md): the demo pair in GGUF behind
 # llama.cpp's llama-server, speculation on (-md) vs off, both launched by the gate.
@@ -207,7 +211,7 @@ batching: {{batch_sizes: [{args.batch_sizes}], compositions: 1}}
 generation: {{max_new_tokens: {args.tokens}}}
 suite: {{path: "specguard:suites/default.jsonl", max_prompts_per_slice: {args.per_slice}}}
 checks:
-  speedup: {{min_repeats: 3, max_repeats: 6, warmup: 1, time_budget_s: 30}}
+  speedup: {{min_repeats: 3, max_repeats: 6, warmup: 1, time_budget_s: 30}}{traffic}
 output: {{dir: {args.out or ("out-" + args.control if args.control else "out")}, cache_dir: null}}
 engines:
   - type: http
@@ -387,6 +391,8 @@ def main() -> None:
     c.add_argument("--port", type=int, default=8090, help="the engine's port")
     c.add_argument("--reference-port", type=int, help="the reference's port (default: the engine's port + 1)")
     c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--traffic", metavar="RATES", help="a request-rate sweep (checks.traffic), e.g. '2, 8, 32' req/s")
+    c.add_argument("--traffic-requests", type=int, default=24, help="requests per rate and replay")
     c.add_argument("--out", help="the run directory, relative to the config (default: out, out-<control>)")
     c.set_defaults(fn=config)
     sub.add_parser("capture").set_defaults(fn=capture)

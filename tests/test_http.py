@@ -738,6 +738,64 @@ def test_llama_server_paired_base_against_head_on_the_same_waves(tmp_path):
     assert {base, "llamacpp", "reference"} <= timed
 
 
+TRAFFIC = "  traffic: {rates: [4, 16], requests: 8, repeats: 2, slo: {ttft_s: 2.0}}\n"
+
+
+@pytest.mark.slow
+def test_a_request_rate_sweep_runs_through_the_whole_gate_and_into_the_baseline(tmp_path, served):
+    """checks.traffic against the stand-in server (speculation on) and its reference: every replay is in the
+    results and the record log, the comment shows the percentiles and the crossover, the baseline keeps the
+    paired samples per rate."""
+    with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
+        text = config((e, None), (r, None)).replace("output:", TRAFFIC + "output:")
+        proc = gate_here(tmp_path, text, "gate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "out"
+    results = json.loads((out / "results.json").read_text())
+    assert [(t["side"], t["rate"], t["repeat"]) for t in results["traffic"]] == [
+        ("engine", 4, 0), ("reference", 4, 0), ("reference", 4, 1), ("engine", 4, 1),
+        ("engine", 16, 0), ("reference", 16, 0), ("reference", 16, 1), ("engine", 16, 1)]
+    assert not any("error" in q for t in results["traffic"] for q in t["requests"])
+    logged = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert sum(rec.get("kind") == "traffic" for rec in logged) == 8
+    checks = json.loads((out / "checks.json").read_text())
+    rates = checks["traffic"]["engines"]["served"]["rates"]
+    assert set(rates) == {"4", "16"} and rates["4"]["speedup"]["n"] == 16
+    assert rates["4"]["engine"]["ttft"]["p99"] > 0 and rates["4"]["reference"]["goodput_rps"] is not None
+    comment = (out / "comment.md").read_text()
+    assert "### Request-rate load" in comment and "TTFT p50 / p99 (ms)" in comment
+    assert "speculation " in comment.split("### Request-rate load")[1].split("|")[0]
+    with contextlib.chdir(tmp_path):
+        assert main(["baseline", "refresh", "specguard.yaml", "--from", "out", "--dir", "baselines"]) == 0
+    [stored] = (tmp_path / "baselines").rglob("*.json")
+    cells = json.loads(stored.read_text())["traffic"]["served"]
+    assert set(cells) == {"4", "16"} and len(cells["16"]["samples"]) == 16
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_llamacpp_missing() is not None, reason=_llamacpp_missing() or "")
+def test_llama_server_under_a_request_rate_sweep(tmp_path):
+    """A real continuous-batching server under open-loop Poisson traffic at 2 and 16 req/s, with and without its
+    draft: latency percentiles and the crossover rate reach the comment."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    subprocess.run([PY, str(ROOT / "scripts" / "llamacpp_demo.py"), "config", str(tmp_path / "rate.yaml"),
+                    "--no-local-weights", "--tokens", "16", "--per-slice", "1", "--batch-sizes", "1",
+                    *(f"--{k}={v}" for k, v in zip(("port", "reference-port"), free_ports(2))),
+                    "--traffic", "2, 16", "--traffic-requests", "12", "--out", "out-rate"], check=True, env=env)
+    proc = subprocess.run([PY, "-m", "gate", "gate", str(tmp_path / "rate.yaml"), "--threads", "1"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = json.loads((tmp_path / "out-rate" / "checks.json").read_text())
+    t = checks["traffic"]["engines"]["llamacpp"]
+    assert set(t["rates"]) == {"2", "16"}
+    for row in t["rates"].values():
+        assert row["engine"]["failed"] == row["reference"]["failed"] == 0 and row["speedup"]["n"] == 24
+        assert 0 < row["engine"]["ttft"]["p50"] <= row["engine"]["ttft"]["p99"]
+    comment = (tmp_path / "out-rate" / "comment.md").read_text()
+    assert "### Request-rate load" in comment and ("stops paying" in comment or "pays at every rate" in comment
+                                                   or "slower already at the lowest rate" in comment)
+
+
 # Each stand-in server announces itself, then waits for the other before it serves: launched one after another,
 # the first would never answer (the second is only launched once the first is ready).
 BOTH_UP = """\

@@ -240,11 +240,11 @@ def _change(c) -> str:
 # --- the chart ----------------------------------------------------------------------------------
 
 
-def _errorbars(ax, xs, cis, label) -> None:
+def _errorbars(ax, xs, cis, label, **style) -> None:
     est = [ci.estimate for ci in cis]
     lo = [max(0.0, ci.estimate - ci.low) if ci.n > 1 else 0 for ci in cis]
     hi = [max(0.0, ci.high - ci.estimate) if ci.n > 1 else 0 for ci in cis]
-    ax.errorbar(xs, est, yerr=[lo, hi], marker="o", capsize=3, label=label)
+    ax.errorbar(xs, est, yerr=[lo, hi], marker="o", capsize=3, label=label, **style)
 
 
 def write_png(checks: ChecksDoc, path: Path) -> str | None:
@@ -279,11 +279,14 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
                 have = [r for r in rows if slc in r.by_slice]
                 _errorbars(ax, [r.rate for r in have], [r.by_slice[slc] for r in have], slc)
             have = [r for r in rows if r.speedup is not None]
-            _errorbars(ax, [r.rate for r in have], [r.speedup for r in have], "all requests")
+            _errorbars(ax, [r.rate for r in have], [r.speedup for r in have], "all requests", color="black",
+                       linewidth=2)
             if t.crossover.interpolated:
                 ax.axvline(t.crossover.interpolated, color="red", linestyle=":", linewidth=1,
                            label=f"crossover ~{t.crossover.interpolated:.2g} req/s")
             ax.set_xscale("log")
+            ax.set_xticks([r.rate for r in rows], [f"{r.rate:g}" for r in rows])
+            ax.minorticks_off()
             ax.set_xlabel(f"request rate (req/s, {checks.traffic.arrival} arrivals)")
             ax.set_title(f"{engine}: latency speedup per request, 95% CI")
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)

@@ -8,7 +8,8 @@ cache keys, computed the same way); and, where an earlier run on this runner lef
 engine and batch size in that run, times this plan's tokens, plus that run's fixed costs (set-up, model load,
 calibration, analysis, report).  Timing repeats are adaptive, so the estimate is a range: every cell at
 ``min_repeats``, up to the timing phase's ``time_budget_s`` where that is longer (repeats stop at the budget or
-at ``max_repeats``).  Without such
+at ``max_repeats``); request-rate replays (``checks.traffic``) at their traces' expected spans, scaled by the
+earlier run's own ratio of its traffic phase to its traces' spans.  Without such
 a run there is no estimate, and the plan says why.
 """
 
@@ -27,7 +28,7 @@ from gate.run.plan import EngineInfo, Job, plan
 from gate.run.results import Phase
 
 RESULT_PHASE = {"equivalence outputs": "outputs", "canonical reference": "canonical", "sampling": "sampling"}
-GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling")
+GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling", "request-rate traffic")
 
 
 @dataclass
@@ -53,6 +54,8 @@ class PlanReport:
     warmup_tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (engine, bs) -> warm-up tokens
     calibration: str | None = None
     cache: str = ""
+    traffic: str | None = None  # checks.traffic's replays, in words
+    traffic_s: float = 0.0  # the arrival traces' expected spans, summed over every replay
     estimate_s: tuple[float, float] | None = None
     estimate_from: str = ""
 
@@ -76,6 +79,8 @@ class PlanReport:
             out.append(f"timing: {', '.join(engines)}, interleaved; {per} tokens per repeat of every cell, "
                        f"{lo} to {hi} repeats (adaptive, while the phase is within {self.timing_budget_s:g} s) after "
                        f"{self.warmup} warm-up")
+        if self.traffic:
+            out.append(f"request-rate traffic: {self.traffic}")
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
@@ -93,7 +98,8 @@ class PlanReport:
                 "timing_repeats": list(self.timing_repeats), "warmup": self.warmup,
                 "timing_tokens_per_repeat": [{"engine": e, "batch_size": b, "tokens": t}
                                              for (e, b), t in sorted(self.timing_tokens.items())],
-                "calibration": self.calibration, "cache": self.cache,
+                "calibration": self.calibration, "traffic": self.traffic, "traffic_s": self.traffic_s,
+                "cache": self.cache,
                 "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from}
 
 
@@ -197,6 +203,14 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
             report.warmup_tokens[(engine, level.batch_size)] = first * speed.warmup  # one batch, unrecorded
     report.timing_repeats, report.warmup = (speed.min_repeats, speed.max_repeats), speed.warmup
     report.timing_budget_s = speed.time_budget_s
+    tc = cfg.checks.traffic
+    stacks = [e.label for e in cfg.engines if e.type == "http" and e.http.reference is not None]
+    if tc is not None and stacks:
+        replays = len(stacks) * len(tc.rates) * tc.repeats * 2
+        report.traffic_s = len(stacks) * tc.repeats * 2 * sum((tc.requests - 1) / r for r in tc.rates)
+        report.traffic = (f"{', '.join(stacks)} and the reference, {tc.requests} requests at each of "
+                          f"{', '.join(f'{r:g}' for r in tc.rates)} req/s ({tc.arrival}), {tc.repeats} replays per "
+                          f"side: {replays} replays whose arrivals alone span {_duration(report.traffic_s)}")
     if p.calibrate:
         report.calibration = (f"{speed.calibration_trials} trials of each step cost at batch sizes "
                               f"{'/'.join(map(str, p.calibrate))}")
@@ -266,7 +280,12 @@ def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
     # load levels, counted from each level's start), up to max_repeats
     least = timing_once * lo
     most = max(least, min(timing_once * hi, report.timing_budget_s))
-    report.estimate_s = (fixed + work + warm + least, fixed + work + warm + most)
+    # open loop, a replay lasts its trace plus the last requests' latency: scaled by the last run's own ratio of its
+    # traffic phase to its traces' spans, where it had one
+    spans = sum(max((q.scheduled_s for q in r.requests), default=0.0) for r in last.traffic)
+    scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
+    traffic = report.traffic_s * scale
+    report.estimate_s = (fixed + work + warm + least + traffic, fixed + work + warm + most + traffic)
     report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}), its fixed costs "
                             f"{_duration(fixed)}")
 
