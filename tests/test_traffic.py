@@ -291,3 +291,14 @@ def test_the_http_sender_replays_a_trace_to_a_real_server_in_real_time():
         assert r.error is None and r.tokens == 9 and r.prompt_id == a.prompt.id
         assert r.sent_s >= r.scheduled_s - 1e-3 and r.sent_s < r.first_token_s <= r.end_s <= duration
         assert len(r.gaps_s) == 2  # three events of three tokens: two gaps
+
+
+def test_tokens_streamed_microseconds_apart_are_one_burst_for_the_inter_token_latency():
+    """llama-server streams a verified run token by token, microseconds apart; vLLM sends it as one chunk: both give
+    the same gaps (between bursts), never near-zero ITLs."""
+    def burst(a):
+        return Sent(a.at_s, [a.at_s + x for x in (0.1, 0.1001, 0.1003, 0.15, 0.1502, 0.2)], 6)
+
+    reqs, _, _ = replay(make_trace(PROMPTS, 10.0, 2, "constant", 0), burst, FakeClock())
+    assert [pytest.approx(g, abs=1e-5) for g in reqs[0].gaps_s] == [0.0497, 0.0498]
+    assert reqs[0].tokens == 6 and reqs[0].first_token_s == pytest.approx(0.1)

@@ -296,21 +296,36 @@ class TrafficSide(_Doc):
     output_tps: float | None  # output tokens per second over the replays' durations
     ttft: Percentiles
     tpot: Percentiles  # (end - first token) / (tokens - 1), per request
-    itl: Percentiles  # gaps between token-bearing events, pooled
+    itl: Percentiles  # gaps between token bursts (arrivals under 1 ms apart are one burst), pooled
     e2e: Percentiles  # end-to-end latency, from the arrival
     goodput_rps: float | None = None  # requests meeting checks.traffic.slo per second (None: no SLO given)
     max_send_lag_s: float  # how far behind its trace the replay sent a request (the replay's own fidelity)
+
+
+class TrafficSlice(_Doc):
+    """One slice's requests within a rate's traffic (the load is every slice's; the figures are this one's)."""
+
+    engine: TrafficSide
+    reference: TrafficSide
+    speedup: SpeedupCI | None  # end-to-end latency, paired per request
+    ttft_speedup: SpeedupCI | None
+    tpot_speedup: SpeedupCI | None
 
 
 class TrafficRate(_Doc):
     rate: float  # requests per second, as configured
     engine: TrafficSide
     reference: TrafficSide
-    # per request of the same trace: reference latency / engine latency (> 1: speculation made it faster)
-    speedup: SpeedupCI | None
+    # per request of the same trace: reference / engine (> 1: speculation made it faster); the median, 95% CI
+    speedup: SpeedupCI | None  # end-to-end latency
+    ttft_speedup: SpeedupCI | None = None
     tpot_speedup: SpeedupCI | None
+    itl_p50_ratio: float | None = None  # reference ITL p50 / engine's (not paired: gaps are not matched one to one)
+    itl_p99_ratio: float | None = None
+    throughput_ratio: float | None = None  # engine output tokens/s / reference's
     goodput_ratio: float | None = None
-    by_slice: dict[str, SpeedupCI] = Field(default_factory=dict)
+    by_slice: dict[str, SpeedupCI] = Field(default_factory=dict)  # the end-to-end latency speedup per slice
+    slices: dict[str, TrafficSlice] = Field(default_factory=dict)
 
 
 class TrafficCrossover(_Doc):

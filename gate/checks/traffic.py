@@ -35,6 +35,7 @@ from gate.checks.doc import (
     TrafficEngine,
     TrafficRate,
     TrafficSide,
+    TrafficSlice,
     VerdictLine,
 )
 from gate.run.results import Results, TrafficReplay, TrafficRequest
@@ -79,7 +80,12 @@ def _span(xs: list[float]) -> float:
     return max(xs) - min(xs) if len(xs) > 1 else 0.0
 
 
-def side_stats(replays: list[TrafficReplay], slo: dict[str, float]) -> TrafficSide:
+def side_stats(replays: list[TrafficReplay], slo: dict[str, float], slice_: str | None = None) -> TrafficSide:
+    """One side's figures at one rate, pooled over its replays; with ``slice_``, that slice's requests only (rates
+    and throughput then count its requests over the whole replays' time)."""
+    if slice_ is not None:
+        replays = [rep.model_copy(update={"requests": [r for r in rep.requests if r.slice == slice_]})
+                   for rep in replays]
     reqs = [r for rep in replays for r in rep.requests]
     done = [r for r in reqs if not r.error and r.end_s is not None]
     failed = [r for r in reqs if r.error]
@@ -128,6 +134,10 @@ def paired(engine: list[TrafficReplay], reference: list[TrafficReplay], measure)
     return out
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
 def _ci(samples: list[float], resamples: int) -> SpeedupCI | None:
     return SpeedupCI.of(bootstrap_median_ci(samples, resamples)) if samples else None
 
@@ -165,16 +175,21 @@ def analyze_traffic(results: Results, cfg, resamples: int = 2000) -> Traffic:
         per_slice: dict[str, dict[float, SpeedupCI | None]] = defaultdict(dict)
         for rate in sorted({rep.rate for rep in results.traffic if rep.engine == name}):
             eng, ref = groups[(name, rate, "engine")], groups[(name, rate, "reference")]
-            e2e = paired(eng, ref, latency)
-            per_token = paired(eng, ref, tpot)
+            e2e, first, per_token = paired(eng, ref, latency), paired(eng, ref, ttft), paired(eng, ref, tpot)
             es, rs = side_stats(eng, slo), side_stats(ref, slo)
             sp = _ci(e2e.get(None, []), resamples)
             by_slice = {s: ci for s, xs in sorted((k, v) for k, v in e2e.items() if k is not None)
                         if (ci := _ci(xs, resamples))}
+            names = sorted({r.slice for rep in eng + ref for r in rep.requests})
+            slices = {s: TrafficSlice(engine=side_stats(eng, slo, s), reference=side_stats(ref, slo, s),
+                                      speedup=by_slice.get(s), ttft_speedup=_ci(first.get(s, []), resamples),
+                                      tpot_speedup=_ci(per_token.get(s, []), resamples)) for s in names}
             rates[rate_key(rate)] = TrafficRate(
-                rate=rate, engine=es, reference=rs, speedup=sp, tpot_speedup=_ci(per_token.get(None, []), resamples),
-                goodput_ratio=es.goodput_rps / rs.goodput_rps if es.goodput_rps is not None and rs.goodput_rps
-                else None, by_slice=by_slice)
+                rate=rate, engine=es, reference=rs, speedup=sp, ttft_speedup=_ci(first.get(None, []), resamples),
+                tpot_speedup=_ci(per_token.get(None, []), resamples),
+                itl_p50_ratio=_ratio(rs.itl.p50, es.itl.p50), itl_p99_ratio=_ratio(rs.itl.p99, es.itl.p99),
+                throughput_ratio=_ratio(es.output_tps, rs.output_tps),
+                goodput_ratio=_ratio(es.goodput_rps, rs.goodput_rps), by_slice=by_slice, slices=slices)
             overall[rate] = sp
             for s, ci in by_slice.items():
                 per_slice[s][rate] = ci

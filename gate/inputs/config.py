@@ -350,7 +350,7 @@ class TrafficCheck(_Strict):
     repeats: Annotated[StrictInt, Field(ge=1, le=100)] = 2  # replays per side and rate, in ABBA order
     seed: Annotated[StrictInt, Field(ge=0, lt=1 << 63)] = 0
     slo: TrafficSLO = TrafficSLO()
-    max_in_flight: Annotated[StrictInt, Field(ge=1, le=10_000)] = 256  # past it a replay is cut short: saturated
+    max_in_flight: Annotated[StrictInt, Field(ge=1, le=1024)] = 256  # past it a replay is cut short (a thread each)
 
     @field_validator("rates")
     @classmethod

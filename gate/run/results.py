@@ -137,7 +137,7 @@ class TrafficRequest(_Record):
     first_token_s: Seconds | None = None
     end_s: Seconds | None = None  # its last token
     tokens: Count = 0
-    gaps_s: list[Seconds] = Field(default_factory=list)  # between successive token-bearing events (ITL)
+    gaps_s: list[Seconds] = Field(default_factory=list)  # between token bursts (ITL; gate/run/traffic.py BURST_S)
     error: str | None = omitted_when_none()
 
 

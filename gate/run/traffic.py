@@ -10,9 +10,9 @@ interact.  Here, per configured rate:
 * the trace is **replayed open-loop** to the engine under test and to its reference (the same stack without
   speculation), in ABBA order across repeats, so the two are compared on identical traffic: a request is sent at
   its arrival time whether or not earlier ones have finished;
-* each request records when it was sent, its first token, the gaps between token-bearing events and its last
-  token; a replay that would hold more than ``max_in_flight`` requests at once stops sending (``cut_short``):
-  the stack is saturated at that rate.
+* each request records when it was sent, its first token, the gaps between token bursts (arrivals less than
+  ``BURST_S`` apart are one burst) and its last token; a replay that would hold more than ``max_in_flight``
+  requests at once stops sending (``cut_short``): the stack is saturated at that rate.
 
 Each finished replay is appended to ``records.jsonl`` at once (a crash keeps the finished ones; ``--resume``
 reuses them).  The analysis (percentiles, goodput, speedup, crossover rate) is :mod:`gate.checks.traffic`.
@@ -35,6 +35,10 @@ from typing import Protocol
 from gate.run.results import TrafficReplay, TrafficRequest
 
 ROUND = 6  # digits kept of each time: a microsecond, far below what is measured
+# Token arrivals closer than this are one burst (ITL counts the gaps between bursts): a server that streams a
+# verified run token by token (llama-server) sends its tokens microseconds apart, which are not inter-token
+# latencies a user sees; one that sends the run as one chunk (vLLM) gives the same gaps.
+BURST_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clo
         times = [t - start for t in s.token_times]
         if times:
             end = max(end, start + times[-1])
-        gaps = [round(b - a_, ROUND) for a_, b in itertools.pairwise(times) if b > a_]
+        gaps = [round(b - a_, ROUND) for a_, b in itertools.pairwise(times) if b - a_ >= BURST_S]
         out.append(TrafficRequest(
             prompt_id=a.prompt.id, slice=a.prompt.slice, scheduled_s=a.at_s,
             sent_s=round(max(0.0, s.sent - start), ROUND),
