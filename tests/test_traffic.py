@@ -302,3 +302,61 @@ def test_tokens_streamed_microseconds_apart_are_one_burst_for_the_inter_token_la
     reqs, _, _ = replay(make_trace(PROMPTS, 10.0, 2, "constant", 0), burst, FakeClock())
     assert [pytest.approx(g, abs=1e-5) for g in reqs[0].gaps_s] == [0.0497, 0.0498]
     assert reqs[0].tokens == 6 and reqs[0].first_token_s == pytest.approx(0.1)
+
+
+def test_an_interrupted_replay_stops_at_once_and_cuts_off_the_requests_in_flight():
+    """Ctrl-C (or the runner's SIGTERM) mid-replay: no request after it is sent, the in-flight ones are aborted,
+    and the interrupt goes up to the runner, which keeps the replays already finished."""
+    release, aborted, sent = threading.Event(), [], []
+
+    class Interrupting(FakeClock):
+        calls = 0
+
+        def sleep_until(self, t):
+            super().sleep_until(t)
+            self.calls += 1
+            if self.calls == 4:  # before the fourth request is sent
+                raise KeyboardInterrupt
+
+    def slow(a):
+        sent.append(a)
+        release.wait(10)  # a long generation, cut off by abort()
+        return Sent(a.at_s, [], 0, "aborted")
+
+    def abort():
+        aborted.append(True)
+        release.set()
+
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        replay(make_trace(PROMPTS, 10.0, 8, "constant", 0), slow, Interrupting(), abort=abort)
+    assert aborted == [True] and len(sent) <= 3 and time.monotonic() - began < 5
+
+
+def test_an_interrupt_cuts_off_http_streams_in_flight_at_their_next_chunk():
+    from gate.engines.base import GenerationSettings
+    from gate.engines.http import PRESETS, HttpEngine
+    from gate.run.traffic import WallClock, http_sender
+    from gate.testing.server import in_thread
+
+    class Interrupting(WallClock):
+        calls = 0
+
+        def sleep_until(self, t):
+            super().sleep_until(t)
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyboardInterrupt
+
+    with in_thread(scripted_app(1, 0.05), free_port()) as url:  # 200 tokens at 20 a second: 10 s a request
+        engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None)
+        trace = make_trace([P(p.id, p.slice, p.prompt_ids, 200) for p in PROMPTS], 20.0, 6, "constant", 1)
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            replay(trace, http_sender(engine, lambda a: GenerationSettings(0.0, 4, ())), Interrupting(),
+                   abort=engine.cancel)
+        stopped = time.monotonic() - began
+        while any(t.name.startswith("traffic") for t in threading.enumerate()) and time.monotonic() - began < 10:
+            time.sleep(0.02)
+        assert stopped < 1 and not any(t.name.startswith("traffic") for t in threading.enumerate())
+        assert time.monotonic() - began < 2  # the two requests in flight stopped at their next chunk, not after 10 s

@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -392,6 +393,7 @@ class HttpEngine:
         self.detokenize = detokenize
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session = requests.Session()
+        self.cancelled = threading.Event()  # set by cancel(): streams in flight stop at their next chunk
         # a request-rate replay keeps many requests in flight: one pooled connection each, not a new one per request
         adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=256)
         self.session.mount("http://", adapter)
@@ -477,6 +479,10 @@ class HttpEngine:
         who = f"request {i + 1} of {n} (load level {n}" + (f", prompt {req.prompt_id!r}" if req.prompt_id else "") + ")"
         return EngineFailure(kind, "HTTPError", f"{self.name} at {self.url}: {who}: {text}"[:600])
 
+    def cancel(self) -> None:
+        """Cut off every request in flight (an interrupted request-rate replay): each stops at its next chunk."""
+        self.cancelled.set()
+
     def stream(self, req: Request, settings: GenerationSettings) -> tuple[SequenceResult, float, list[float]]:
         """One request on its own, as a request-rate replay sends it (gate/run/traffic.py): its result, when it was
         sent and when each token arrived (``time.perf_counter`` readings)."""
@@ -505,6 +511,9 @@ class HttpEngine:
         text_tops: list[dict[str, float]] | None = []
         try:
             for raw in resp.iter_lines():
+                if self.cancelled.is_set():
+                    resp.close()
+                    raise self._fail("crash", i, n, req, "cancelled: the run was interrupted")
                 if not raw or not raw.startswith(b"data:"):
                     continue
                 data = raw[5:].strip()

@@ -306,7 +306,7 @@ class Runner:
                             self.executor.current = {"phase": "traffic", "engine": target.name, "batch_size": 1}
                             rec = replay_record(engine.name, side, rate, repeat, tc.arrival, seed,
                                                 replay(trace, http_sender(target, lambda _: settings),
-                                                       max_in_flight=tc.max_in_flight))
+                                                       max_in_flight=tc.max_in_flight, abort=target.cancel))
                             self.log.append(rec)
                         self.traffic.append(rec)
                         self.progress.advance()

@@ -102,15 +102,18 @@ def make_trace(prompts: Sequence, rate: float, n: int, kind: str, seed: int) -> 
 
 
 def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clock | None = None,
-           max_in_flight: int = 256, should_stop: Callable[[], bool] = lambda: False
+           max_in_flight: int = 256, abort: Callable[[], None] = lambda: None
            ) -> tuple[list[TrafficRequest], float, str | None]:
     """Send each arrival at its time (open loop), each on its own thread; wait for all; return the requests' records
-    (in trace order), the replay's duration and why it stopped sending early (None when it sent them all)."""
+    (in trace order), the replay's duration and why it stopped sending early (None when it sent them all).
+
+    Interrupted (Ctrl-C, or the runner's SIGTERM), it stops at once: requests not yet sent are dropped, ``abort``
+    cuts off the ones in flight (an http engine closes its connections), and the interrupt goes on up."""
     clock = clock or WallClock()
     in_flight = 0
     lock = threading.Lock()
     cut_short = None
-    results: list[tuple[Arrival, Sent | None]] = []
+    results: list[tuple[Arrival, Sent]] = []
 
     def run(a: Arrival) -> Sent:
         nonlocal in_flight
@@ -124,12 +127,10 @@ def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clo
 
     start = clock.now()
     futures = []
-    with ThreadPoolExecutor(max_workers=max(1, min(max_in_flight, len(trace)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(max_in_flight, len(trace))), thread_name_prefix="traffic")
+    try:
         for a in trace:
             clock.sleep_until(start + a.at_s)
-            if should_stop():
-                cut_short = "interrupted"
-                break
             with lock:
                 if in_flight >= max_in_flight:
                     cut_short = (f"{max_in_flight} requests were still in flight at {a.at_s:.2f} s "
@@ -138,6 +139,11 @@ def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clo
                 in_flight += 1
             futures.append((a, pool.submit(run, a)))
         results = [(a, f.result()) for a, f in futures]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        abort()
+        raise
+    pool.shutdown(wait=True)
     end = start
     out = []
     for a, s in results:
@@ -156,6 +162,8 @@ def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clo
 def http_sender(engine, settings_for: Callable[[Arrival], object]) -> Callable[[Arrival], Sent]:
     """A sender for an http engine (:meth:`gate.engines.http.HttpEngine.stream`), on the wall clock."""
     from gate.engines.base import Request
+
+    engine.cancelled.clear()
 
     def send(a: Arrival) -> Sent:
         p = a.prompt
