@@ -749,8 +749,22 @@ def test_a_request_rate_sweep_runs_through_the_whole_gate_and_into_the_baseline(
     with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
         text = config((e, None), (r, None)).replace("output:", TRAFFIC + "output:")
         proc = gate_here(tmp_path, text, "gate")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = tmp_path / "out"
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = tmp_path / "out"
+        kept = (out / "records.jsonl").read_text()
+        # a crash during the last three replays: the log keeps the first five, and --resume runs only the rest
+        lines = kept.splitlines(keepends=True)
+        last = [i for i, line in enumerate(lines) if '"kind": "traffic"' in line][-3:]
+        (out / "records.jsonl").write_text("".join(line for i, line in enumerate(lines) if i not in last))
+        resumed = gate_here(tmp_path, text, "run", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    before = [json.loads(line) for line in kept.splitlines() if '"kind": "traffic"' in line]
+    after = json.loads((out / "results.json").read_text())["traffic"]
+    assert after[:5] == before[:5] and len(after) == 8  # reused as they were; the last three replayed anew
+    assert after[5:] != before[5:]
+    with contextlib.chdir(tmp_path):
+        assert main(["check", "specguard.yaml", "--threads", THREADS]) == 0
+        assert main(["compare", "out", "--config", "specguard.yaml"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert [(t["side"], t["rate"], t["repeat"]) for t in results["traffic"]] == [
         ("engine", 4, 0), ("reference", 4, 0), ("reference", 4, 1), ("engine", 4, 1),
