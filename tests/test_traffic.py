@@ -209,6 +209,15 @@ def test_a_slower_engine_at_load_fails_against_the_baseline_and_the_comment_show
     assert "### Request-rate load" in text and "TTFT p50 / p99 (ms)" in text
     assert "speculation stops paying at about" in text and "❌" in text
     assert "| 64 |" in text and "saturated" in text
+    import io
+
+    from rich.console import Console
+
+    from gate.report.render import print_terminal
+
+    log = io.StringIO()
+    print_terminal(v, Console(file=log, force_terminal=False, width=200))
+    assert "traffic vllm 1 req/s: latency speedup 1.6" in log.getvalue() and " fail" in log.getvalue()
     assert write_png(head_checks, tmp_path / "speedup.png") is None
     assert (tmp_path / "speedup.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -209,6 +209,10 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
                                    f"{times(c.base.estimate)} → {times(c.head.estimate)} {_change(c)} {c.status}"
                                    + (f" ({c.explanation.sentence})" if c.explanation else "")),
                           highlight=False, soft_wrap=True)
+        for c in verdict.traffic:
+            console.print(terminal(f"traffic {c.engine} {c.rate:g} req/s: latency speedup {times(c.base.estimate)} → "
+                                   f"{times(c.head.estimate)} {_change(c)} {c.status}"),
+                          highlight=False, soft_wrap=True)
         return
     table = Table(show_header=True, header_style="bold")
     for col in ("status", "check", "engine", "batch size", "why"):
@@ -227,6 +231,15 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
                        terminal(_change(c), style.get(c.status, "")),
                        terminal(c.explanation.sentence if c.explanation else "–"))
         console.print(sp)
+    if verdict.traffic:
+        tr = Table(title="latency speedup per request rate, head vs base", show_header=True, header_style="bold")
+        for col in ("engine", "rate (req/s)", "base", "head", "change (95% CI)"):
+            tr.add_column(col, overflow="fold")
+        for c in verdict.traffic:
+            tr.add_row(*(terminal(x) for x in (c.engine, f"{c.rate:g}", times(c.base.estimate),
+                                               times(c.head.estimate))),
+                       terminal(_change(c), style.get(c.status, "")))
+        console.print(tr)
 
 
 def _change(c) -> str:
