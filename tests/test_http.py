@@ -787,6 +787,25 @@ def test_a_request_rate_sweep_runs_through_the_whole_gate_and_into_the_baseline(
 
 
 @pytest.mark.slow
+def test_paired_mode_replays_every_trace_to_the_base_server_too(tmp_path, served):
+    """--against with checks.traffic: the base config's server gets each trace as well, each side first in turn, and
+    the verdict compares head and base per request of the same traces."""
+    with serving(served, ("speculative", {}), ("speculative", {}), ("reference", {})) as (head, base, ref):
+        (tmp_path / "base.yaml").write_text(config((base, None), (ref, None)))
+        text = config((head, None), (ref, None)).replace("output:", TRAFFIC + "output:")
+        proc = gate_here(tmp_path, text, "gate", "--against", str(tmp_path / "base.yaml"))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(t["side"], t["repeat"]) for t in results["traffic"] if t["rate"] == 4] == [
+        ("engine", 0), ("reference", 0), ("base", 0), ("reference", 1), ("base", 1), ("engine", 1)]
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert verdict["mode"] == "paired" and [c["rate"] for c in verdict["traffic"]] == [4, 16]
+    assert all(c["ratio"]["low"] <= c["ratio"]["estimate"] <= c["ratio"]["high"] for c in verdict["traffic"])
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "base → head (paired)" in comment
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(_llamacpp_missing() is not None, reason=_llamacpp_missing() or "")
 def test_llama_server_under_a_request_rate_sweep(tmp_path):
     """A real continuous-batching server under open-loop Poisson traffic at 2 and 16 req/s, with and without its

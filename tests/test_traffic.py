@@ -36,16 +36,19 @@ PROMPTS = [P(f"{'code' if i % 2 else 'prose'}-{i}", "code" if i % 2 else "prose"
 CFG = TrafficCheck(rates=[1, 4, 16, 64], requests=24, repeats=2, slo={"ttft_s": 0.5, "tpot_s": 0.05})
 
 
-def sweep(cfg: TrafficCheck = CFG, slowdown: float = 1.0, engine: str = "vllm") -> list[TrafficReplay]:
-    """The runner's loop (gate/run/runner.py traffic_phase) with the simulated stack as both sides."""
+def sweep(cfg: TrafficCheck = CFG, slowdown: float = 1.0, engine: str = "vllm",
+          base_slowdown: float | None = None) -> list[TrafficReplay]:
+    """The runner's loop (gate/run/runner.py traffic_phase) with the simulated stack as every side (and, with
+    ``base_slowdown``, paired mode's base server)."""
     out = []
+    slow = {"engine": slowdown, "reference": 1.0, "base": base_slowdown}
     for ri, rate in enumerate(cfg.rates):
         for repeat in range(cfg.repeats):
             seed = trace_seed(cfg.seed, ri, repeat)
             trace = make_trace(PROMPTS, rate, cfg.requests, cfg.arrival, seed)
-            for side in sides(repeat):
+            for side in sides(repeat, base_slowdown is not None):
                 clock = FakeClock()
-                model = StackModel(speculative=side == "engine", slowdown=slowdown if side == "engine" else 1.0)
+                model = StackModel(speculative=side != "reference", slowdown=slow[side])
                 stack = SimulatedStack(model, clock, len(trace))
                 out.append(replay_record(engine, side, rate, repeat, cfg.arrival, seed,
                                          replay(trace, stack.send, clock, cfg.max_in_flight)))
@@ -170,8 +173,13 @@ def test_failed_requests_fail_the_check_naming_the_count_and_the_error(base_swee
 # --- the verdict against a baseline, the comment and the chart --------------------------------------
 
 
-def gate_docs(traffic: list[TrafficReplay]) -> tuple[Results, ChecksDoc]:
+def gate_docs(traffic: list[TrafficReplay], paired: bool = False) -> tuple[Results, ChecksDoc]:
     results = synthetic.run().model_copy(update={"traffic": traffic})
+    if paired:
+        from gate.run.results import PairedRun
+
+        results = results.model_copy(update={"paired": PairedRun(engine="base-vllm", head_engine="vllm",
+                                                                 num_draft_tokens=4)})
     results = Results.model_validate(json.loads(synthetic.results_json(results)))  # through the real schema
     checks = synthetic.checks_for(results)
     t = analyze_traffic(results, CFG, 500)
@@ -369,3 +377,20 @@ def test_an_interrupt_cuts_off_http_streams_in_flight_at_their_next_chunk():
             time.sleep(0.02)
         assert stopped < 1 and not any(t.name.startswith("traffic") for t in threading.enumerate())
         assert time.monotonic() - began < 2  # the two requests in flight stopped at their next chunk, not after 10 s
+
+
+def test_paired_mode_replays_the_same_traces_to_the_base_and_judges_head_against_it():
+    """--against with checks.traffic: the base config's server gets every trace too (each side first in turn); the
+    verdict holds base latency / head latency of each request to the speedup rule."""
+    assert sides(0, True) == ("engine", "reference", "base") and sides(1, True) == ("reference", "base", "engine")
+    cfg = synthetic.config()
+    same_results, same_checks = gate_docs(sweep(base_slowdown=1.0), paired=True)
+    rate = same_checks.traffic.engines["vllm"].rates["4"]
+    assert rate.base.completed == 48 and rate.base_speedup.estimate == pytest.approx(rate.speedup.estimate)
+    same = synthetic.judge(same_results, same_checks, cfg)
+    assert same.mode == "paired" and same.outcome == "pass"
+    assert [c.ratio.estimate for c in same.traffic] == [1.0] * 4  # the simulation is exact: every request alike
+    worse_results, worse_checks = gate_docs(sweep(base_slowdown=0.7), paired=True)  # the base is 30% faster
+    v = synthetic.judge(worse_results, worse_checks, cfg)
+    assert v.outcome == "fail" and all(c.status == "fail" and c.ratio.high < 0.9 for c in v.traffic)
+    assert any("paired with the base on the same traces" in c.why for c in v.checks if c.check == "traffic")

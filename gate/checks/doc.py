@@ -326,6 +326,9 @@ class TrafficRate(_Doc):
     goodput_ratio: float | None = None
     by_slice: dict[str, SpeedupCI] = Field(default_factory=dict)  # the end-to-end latency speedup per slice
     slices: dict[str, TrafficSlice] = Field(default_factory=dict)
+    # paired mode: the base config's server on the same traces, and its latency speedup against the reference
+    base: TrafficSide | None = omitted_when_none()
+    base_speedup: SpeedupCI | None = omitted_when_none()
 
 
 class TrafficCrossover(_Doc):

@@ -175,6 +175,7 @@ def analyze_traffic(results: Results, cfg, resamples: int = 2000) -> Traffic:
         per_slice: dict[str, dict[float, SpeedupCI | None]] = defaultdict(dict)
         for rate in sorted({rep.rate for rep in results.traffic if rep.engine == name}):
             eng, ref = groups[(name, rate, "engine")], groups[(name, rate, "reference")]
+            base = groups.get((name, rate, "base"), [])
             e2e, first, per_token = paired(eng, ref, latency), paired(eng, ref, ttft), paired(eng, ref, tpot)
             es, rs = side_stats(eng, slo), side_stats(ref, slo)
             sp = _ci(e2e.get(None, []), resamples)
@@ -189,7 +190,9 @@ def analyze_traffic(results: Results, cfg, resamples: int = 2000) -> Traffic:
                 tpot_speedup=_ci(per_token.get(None, []), resamples),
                 itl_p50_ratio=_ratio(rs.itl.p50, es.itl.p50), itl_p99_ratio=_ratio(rs.itl.p99, es.itl.p99),
                 throughput_ratio=_ratio(es.output_tps, rs.output_tps),
-                goodput_ratio=_ratio(es.goodput_rps, rs.goodput_rps), by_slice=by_slice, slices=slices)
+                goodput_ratio=_ratio(es.goodput_rps, rs.goodput_rps), by_slice=by_slice, slices=slices,
+                base=side_stats(base, slo) if base else None,
+                base_speedup=_ci(paired(base, ref, latency).get(None, []), resamples) if base else None)
             overall[rate] = sp
             for s, ci in by_slice.items():
                 per_slice[s][rate] = ci
@@ -215,9 +218,9 @@ def verdicts_for(t: Traffic) -> list[VerdictLine]:
     out = []
     for name, e in t.engines.items():
         for key, row in e.rates.items():
-            for side, s in (("engine", row.engine), ("reference", row.reference)):
-                if s.failed:
-                    who = name if side == "engine" else f"the reference of {name}"
+            for side, s in (("engine", row.engine), ("reference", row.reference), ("base", row.base)):
+                if s is not None and s.failed:
+                    who = {"engine": name, "reference": f"the reference of {name}", "base": f"the base of {name}"}[side]
                     out.append(VerdictLine.of("traffic", name, "fail",
                                               f"{s.failed} of {s.requests} requests to {who} failed at {key} req/s "
                                               f"({s.first_error}): the load could not be measured as configured"))

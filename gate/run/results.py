@@ -145,8 +145,8 @@ class TrafficReplay(_Record):
     """One replay of one rate's arrival trace to one side: the engine under test, or its reference."""
 
     kind: Literal["traffic"] = "traffic"
-    engine: str  # the engine under test (both sides of a pair carry its name)
-    side: Literal["engine", "reference"]
+    engine: str  # the engine under test (every side of its replays carries its name)
+    side: Literal["engine", "reference", "base"]  # base: paired mode's base server, on the same trace
     rate: Annotated[float, Field(gt=0)]
     repeat: Count
     arrival: Literal["poisson", "constant"]

@@ -293,16 +293,20 @@ class Runner:
         todo = len(pairs) * len(tc.rates) * tc.repeats * 2
         self.progress.start(f"request-rate traffic: {len(tc.rates)} rates x {tc.repeats} repeats x "
                             f"{tc.requests} requests, {tc.arrival} arrivals, engine and reference", todo)
+        base = self.paired.engine if self.paired is not None and hasattr(self.paired.engine, "stream") else None
         for engine in pairs:
+            with_base = base is not None and engine.name == self.paired.head_engine
+            if with_base:
+                self.progress.grow(len(tc.rates) * tc.repeats)
             for ri, rate in enumerate(tc.rates):
                 for repeat in range(tc.repeats):
                     seed = trace_seed(tc.seed, ri, repeat)
                     trace = make_trace(self.prompts, rate, tc.requests, tc.arrival, seed)
-                    for side in sides(repeat):
+                    for side in sides(repeat, with_base):
                         key = (engine.name, side, rate, repeat)
                         rec = self.previous_traffic.get(key)
                         if rec is None:
-                            target = engine if side == "engine" else self.reference
+                            target = {"engine": engine, "reference": self.reference, "base": base}[side]
                             self.executor.current = {"phase": "traffic", "engine": target.name, "batch_size": 1}
                             rec = replay_record(engine.name, side, rate, repeat, tc.arrival, seed,
                                                 replay(trace, http_sender(target, lambda _: settings),

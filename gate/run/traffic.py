@@ -185,10 +185,12 @@ def replay_record(engine: str, side: str, rate: float, repeat: int, arrival: str
                          duration_s=duration, requests=requests_, cut_short=cut)
 
 
-def sides(repeat: int) -> tuple[str, str]:
-    """ABBA: the engine first on even repeats, the reference first on odd ones (a drift of the runner then weighs
-    on both sides alike)."""
-    return ("engine", "reference") if repeat % 2 == 0 else ("reference", "engine")
+def sides(repeat: int, base: bool = False) -> tuple[str, ...]:
+    """The order of a repeat's replays, rotated each repeat so that a drift of the runner weighs on every side
+    alike: ABBA for the engine and its reference; with paired mode's base, each side goes first in turn."""
+    order = ("engine", "reference", "base") if base else ("engine", "reference")
+    k = repeat % len(order)
+    return order[k:] + order[:k]
 
 
 __all__ = ["Arrival", "Sent", "WallClock", "arrival_times", "http_sender", "make_trace", "replay", "replay_record",

@@ -120,6 +120,8 @@ class TrafficCell(_Doc):
     ttft_p99: float | None = None
     tpot_p99: float | None = None
     goodput_rps: float | None = None
+    # paired mode: the base server's latency speedup on the same traces (not compared against a stored baseline)
+    base_estimate: float | None = omitted_when_none()
 
 
 class DistributionResult(_Doc):
@@ -393,7 +395,8 @@ def traffic_cells(results: Results, checks: ChecksDoc) -> dict[str, dict[str, Tr
                                                                           if k is not None)},
                 estimate=_finite(sp.estimate if sp else None), low=_finite(sp.low if sp else None),
                 high=_finite(sp.high if sp else None),
-                ttft_p99=row.engine.ttft.p99, tpot_p99=row.engine.tpot.p99, goodput_rps=row.engine.goodput_rps)
+                ttft_p99=row.engine.ttft.p99, tpot_p99=row.engine.tpot.p99, goodput_rps=row.engine.goodput_rps,
+                base_estimate=_finite(row.base_speedup.estimate) if row.base_speedup else None)
     return out
 
 

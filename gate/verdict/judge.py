@@ -218,9 +218,13 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
     if paired is not None:
         sp_changes = _paired_speedup_changes(measured, paired, rules.speedup_drop)
     verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
-    tr_changes = _traffic_changes(measured, baseline, rules.speedup_drop) \
-        if baseline is not None and paired is None and stored.same_hardware else []
-    verdicts += _traffic_verdicts(tr_changes, rules.speedup_drop, measured, baseline)
+    if paired is not None:
+        tr_changes = _paired_traffic_changes(measured, paired, rules.speedup_drop)
+    else:
+        tr_changes = _traffic_changes(measured, baseline, rules.speedup_drop) \
+            if baseline is not None and stored.same_hardware else []
+    verdicts += _traffic_verdicts(tr_changes, rules.speedup_drop, measured, None if paired else baseline,
+                                  paired is not None)
     drift = runner_drift(sp_changes) if paired is None else None
     if drift is not None:
         verdicts.append(drift)
@@ -432,6 +436,25 @@ def _traffic_changes(head: Measurements, baseline: Baseline, tolerance: float) -
 CROSSOVER_MOVE = 0.8  # a crossover rate below this share of the baseline's is worth a warning
 
 
+def _paired_traffic_changes(measured: Measurements, paired: PairedSummary, tolerance: float) -> list[TrafficChange]:
+    """Paired mode: per rate, base latency / head latency of each request of the same traces (> 1: the head is
+    faster), its median and bootstrap CI, with the speedup rule; each side's own latency speedup beside it."""
+    out = []
+    head_cells = measured.traffic.get(paired.head_engine, {})
+    for key, ratios in paired.traffic.items():
+        cell = head_cells.get(key)
+        if cell is None or not ratios:
+            continue
+        ratio = paired_ratio_ci(ratios)
+        status, significant = _speedup_status(ratio, tolerance)
+        base = cell.base_estimate
+        out.append(TrafficChange(engine=paired.head_engine, rate=cell.rate, base=Interval(estimate=base),
+                                 head=Interval(estimate=cell.estimate, low=cell.low, high=cell.high), ratio=ratio,
+                                 status=status, significant=significant, ttft_p99_head=cell.ttft_p99,
+                                 tpot_p99_head=cell.tpot_p99))
+    return out
+
+
 def _crossover_rate(cells: dict) -> float | None:
     """Where the median latency speedup crosses 1 (interpolated; else the lowest rate below 1; None: it pays at
     every rate)."""
@@ -442,16 +465,16 @@ def _crossover_rate(cells: dict) -> float | None:
 
 
 def _traffic_verdicts(changes: list[TrafficChange], tolerance: float, head: Measurements,
-                      baseline: Baseline | None) -> list[VerdictLine]:
+                      baseline: Baseline | None, paired: bool = False) -> list[VerdictLine]:
     out = []
+    how = "paired with the base on the same traces" if paired else "against the baseline's requests"
     for c in changes:
         if c.status == "fail":
             out.append(VerdictLine(
                 check="traffic", status="fail", engine=c.engine,
                 why=f"latency speedup at {c.rate:g} req/s: {times(c.base.estimate)} → {times(c.head.estimate)} "
                     f"({signed_pct(c.ratio.estimate - 1)}, 95% CI {signed_pct(c.ratio.low - 1)} to "
-                    f"{signed_pct(c.ratio.high - 1)} against the baseline's requests), beyond the {tolerance:.0%} "
-                    "tolerance"))
+                    f"{signed_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} tolerance"))
         elif c.status == "warn":
             out.append(VerdictLine(
                 check="traffic", status="warn", engine=c.engine,
@@ -472,7 +495,8 @@ def _traffic_verdicts(changes: list[TrafficChange], tolerance: float, head: Meas
                        "req/s)")))
     if changes and not any(c.status in ("fail", "warn") for c in changes):
         out.append(VerdictLine(check="traffic", status="pass",
-                               why=f"latency speedup within {tolerance:.0%} of the baseline at every request rate"))
+                               why=f"latency speedup within {tolerance:.0%} of the "
+                                   f"{'base' if paired else 'baseline'} at every request rate"))
     return out
 
 

@@ -34,6 +34,8 @@ class PairedSummary(Document):
     calibration: dict[str, dict[str, float]] = Field(default_factory=dict)  # the base pair's step costs
     config: dict[str, Any] = Field(default_factory=dict)  # the base config, as loaded
     cells: dict[str, PairedCell] = Field(default_factory=dict)  # cell key -> its paired ratios
+    # request rate -> base latency / head latency of each request both finished, on the same traces
+    traffic: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class RunSummary(Document):
@@ -64,9 +66,18 @@ def summarize(results: Results, checks: ChecksDoc, config: Config, name: str) ->
             cells[key] = (pair.slice, pair.batch_size, pair.bucket)
             groups.setdefault(key, {}).setdefault((pair.execution.batch, pair.repeat), {})[pair.engine] = \
                 pair.execution.wall_s
+        from gate.checks.traffic import latency, rate_key
+        from gate.checks.traffic import paired as paired_ratios
+
+        traffic = {}
+        for rate in sorted({r.rate for r in results.traffic if r.engine == p.head_engine and r.side == "base"}):
+            reps = [r for r in results.traffic if r.engine == p.head_engine and r.rate == rate]
+            ratios = paired_ratios([r for r in reps if r.side == "engine"], [r for r in reps if r.side == "base"],
+                                   latency).get(None, [])
+            traffic[rate_key(rate)] = ratios
         paired = PairedSummary(
             engine=p.engine, head_engine=p.head_engine, num_draft_tokens=p.num_draft_tokens,
-            calibration=p.calibration, config=p.config,
+            calibration=p.calibration, config=p.config, traffic=traffic,
             cells={key: PairedCell(slice=cells[key][0], batch_size=cells[key][1], bucket=cells[key][2],
                                    ratios=[r[p.engine] / r[p.head_engine] for r in rows.values()
                                            if p.engine in r and p.head_engine in r and r[p.head_engine] > 0])
