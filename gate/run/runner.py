@@ -290,10 +290,11 @@ class Runner:
                                "(an http engine with http.reference)")
             return
         settings = self.greedy if self.cfg.generation.greedy else self.sampled
+        base = self.paired.engine if self.paired is not None and hasattr(self.paired.engine, "stream") else None
         todo = len(pairs) * len(tc.rates) * tc.repeats * 2
         self.progress.start(f"request-rate traffic: {len(tc.rates)} rates x {tc.repeats} repeats x "
-                            f"{tc.requests} requests, {tc.arrival} arrivals, engine and reference", todo)
-        base = self.paired.engine if self.paired is not None and hasattr(self.paired.engine, "stream") else None
+                            f"{tc.requests} requests, {tc.arrival} arrivals, engine and reference"
+                            + (f" (and {base.name} on the same traces)" if base else ""), todo)
         for engine in pairs:
             with_base = base is not None and engine.name == self.paired.head_engine
             if with_base:
