@@ -266,8 +266,9 @@ def test_traffic_needs_an_http_engine_with_a_reference_and_increasing_rates():
 # --- the HTTP path, in real time, against a scripted server ----------------------------------------
 
 
-def scripted_app(tokens_per_event: int, step_s: float):
-    """llama-server's native stream, scripted: ``max_tokens`` ids, ``tokens_per_event`` per event."""
+def scripted_app(tokens_per_event: int, step_s: float, extra: int = 0):
+    """llama-server's native stream, scripted: ``max_tokens`` ids (plus ``extra``: a server that ignores the
+    budget), ``tokens_per_event`` per event."""
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
 
@@ -279,7 +280,7 @@ def scripted_app(tokens_per_event: int, step_s: float):
 
     @app.post("/completions")
     def completions(body: dict):
-        n = int(body["max_tokens"])
+        n = int(body["max_tokens"]) + extra
 
         def events():
             for i in range(0, n, tokens_per_event):
@@ -394,3 +395,36 @@ def test_paired_mode_replays_the_same_traces_to_the_base_and_judges_head_against
     v = synthetic.judge(worse_results, worse_checks, cfg)
     assert v.outcome == "fail" and all(c.status == "fail" and c.ratio.high < 0.9 for c in v.traffic)
     assert any("paired with the base on the same traces" in c.why for c in v.checks if c.check == "traffic")
+
+
+@pytest.mark.parametrize("extra,budget,timeout,message", [(5, 5, 30.0, "streamed 6 tokens for max_tokens 5"),
+                                                          (0, 100_000, 0.5, "still streaming after 0 s")])
+def test_a_server_that_ignores_the_budget_or_never_ends_fails_its_request(extra, budget, timeout, message):
+    """The read timeout is per chunk: a stream that goes on forever, or past max_tokens, is cut off and named."""
+    from gate.engines.base import GenerationSettings, Request
+    from gate.engines.http import PRESETS, HttpEngine
+    from gate.errors import EngineFailure
+    from gate.testing.server import in_thread
+
+    with in_thread(scripted_app(1, 0.01, extra), free_port()) as url:
+        engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None,
+                            timeout_s=timeout)
+        began = time.monotonic()
+        with pytest.raises(EngineFailure) as err:
+            engine.stream(Request((1, 2, 3), budget), GenerationSettings(0.0, 4, ()))
+    assert message in err.value.message and time.monotonic() - began < 5
+
+
+def test_a_sweep_that_would_take_hours_per_replay_is_refused_at_load():
+    from gate.errors import ConfigError
+    from gate.inputs.config import parse_config
+
+    text = """\
+models: {target: {path: org/t}, draft: {path: org/d}, local_weights: false}
+checks: {traffic: {rates: [0.001, 1], requests: 1000}}
+engines:
+  - {type: http, http: {server: {url: "http://127.0.0.1:9"}, reference: {url: "http://127.0.0.1:10"}}}
+"""
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "x.yaml")
+    assert "at 0.001 req/s, 1000 requests take about 999,000 s per replay" in str(err.value)

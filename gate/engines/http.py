@@ -514,6 +514,14 @@ class HttpEngine:
                 if self.cancelled.is_set():
                     resp.close()
                     raise self._fail("crash", i, n, req, "cancelled: the run was interrupted")
+                if time.perf_counter() - start > self.timeout_s:  # the read timeout is per chunk: bound the whole
+                    resp.close()
+                    raise self._fail("timeout", i, n, req, f"still streaming after {self.timeout_s:.0f} s "
+                                                           f"(http.request_timeout_s), {len(ids)} tokens in")
+                if len(ids) > req.max_new_tokens:
+                    resp.close()
+                    raise self._fail("contract", i, n, req, f"the server streamed {len(ids)} tokens for "
+                                                            f"max_tokens {req.max_new_tokens}")
                 if not raw or not raw.startswith(b"data:"):
                     continue
                 data = raw[5:].strip()

@@ -332,6 +332,9 @@ class SpeedupCheck(_Strict):
         return self
 
 
+MAX_TRACE_S = 3600.0  # the longest arrival trace one replay may take
+
+
 class TrafficSLO(_Strict):
     """A request meets the SLO when every bound given here holds; goodput counts those per second."""
 
@@ -358,6 +361,14 @@ class TrafficCheck(_Strict):
         if sorted(set(v)) != list(v):
             raise ValueError(f"rates must be strictly increasing requests per second, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TrafficCheck:
+        slowest = (self.requests - 1) / self.rates[0]
+        if slowest > MAX_TRACE_S:
+            raise ValueError(f"at {self.rates[0]:g} req/s, {self.requests} requests take about {slowest:,.0f} s per "
+                             f"replay (at most {MAX_TRACE_S:.0f}): raise the lowest rate or lower 'requests'")
+        return self
 
 
 class ChecksConfig(_Strict):
