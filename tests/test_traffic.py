@@ -303,7 +303,7 @@ def test_the_http_sender_replays_a_trace_to_a_real_server_in_real_time():
     with in_thread(scripted_app(3, 0.002), free_port()) as url:
         engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None)
         trace = make_trace([P(p.id, p.slice, p.prompt_ids, 9) for p in PROMPTS], 50.0, 10, "poisson", 1)
-        reqs, duration, cut = replay(trace, http_sender(engine, lambda a: GenerationSettings(0.0, 4, ())))
+        reqs, duration, cut = replay(trace, http_sender(engine, GenerationSettings(0.0, 4, ())))
     assert cut is None and duration > 0
     for a, r in zip(trace, reqs):
         assert r.error is None and r.tokens == 9 and r.prompt_id == a.prompt.id
@@ -371,7 +371,7 @@ def test_an_interrupt_cuts_off_http_streams_in_flight_at_their_next_chunk():
         trace = make_trace([P(p.id, p.slice, p.prompt_ids, 200) for p in PROMPTS], 20.0, 6, "constant", 1)
         began = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            replay(trace, http_sender(engine, lambda a: GenerationSettings(0.0, 4, ())), Interrupting(),
+            replay(trace, http_sender(engine, GenerationSettings(0.0, 4, ())), Interrupting(),
                    abort=engine.cancel)
         stopped = time.monotonic() - began
         while any(t.name.startswith("traffic") for t in threading.enumerate()) and time.monotonic() - began < 10:

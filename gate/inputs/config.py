@@ -362,9 +362,13 @@ class TrafficCheck(_Strict):
             raise ValueError(f"rates must be strictly increasing requests per second, got {v}")
         return v
 
+    def trace_span_s(self, rate: float) -> float:
+        """How long one replay's arrivals take at ``rate`` (the expected span of a Poisson trace, a constant one's)."""
+        return (self.requests - 1) / rate
+
     @model_validator(mode="after")
     def _bounded(self) -> TrafficCheck:
-        slowest = (self.requests - 1) / self.rates[0]
+        slowest = self.trace_span_s(self.rates[0])
         if slowest > MAX_TRACE_S:
             raise ValueError(f"at {self.rates[0]:g} req/s, {self.requests} requests take about {slowest:,.0f} s per "
                              f"replay (at most {MAX_TRACE_S:.0f}): raise the lowest rate or lower 'requests'")

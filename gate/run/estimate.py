@@ -207,7 +207,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
     stacks = [e.label for e in cfg.engines if e.type == "http" and e.http.reference is not None]
     if tc is not None and stacks:
         replays = len(stacks) * len(tc.rates) * tc.repeats * 2
-        report.traffic_s = len(stacks) * tc.repeats * 2 * sum((tc.requests - 1) / r for r in tc.rates)
+        report.traffic_s = len(stacks) * tc.repeats * 2 * sum(tc.trace_span_s(r) for r in tc.rates)
         report.traffic = (f"{', '.join(stacks)} and the reference, {tc.requests} requests at each of "
                           f"{', '.join(f'{r:g}' for r in tc.rates)} req/s ({tc.arrival}), {tc.repeats} replays per "
                           f"side: {replays} replays whose arrivals alone span {_duration(report.traffic_s)}")

@@ -291,14 +291,13 @@ class Runner:
             return
         settings = self.greedy if self.cfg.generation.greedy else self.sampled
         base = self.paired.engine if self.paired is not None and hasattr(self.paired.engine, "stream") else None
-        todo = len(pairs) * len(tc.rates) * tc.repeats * 2
+        head = self.paired.head_engine if base is not None else None
+        todo = len(tc.rates) * tc.repeats * sum(len(sides(0, e.name == head)) for e in pairs)
         self.progress.start(f"request-rate traffic: {len(tc.rates)} rates x {tc.repeats} repeats x "
                             f"{tc.requests} requests, {tc.arrival} arrivals, engine and reference"
                             + (f" (and {base.name} on the same traces)" if base else ""), todo)
         for engine in pairs:
-            with_base = base is not None and engine.name == self.paired.head_engine
-            if with_base:
-                self.progress.grow(len(tc.rates) * tc.repeats)
+            with_base = engine.name == head
             for ri, rate in enumerate(tc.rates):
                 for repeat in range(tc.repeats):
                     seed = trace_seed(tc.seed, ri, repeat)
@@ -310,7 +309,7 @@ class Runner:
                             target = {"engine": engine, "reference": self.reference, "base": base}[side]
                             self.executor.current = {"phase": "traffic", "engine": target.name, "batch_size": 1}
                             rec = replay_record(engine.name, side, rate, repeat, tc.arrival, seed,
-                                                replay(trace, http_sender(target, lambda _: settings),
+                                                replay(trace, http_sender(target, settings),
                                                        max_in_flight=tc.max_in_flight, abort=target.cancel))
                             self.log.append(rec)
                         self.traffic.append(rec)

@@ -108,12 +108,12 @@ def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clo
     (in trace order), the replay's duration and why it stopped sending early (None when it sent them all).
 
     Interrupted (Ctrl-C, or the runner's SIGTERM), it stops at once: requests not yet sent are dropped, ``abort``
-    cuts off the ones in flight (an http engine closes its connections), and the interrupt goes on up."""
+    cuts off the ones in flight (:meth:`gate.engines.http.HttpEngine.cancel`: at their next chunk), and the
+    interrupt goes on up."""
     clock = clock or WallClock()
     in_flight = 0
     lock = threading.Lock()
     cut_short = None
-    results: list[tuple[Arrival, Sent]] = []
 
     def run(a: Arrival) -> Sent:
         nonlocal in_flight
@@ -159,8 +159,9 @@ def replay(trace: Sequence[Arrival], send: Callable[[Arrival], Sent], clock: Clo
     return out, round(max(0.0, end - start), ROUND), cut_short
 
 
-def http_sender(engine, settings_for: Callable[[Arrival], object]) -> Callable[[Arrival], Sent]:
-    """A sender for an http engine (:meth:`gate.engines.http.HttpEngine.stream`), on the wall clock."""
+def http_sender(engine, settings) -> Callable[[Arrival], Sent]:
+    """A sender for an http engine (:meth:`gate.engines.http.HttpEngine.stream`), on the wall clock; each request
+    carries its own seed (``Arrival.seed``), ``settings`` the rest."""
     from gate.engines.base import Request
 
     engine.cancelled.clear()
@@ -170,7 +171,7 @@ def http_sender(engine, settings_for: Callable[[Arrival], object]) -> Callable[[
         req = Request(tuple(p.prompt_ids), p.max_new_tokens, a.seed, p.id)
         sent = time.perf_counter()
         try:
-            seq, sent, times = engine.stream(req, settings_for(a))
+            seq, sent, times = engine.stream(req, settings)
         except Exception as exc:
             return Sent(sent, [], 0, str(getattr(exc, "message", None) or exc)[:300])
         return Sent(sent, times, len(seq.token_ids))
