@@ -28,6 +28,9 @@ and the draft's tokenizers by encoding a test string (docs in scripts/openvino_d
   every result of one call are the same batch-wide ``SDPerModelsPerfMetrics``), never per request, so they can be
   a sequence's counters only in a batch of one; see ``_counters``.
 - ``wall_s``: ``generate()`` returns every sequence at once, so each sequence's is the call's wall time.
+- ``precision``: what the pipeline computes in, as OpenVINO says: ``extra.properties``' ``INFERENCE_PRECISION_HINT``,
+  else the device's default (bf16 on a CPU with AVX512-BF16 or AMX, f32 on one without), whatever the IR's weights
+  are; the gate judges near-ties at that precision's scale (docs/checks.md, "Another stack's precision").
 """
 
 from __future__ import annotations
@@ -54,6 +57,20 @@ def _pipeline(extra: dict, speculative: bool) -> ov_genai.ContinuousBatchingPipe
             props["draft_model"] = ov_genai.draft_model(draft, device)
         _PIPELINES[key] = ov_genai.ContinuousBatchingPipeline(target, ov_genai.SchedulerConfig(), device, props)
     return _PIPELINES[key]
+
+
+_PRECISIONS: dict[tuple, str] = {}
+
+
+def _precision(extra: dict) -> str:
+    """The precision the pipeline's matrix work runs in: the properties' ``INFERENCE_PRECISION_HINT``, else the
+    device's default hint (``bf16``, ``f32``, ``f16``)."""
+    device = str(extra.get("device", "CPU"))
+    hint = (extra.get("properties") or {}).get("INFERENCE_PRECISION_HINT")
+    key = (device, str(hint))
+    if key not in _PRECISIONS:
+        _PRECISIONS[key] = str(hint) if hint else ov.Core().get_property(device, "INFERENCE_PRECISION_HINT").to_string()
+    return _PRECISIONS[key]
 
 
 def _config(settings, max_new: int, seed: int, k: int) -> ov_genai.GenerationConfig:
@@ -104,11 +121,12 @@ def generate(prompt_ids: list[list[int]], batch_size: int, settings) -> list[dic
     results = pipe.generate(inputs, configs)
     wall = time.perf_counter() - start
     eos = set(int(t) for t in settings.eos_token_ids)
+    precision = _precision(settings.extra)
     out = []
     for r in results:
         ids = [int(t) for t in r.m_generation_ids[0]]
         seq = {"token_ids": ids, "wall_s": wall,
-               "stop_reason": "eos" if ids and ids[-1] in eos else "max_tokens"}
+               "stop_reason": "eos" if ids and ids[-1] in eos else "max_tokens", "precision": precision}
         counters = _counters(results, len(ids), k)
         if counters is not None:
             seq["counters"] = counters

@@ -178,9 +178,13 @@ def config(args) -> None:
     distribution = ("\n  distribution: {num_samples: 600, alpha: 0.01, power_trials: 20}" if args.sampling else "")
     extra = {"target_ir": str(ir_dir("target")), "draft_ir": str(ir_dir("draft")), "device": "CPU",
              "properties": properties}
+    precision = computes_in(properties)
     text = f"""\
 # Written by `python scripts/openvino_demo.py config` (make openvino): the demo pair in OpenVINO IR (fp32) behind
 # OpenVINO GenAI {VERSION}'s ContinuousBatchingPipeline with a draft model, against the same pipeline without it.
+# On this machine the pipeline computes in {precision}: {precision_source(properties)}.
+# The plug-in reports that precision with every result; the gate judges OpenVINO's near-ties at its scale and at the
+# noise measured on the pipeline's own plain decoding (engines[].reference). The gate's reference stays in float32.
 version: 1
 models:
   target: {{path: "specguard:demo/target", dtype: float32}}
@@ -216,6 +220,21 @@ engines:
     Path(args.path).parent.mkdir(parents=True, exist_ok=True)
     Path(args.path).write_text(text)
     print(args.path)
+
+
+def computes_in(properties: dict) -> str:
+    """What the pipeline's matrix work runs in here, as examples/openvino_engine.py reports it."""
+    import openvino as ov
+
+    hint = properties.get("INFERENCE_PRECISION_HINT")
+    return str(hint) if hint else ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
+
+
+def precision_source(properties: dict) -> str:
+    if properties.get("INFERENCE_PRECISION_HINT"):
+        return "pinned by INFERENCE_PRECISION_HINT in extra.properties"
+    return ("the CPU plugin's default INFERENCE_PRECISION_HINT\n"
+            "# (`config --properties '{\"INFERENCE_PRECISION_HINT\": \"f32\"}'` pins f32)")
 
 
 def info(_args) -> None:

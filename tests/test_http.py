@@ -159,6 +159,11 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
     assert checks["equivalence"]["served"]["1"]["exact_match"] == 1.0
     assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
     assert checks["equivalence_method"] == "local re-scoring"
+    # the served reference is the stack's own plain decoding: its noise is measured on it (fp32: none beyond the
+    # gate's own rule, which then holds the engine as it holds the in-process one)
+    noise = checks["stack_noise"]["served"]
+    assert (noise["mode"], noise["plain"], noise["departures"]) == ("measured", "reference", 0), noise
+    assert noise["rule"] == checks["tolerance"]["rule"]
     (tmp_path / "local").mkdir()  # the same pair, in process
     proc = gate_here(tmp_path / "local", HEAD.format(local_weights="true") + "  - type: speculative\n", "gate")
     assert proc.returncode == 0, proc.stderr[-3000:]

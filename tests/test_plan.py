@@ -118,4 +118,4 @@ def test_composition_invariance_finds_one_planted_composition_dependent_output()
     assert spec.model_dump() == {"compositions": 2, "identical": 2, "compared": 3, "differing": ["p1"]}
     assert r["speculative"].bitwise_across_compositions is False
     assert r["reference"].bitwise_across_compositions is True
-    assert sentence("speculative", r["speculative"]).endswith("NOT bitwise identical across batch compositions")
+    assert sentence(r["speculative"]).endswith("NOT bitwise identical across batch compositions")

@@ -12,8 +12,10 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gate.checks.doc import RETOKENIZED_METHOD
+from gate.checks import stack
+from gate.checks.doc import RETOKENIZED_METHOD, StackNoise
 from gate.checks.equivalence import SequenceVerdict, analyze_sequence, first_divergence, score_outputs
+from gate.checks.stack import Departures
 from gate.engines.scoring import Scorer
 from gate.engines.tolerance import Tolerance, measure_noise, tolerance_for
 from gate.inputs.config import REFERENCE, Config
@@ -100,6 +102,13 @@ class CheckContext:
             self.canonical = {pid: self._as_text(s) for pid, s in self.canonical.items()}
         self._tolerance: Tolerance | None = None
         self._compared: dict[tuple[str, int], list[Compared]] | None = None
+        # engines of another stack -> the engine whose outputs are their own plain decoding (None: none); their
+        # noise is measured on it where the target is re-scored here (gate.checks.stack)
+        self.stacks = results.other_stacks() if self.local else {}
+        self.own_references = set(results.own_references().values())  # plain decodings, never engines under test
+        self.tolerances: dict[str, Tolerance] = {}  # per engine, where it is not the gate's own (self.tolerance)
+        self.stack_noise: dict[str, StackNoise] = {}
+        self.plain_departures: dict[str, Departures] = {}
 
     def _as_text(self, seq: SequenceOutput) -> SequenceOutput:
         """An output's text tokenized here, as a text-only stack's was, so that equal texts compare equal."""
@@ -210,12 +219,27 @@ class CheckContext:
             j = first_divergence(out, ref)
             items.append((tuple(res.prompt(pid).prompt_ids), tuple(out)))
             others.append((j, ref[j]) if j is not None and j < len(out) and j < len(ref) else None)
+        plains = {p for p in self.stacks.values() if p is not None}
+        # A served reference is a stack's plain decoding too: its canonical outputs are re-scored for its noise.
+        served = [(tuple(res.prompt(pid).prompt_ids), tuple(ids)) for pid, ids in canonical.items()] \
+            if REFERENCE in plains else []
         if self.local:
-            scored = score_outputs(self.scorer, items, others) if items else []
+            scored = score_outputs(self.scorer, items + served, others + [None] * len(served)) \
+                if items or served else []
+            scored, served_scored = scored[:len(items)], scored[len(items):]
         else:
-            scored = [None] * len(groups)
+            scored, served_scored = [None] * len(groups), []
         eos = set(res.settings.eos_token_ids)
         tol = self.tolerance
+        if self.stacks:
+            self._measure_stacks(groups, scored, served_scored)
+        plain_outputs: dict[str, dict[str, list[list[int]]]] = {p: {} for p in plains}
+        for engine, _, _, pid, seq in groups:
+            if engine in plain_outputs:
+                plain_outputs[engine].setdefault(pid, []).append(seq.token_ids)
+        if REFERENCE in plain_outputs:
+            for pid, ids in canonical.items():
+                plain_outputs[REFERENCE].setdefault(pid, []).append(ids)
         out: dict[tuple[str, int], list[Compared]] = {}
         for (engine, bs, comp, pid, seq), sc, other in zip(groups, scored, others):
             p = res.prompt(pid)
@@ -224,10 +248,41 @@ class CheckContext:
                 server_gap = self._gap_from_reference(pid, other[0], seq.token_ids[other[0]])
             elif text and other is not None:
                 server_gap = text_divergence_gap(self.canonical[pid], seq.text, tol.fixed, self._cuts)
-            v = analyze_sequence(pid, p.slice, seq.token_ids, canonical[pid], sc, tol, eos,
-                                 p.max_new_tokens, seq.stop_reason, server_gap=server_gap, retokenized=text)
+            own = self.stacks.get(engine)
+            v = analyze_sequence(pid, p.slice, seq.token_ids, canonical[pid], sc, self.tolerances.get(engine, tol),
+                                 eos, p.max_new_tokens, seq.stop_reason, server_gap=server_gap, retokenized=text,
+                                 plain=plain_outputs[own].get(pid) if own is not None else None)
             out.setdefault((engine, bs), []).append(Compared(comp, seq, v))
         return out
+
+    def _measure_stacks(self, groups: list, scored: list, served_scored: list) -> None:
+        """Each other stack's plain decoding, re-scored: its departures from the target; from them each engine's
+        tolerance (gate.checks.stack), and the plain decoding's own (the band)."""
+        gate = self.tolerance
+        config_dtype = str(self.pair.target.dtype).replace("torch.", "")
+
+        def base(engine: str) -> tuple[Tolerance, str, bool]:
+            said = self.results.precision(engine)
+            precision = said or config_dtype
+            return tolerance_for(precision, gate.measured_noise, gate.fixed), precision, said is not None
+
+        plains = {p for p in self.stacks.values() if p is not None}
+        for plain in plains:
+            rule = base(plain)[0]
+            found = Departures()
+            for (engine, *_), sc in zip(groups, scored):
+                if engine == plain and sc is not None:
+                    found.add(sc, rule)
+            for sc in served_scored if plain == REFERENCE else []:
+                found.add(sc, rule)
+            self.plain_departures[plain] = found
+            self.tolerances[plain] = stack.plain_tolerance(rule)
+        for engine, plain in self.stacks.items():
+            rule, precision, reported = base(engine)
+            found = self.plain_departures.get(plain) if plain is not None else None
+            self.tolerances[engine] = stack.engine_tolerance(rule, found)
+            self.stack_noise[engine] = stack.describe(engine, plain, found, self.tolerances[engine], precision,
+                                                      reported, config_dtype)
 
     def _cuts(self, text: str) -> list[int] | None:
         """Character offsets where ``text`` splits into the target tokenizer's tokens; None when its tokens'

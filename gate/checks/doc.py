@@ -50,11 +50,20 @@ class VerdictLine(_Doc):
         return cls(check=check, engine=engine, batch_size=batch_size, status=status, why=why, slice=slice)
 
 
+def _zero_omitted():
+    """A count left out of the document while it is 0 (documents written before it keep their bytes)."""
+    return Field(0, exclude_if=lambda v: not v)
+
+
 class Divergences(_Doc):
     near_tie: int
     confident: int
     length: int
     unclassified: int = 0
+    # an engine of another stack: within the cross-stack band where its noise was not measured (not told from
+    # noise), and shared with its own plain decoding (the stack's, not speculation's)
+    band: int = _zero_omitted()
+    plain: int = _zero_omitted()
 
 
 class EquivalenceSummary(_Doc):
@@ -66,6 +75,8 @@ class EquivalenceSummary(_Doc):
     consistent_share: float | None
     confident_inconsistencies: int
     divergences: Divergences
+    band_inconsistencies: int = _zero_omitted()  # tokens below the argmax within the cross-stack band
+    plain_inconsistencies: int = _zero_omitted()  # ... where the engine's own plain decoding emitted the same
     signatures: dict[str, int]
     compositions: int = 1
     by_slice: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
@@ -122,6 +133,8 @@ class Reproducibility(_Doc):
     """One engine's bitwise identity across batch sizes, runs and batch compositions (None: not measured)."""
 
     speculative: bool
+    # what to call its decoding where "speculative" or "non-speculative" would say more than is known
+    label: str | None = omitted_when_none()
     base_batch_size: int
     across_batch_sizes: dict[str, Identical]
     bitwise_across_batch_sizes: bool | None
@@ -369,6 +382,27 @@ class Tolerance(_Doc):
     rule: str
 
 
+class StackNoise(_Doc):
+    """An engine of another stack: its own numerical noise, measured on its own plain decoding, and the tolerance it
+    was judged with (:mod:`gate.checks.stack`)."""
+
+    mode: Literal["measured", "unmeasured"]
+    plain: str | None  # the engine whose greedy outputs are its plain decoding; None: unmeasured
+    precision: str  # what it computes in: as it reported (precision_reported), else the config's dtype
+    precision_reported: bool
+    config_dtype: str
+    noise: float | None  # its plain decoding's largest departure from the target within the band (nats)
+    departures: int  # plain-decoding tokens beyond the gate's own tolerance, within the band
+    beyond_band: int  # ... beyond the band: no precision explains them
+    tokens: int  # plain-decoding tokens re-scored
+    rule: str  # the engine's tolerance
+    tolerance_at_10: float
+    band_at_10: float
+    # a plug-in's own reference against the canonical reference, per batch size (a server reference's is noise_floor)
+    plain_by_batch_size: dict[str, EquivalenceSummary] = Field(default_factory=dict,
+                                                               exclude_if=lambda v: not v)
+
+
 class ChecksDoc(_Doc):
     """``checks.json``: the findings of each check and the verdict lines."""
 
@@ -386,6 +420,8 @@ class ChecksDoc(_Doc):
     speedup: Speedup | None = omitted_when_none()
     traffic: Traffic | None = omitted_when_none()
     tolerance: Tolerance | None = omitted_when_none()
+    # engines of another stack (plug-ins, servers): their own noise and tolerance; left out when there are none
+    stack_noise: dict[str, StackNoise] = Field(default_factory=dict, exclude_if=lambda v: not v)
     equivalence_method: str | None = omitted_when_none()
     verdicts: list[VerdictLine]
     analysis_s: float

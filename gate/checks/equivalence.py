@@ -33,7 +33,7 @@ import torch
 
 from gate.checks.doc import EquivalenceSummary, VerdictLine
 from gate.engines.scoring import Scorer
-from gate.engines.tolerance import Tolerance
+from gate.engines.tolerance import BAND_RULE, Tolerance
 from gate.inputs.config import REFERENCE
 
 GIBBERISH_PROB = 0.01
@@ -100,7 +100,9 @@ def find_loop(tokens: list[int]) -> tuple[int, ...] | None:
     return best
 
 
-DivergenceKind = Literal["near_tie", "confident", "unclassified", "length"]
+DivergenceKind = Literal["near_tie", "confident", "unclassified", "length", "band", "plain"]
+_WORDS = {"near_tie": "near-tie", "band": "divergence within the cross-stack band",
+          "plain": "divergence its own plain decoding shares"}
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,11 @@ class Divergence:
 
     ``kind``: ``near_tie`` (|gap| within the tolerance: floating-point noise can flip it), ``confident`` (a bug),
     ``unclassified`` (no target to ask: text only, or no logprobs), ``length`` (one sequence ended where the
-    other goes on).  ``gap`` is the reference token's logit minus the emitted one's (> 0: the reference's token
-    is preferred); ``gap`` and ``tolerance`` are None where nothing was scored."""
+    other goes on); for an engine of another stack, ``band`` (beyond the gate's tolerance but within the
+    cross-stack band, where that stack's own noise was not measured: not told from noise) and ``plain`` (the
+    engine's own plain decoding made the same choice there: the stack's, not speculation's).  ``gap`` is the
+    reference token's logit minus the emitted one's (> 0: the reference's token is preferred); ``gap`` and
+    ``tolerance`` are None where nothing was scored."""
 
     position: int
     kind: DivergenceKind
@@ -120,9 +125,11 @@ class Divergence:
     tolerance: float | None = None
 
     @classmethod
-    def scored(cls, position: int, token: int, reference_token: int, gap: float, tolerance: float) -> Divergence:
-        return cls(position, "near_tie" if abs(gap) <= tolerance else "confident", token, reference_token, gap,
-                   tolerance)
+    def scored(cls, position: int, token: int, reference_token: int, gap: float, tolerance: float,
+               kind: DivergenceKind | None = None) -> Divergence:
+        """``kind``: as the engine's tolerance classifies the gap; by default near-tie or confident."""
+        kind = kind or ("near_tie" if abs(gap) <= tolerance else "confident")
+        return cls(position, kind, token, reference_token, gap, tolerance)
 
 
 @dataclass
@@ -133,34 +140,58 @@ class SequenceVerdict:
     prefix_match: float  # fraction of reference tokens matched before the first divergence
     divergence: Divergence | None = None
     inconsistent: list[dict] = field(default_factory=list)  # confident inconsistencies
+    band_inconsistent: list[dict] = field(default_factory=list)  # within the cross-stack band (another stack)
+    plain_inconsistent: int = 0  # below the argmax where the engine's own plain decoding emitted the same prefix
     consistent_tokens: int = 0
     scored_tokens: int = 0
     signatures: list[dict] = field(default_factory=list)
     target_loop: dict | None = None  # a loop after a near-tie that the target itself produces (not a signature)
 
 
+def shared_prefix(out: list[int], plain: list[list[int]] | None) -> int:
+    """How many leading tokens of ``out`` the engine's own plain decoding also emitted for this prompt (the longest
+    common prefix with any of its outputs); ``len(out) + 1`` when one of them is ``out`` itself."""
+    if not plain:
+        return 0
+    if any(p == out for p in plain):
+        return len(out) + 1
+    return max((first_divergence(out, p) or 0) for p in plain)
+
+
 def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int], scored: Scored | None,
                      tol: Tolerance, eos: set[int], max_new: int, stop_reason: str,
-                     server_gap: tuple[float, float] | None = None, retokenized: bool = False) -> SequenceVerdict:
+                     server_gap: tuple[float, float] | None = None, retokenized: bool = False,
+                     plain: list[list[int]] | None = None) -> SequenceVerdict:
     """``server_gap``: (gap, tolerance) at the first divergence from a server's own logprobs, when there is no
     local target to re-score with.  ``retokenized``: ``out`` and ``ref`` are texts tokenized here, not the ids
-    generated: every difference is unclassified, and no signature that counts tokens applies."""
+    generated: every difference is unclassified, and no signature that counts tokens applies.  ``plain``: the
+    outputs of the engine's own plain decoding for this prompt (another stack's, speculation off): what the engine
+    shares with them is that stack's behaviour, not speculation's, and is left to the plain decoding's own line."""
     j = first_divergence(out, ref)
     matched = j if j is not None else len(ref)
     v = SequenceVerdict(prompt_id, slice_, identical=j is None,
                         prefix_match=(matched / len(ref)) if ref else float(not out))
+    shared = shared_prefix(out, plain)
     if scored is not None:
         confident_run = 0
         for t in range(len(out)):
             gap = scored.gap(t)
-            allowed = tol.at(scored.best[t])
+            kind = tol.classify(gap, scored.best[t])
             v.scored_tokens += 1
-            if gap <= allowed:
+            if kind == "near_tie":
                 v.consistent_tokens += 1
                 confident_run = 0
                 continue
-            v.inconsistent.append({"position": t, "token": out[t], "argmax": scored.best_id[t],
-                                   "gap": gap, "tolerance": allowed})
+            finding = {"position": t, "token": out[t], "argmax": scored.best_id[t], "gap": gap,
+                       "tolerance": tol.at(scored.best[t])}
+            if t < shared or kind == "band":  # the stack's own choice, or not told from its noise
+                if t < shared:
+                    v.plain_inconsistent += 1
+                else:
+                    v.band_inconsistent.append(finding)
+                confident_run = 0
+                continue
+            v.inconsistent.append(finding)
             confident_run = confident_run + 1 if scored.prob[t] < GIBBERISH_PROB else 0
             if confident_run == GIBBERISH_RUN:
                 v.signatures.append({"name": "gibberish", "position": t - GIBBERISH_RUN + 1,
@@ -168,8 +199,8 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
                                                f"< {GIBBERISH_PROB:.0%} and clearly below its argmax"})
     if j is not None and j < len(out) and j < len(ref) and scored is not None and scored.other is not None:
         gap = scored.other - scored.chosen[j]  # > 0: the reference's token is preferred
-        allowed = tol.at(scored.best[j])
-        v.divergence = Divergence.scored(j, out[j], ref[j], gap, allowed)
+        kind = "plain" if j < shared else tol.classify(gap, scored.best[j])
+        v.divergence = Divergence.scored(j, out[j], ref[j], gap, tol.at(scored.best[j]), kind)
     elif j is not None and j < len(out) and j < len(ref) and server_gap is not None:
         v.divergence = Divergence.scored(j, out[j], ref[j], *server_gap)
     elif j is not None:
@@ -177,6 +208,8 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
         unclassified = retokenized or (j < len(out) and j < len(ref) and scored is None)
         v.divergence = Divergence(j, "unclassified" if unclassified else "length",
                                   out[j] if j < len(out) else None, ref[j] if j < len(ref) else None)
+    if shared > len(out):  # the engine's output is its own plain decoding's, signatures and all
+        return v
     # signatures
     if not out:
         v.signatures.append({"name": "empty", "detail": "no tokens generated"})
@@ -196,11 +229,12 @@ def analyze_sequence(prompt_id: str, slice_: str, out: list[int], ref: list[int]
     elif ref and len(out) < TRUNCATION_RATIO * len(ref) and v.divergence and v.divergence.kind == "confident":
         v.signatures.append({"name": "truncation", "detail": f"{len(out)} tokens vs {len(ref)} in the reference, "
                                                              "ended at a confident divergence"})
-    _repetition(v, out, ref, scored)
+    _repetition(v, out, ref, scored, plain)
     return v
 
 
-def _repetition(v: SequenceVerdict, out: list[int], ref: list[int], scored: Scored | None) -> None:
+def _repetition(v: SequenceVerdict, out: list[int], ref: list[int], scored: Scored | None,
+                plain: list[list[int]] | None = None) -> None:
     """A loop the reference lacks is a signature, unless the target itself produces it from the same prefix.
 
     After a near-tie the two sequences legitimately go their own ways, and a small model's own greedy
@@ -209,13 +243,14 @@ def _repetition(v: SequenceVerdict, out: list[int], ref: list[int], scored: Scor
     as ``target_loop``, not as a signature.  Without re-scoring (text or server logprobs) nothing shows whose loop
     it is, so it stays a signature."""
     loop = find_loop(out)
-    if loop is None or find_loop(ref) == loop:
-        return
+    if loop is None or find_loop(ref) == loop or any(find_loop(p) == loop for p in plain or ()):
+        return  # the reference loops there too, or the stack's own plain decoding does
+    # band and plain divergences are no bugs either: another stack's precision, not told from it, or its own choice
     own = (scored is not None and not v.inconsistent and v.scored_tokens == len(out)
-           and v.divergence is not None and v.divergence.kind == "near_tie")
+           and v.divergence is not None and v.divergence.kind in ("near_tie", "band", "plain"))
     if own:
         v.target_loop = {"position": v.divergence.position, "unit": list(loop),
-                         "detail": f"loop of {len(loop)} token(s) after a near-tie at position "
+                         "detail": f"loop of {len(loop)} token(s) after a {_WORDS[v.divergence.kind]} at position "
                                    f"{v.divergence.position}: every token is the target's own argmax given its "
                                    "prefix, so the target loops there itself"}
         return
@@ -233,8 +268,11 @@ def summarize(verdicts: list[SequenceVerdict]) -> dict:
         "prefix_match": sum(v.prefix_match for v in verdicts) / n if n else None,
         "consistent_share": (sum(v.consistent_tokens for v in verdicts) / scored) if scored else None,
         "confident_inconsistencies": sum(len(v.inconsistent) for v in verdicts),
+        "band_inconsistencies": sum(len(v.band_inconsistent) for v in verdicts),
+        "plain_inconsistencies": sum(v.plain_inconsistent for v in verdicts),
         "divergences": {"near_tie": kinds.count("near_tie"), "confident": kinds.count("confident"),
-                        "length": kinds.count("length"), "unclassified": kinds.count("unclassified")},
+                        "length": kinds.count("length"), "unclassified": kinds.count("unclassified"),
+                        "band": kinds.count("band"), "plain": kinds.count("plain")},
         "signatures": _count_signatures(verdicts),
         "target_loops": sum(v.target_loop is not None for v in verdicts),
     }
@@ -304,11 +342,11 @@ def run(results, ctx) -> tuple[dict[str, dict[str, EquivalenceSummary]] | None, 
     findings: dict = {}
     floor = pooled_floor(ctx)
     for engine, bs in ctx.compared_keys():
-        if engine == REFERENCE:
+        if engine == REFERENCE or engine in ctx.own_references:  # plain decodings: gate.checks.noise_floor
             continue
         s = summary_of(ctx.compared(engine, bs), ctx.canonical, ctx.pair.decode)
         findings.setdefault(engine, {})[str(bs)] = s
-        verdicts += _verdicts(engine, bs, s, eq_cfg, floor)
+        verdicts += _verdicts(engine, bs, s, eq_cfg, floor, ctx.stacks.get(engine, ""))
     return findings, verdicts
 
 
@@ -353,7 +391,10 @@ def beyond_floor(unclassified: int, sequences: int, floor: Floor | None) -> tupl
                                     f"alpha {UNCLASSIFIED_ALPHA})")
 
 
-def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor | None = None) -> list[VerdictLine]:
+def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor | None = None,
+              plain: str | None = "") -> list[VerdictLine]:
+    """``plain``: for an engine of another stack, its own plain decoding (None: it has none, its noise is not
+    measured); "" for the gate's own engines."""
     out = []
     conf, incons = s.divergences.confident, s.confident_inconsistencies
     near = s.divergences.near_tie
@@ -370,6 +411,11 @@ def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor 
     too_many, evidence = beyond_floor(unclassified, s.sequences, floor) if unclassified else (False, "")
     if too_many:
         problems.append(evidence)
+    in_band = s.divergences.band + s.band_inconsistencies
+    owned = [f"{n} {what}" for n, what in ((s.divergences.plain, "divergence(s)"),
+                                            (s.plain_inconsistencies, "token(s) below the target's argmax")) if n]
+    shared = (f"; {' and '.join(owned)} that its own plain decoding ({plain}) shares: the stack's, not "
+              "speculation's" if owned else "")
     if problems:
         out.append(VerdictLine.of("equivalence", engine, "fail", "; ".join(problems) + ": a bug, not float noise", bs))
     elif unclassified:
@@ -377,12 +423,20 @@ def _verdicts(engine: str, bs: int, s: EquivalenceSummary, eq_cfg, floor: Floor 
                            f"equivalence unproven: {s.exact_match:.0%} identical to the reference; {unclassified} "
                            "divergence(s) that cannot be classified (this stack gives no usable logprobs), not more "
                            f"than float noise explains: {evidence}", bs))
+    elif in_band:
+        out.append(VerdictLine.of("equivalence", engine, "warn",
+                           f"equivalence unproven: {s.exact_match:.0%} identical to the reference; "
+                           f"{s.divergences.band} divergence(s) and {s.band_inconsistencies} token(s) below the "
+                           f"target's argmax lie within the cross-stack band ({BAND_RULE}), where this stack's own "
+                           "float noise was not measured, so they cannot be told from noise; give it its own plain "
+                           "decoding (engines[].reference, http.reference) to measure it", bs))
     else:
         loops = (f"; {s.target_loops} of them loop afterwards as the target itself does from that prefix (every "
                  "token its argmax): not a repetition signature") if s.target_loops else ""
         out.append(VerdictLine.of("equivalence", engine, "pass",
-                           f"{s.exact_match:.0%} identical to the reference; {near} divergence(s), all near-ties "
-                           f"(float noise){loops}" if near else f"{s.exact_match:.0%} identical to the reference", bs))
+                           (f"{s.exact_match:.0%} identical to the reference; {near} divergence(s), all near-ties "
+                            f"(float noise){loops}" if near else f"{s.exact_match:.0%} identical to the reference")
+                           + shared, bs))
     for name, count in sorted(s.signatures.items()):
         out.append(VerdictLine.of(f"signature:{name}", engine, "fail", f"{count} sequence(s) show {name}", bs))
     return out

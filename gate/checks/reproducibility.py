@@ -66,8 +66,10 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict[str, Reprod
             differing = sorted(p for p in common if any(o[p].token_ids != outs[0][p].token_ids for o in outs[1:]))
             across_comp[str(bs)] = {"compositions": len(comps), "identical": same, "compared": len(common),
                                     "differing": differing[:10]}
+        speculative, label = decoding(results, engine)
         out[engine] = Reproducibility.model_validate({
-            "speculative": engine != REFERENCE,
+            "speculative": speculative,
+            "label": label,
             "base_batch_size": have[0],
             "across_batch_sizes": across_bs,
             "bitwise_across_batch_sizes": _bitwise(across_bs.values()),
@@ -79,16 +81,33 @@ def measure(results: Results, repeat_batch_size: int | None) -> dict[str, Reprod
     return out
 
 
+def decoding(results: Results, engine: str) -> tuple[bool, str | None]:
+    """Whether an engine's decoding is speculative, and its label where "speculative" or "non-speculative" would
+    say more than is known: a plug-in's own plain decoding, or an engine of another stack that showed no
+    speculation (no counters with drafts), e.g. a library's plain pipeline gated as an engine of its own."""
+    if engine == REFERENCE:
+        return False, None
+    if engine in results.own_references().values():
+        return False, "plain decoding (speculation off)"
+    if engine in results.other_stacks() and not results.speculated(engine):
+        return False, "decoding (the engine reported no speculation)"
+    return True, None
+
+
+def label_of(r: Reproducibility) -> str:
+    return r.label or ("speculative decoding" if r.speculative else "non-speculative decoding")
+
+
 PROPERTIES = (("across batch sizes", "bitwise_across_batch_sizes"), ("across runs", "bitwise_across_runs"),
               ("across batch compositions", "bitwise_across_compositions"))
 
 
-def sentence(kind: str, r: Reproducibility) -> str:
+def sentence(r: Reproducibility) -> str:
     """One clause per property: 'speculative decoding: NOT bitwise identical across batch sizes; bitwise
     identical across runs'."""
     parts = [f"{'bitwise identical' if getattr(r, key) else 'NOT bitwise identical'} {label}"
              for label, key in PROPERTIES if getattr(r, key) is not None]
-    return f"{kind} decoding: " + "; ".join(parts)
+    return f"{label_of(r)}: " + "; ".join(parts)
 
 
 def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility] | None, list[VerdictLine]]:
@@ -101,8 +120,7 @@ def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility]
             continue
         ok = all(flags)
         status = "pass" if ok else ("fail" if cfg.require_bitwise else "warn")
-        kind = "speculative" if r.speculative else "non-speculative"
-        verdicts.append(VerdictLine.of("reproducibility", engine, status, sentence(kind, r)
+        verdicts.append(VerdictLine.of("reproducibility", engine, status, sentence(r)
                                 + ("" if ok or cfg.require_bitwise else
                                    " (reported, not gated; set require_bitwise to gate it)")))
     return repro, verdicts

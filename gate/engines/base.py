@@ -25,6 +25,24 @@ StopReason = Literal["eos", "max_tokens"]
 CounterSource = Literal["engine", "none"]
 
 
+# What an engine may say it computes in (a plug-in result's ``precision``), by the names libraries use for it, and
+# each precision's machine epsilon (torch.finfo(dtype).eps; TF32 keeps 10 mantissa bits in its matmuls).
+PRECISION_EPS = {"float32": 2.0 ** -23, "tf32": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
+PRECISIONS = {"float32": "float32", "fp32": "float32", "f32": "float32", "tf32": "tf32",
+              "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+              "f16": "float16", "half": "float16"}
+
+
+def precision_name(value: str) -> str | None:
+    """The canonical name of a precision an engine reports (``bf16`` -> ``bfloat16``), or None if unknown."""
+    return PRECISIONS.get(value.strip().lower()) if isinstance(value, str) else None
+
+
+def eps_of(precision: str) -> float:
+    """The machine epsilon of a precision name (``bfloat16``: 2^-7)."""
+    return PRECISION_EPS[precision_name(precision) or precision]
+
+
 @dataclass(frozen=True)
 class GenerationSettings:
     """Settings shared by every request of a run."""
@@ -185,6 +203,9 @@ class SequenceResult:
     # ``logprobs.tokens`` and ``logprobs.top_logprobs``), what lets the gate classify a divergence on text
     token_texts: list[str] | None = None
     top_text_logprobs: list[dict[str, float]] | None = None
+    # the precision the engine computed in, as it says (``bfloat16``...): its near-ties flip at that precision's
+    # scale, whatever the config's dtype (gate/engines/tolerance.py); None: the config's dtype
+    precision: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from gate.engines.base import (
+    PRECISIONS,
     BatchResult,
     Capabilities,
     EngineFailure,
@@ -36,6 +37,7 @@ from gate.engines.base import (
     SequenceResult,
     SpecCounters,
     open_log,
+    precision_name,
 )
 from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
 from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, load_callable  # noqa: F401 (re-exported)
@@ -103,8 +105,13 @@ def _as_result(obj, i: int, label: str, settings: PluginSettings, vocab_size: in
             raise EngineError(Problem(src, f"expected seconds as a number >= 0, got {v!r}"[:200],
                                       field=f"result[{i}].{key}"))
         num[key] = v
+    precision = obj.get("precision")
+    if precision is not None and precision_name(precision) is None:
+        raise EngineError(Problem(src, f"unknown precision {precision!r}"[:200], field=f"result[{i}].precision",
+                                  hint=f"one of {', '.join(sorted(set(PRECISIONS)))} (what the engine computes in)"))
     return SequenceResult([int(t) for t in toks], stop, wall_s=num["wall_s"] or 0.0, ttft_s=num["ttft_s"],
-                          per_token_s=num["per_token_s"], counters=_counters(obj.get("counters"), i, src))
+                          per_token_s=num["per_token_s"], counters=_counters(obj.get("counters"), i, src),
+                          precision=precision_name(precision) if precision is not None else None)
 
 
 def call_with_deadline(fn, args: tuple, timeout_s: float | None, label: str):

@@ -16,6 +16,18 @@ position::
   are 0.0625 apart, so two such logits cannot be told apart more finely than that.
 
 A fixed ``checks.equivalence.logit_tolerance`` in the config replaces both.
+
+**Another stack's precision** (a plug-in or a server: its own kernels, often bf16 or TF32 where the config says
+float32).  Its near-ties flip at its own noise scale, which the gate's torch measurement does not see:
+
+* where the engine has its own plain decoding (a plug-in's ``engines[].reference``, an http engine's
+  ``http.reference``), that decoding's departures from the target (re-scored here) are by definition not
+  speculation: the largest one within the cross-stack band is the stack's measured noise, and the engine's
+  tolerance becomes ``max(rule above, STACK_FACTOR x that noise)`` (``stack_noise``);
+* where it has none, nothing measures its noise: a departure within the **cross-stack band**
+  (``BAND_ULPS`` bf16 ULPs of the largest logit, :func:`band`; 0.25 nats at a logit of 10) cannot be told from
+  noise and is reported as such (``band_ulps``), and one beyond the band is a bug as before;
+* ``dtype`` is the precision the engine says it computes in (a plug-in result's ``precision``), else the config's.
 """
 
 from __future__ import annotations
@@ -27,10 +39,29 @@ from dataclasses import dataclass
 
 import torch
 
+from gate.engines.base import PRECISION_EPS as _EPS
+from gate.engines.base import precision_name
 from gate.engines.scoring import Item, Scorer
 
 NOISE_FACTOR = 4.0  # two candidates each moved by up to the noise, with 2x margin
 ULP_FACTOR = 2.0
+STACK_FACTOR = 4.0  # as NOISE_FACTOR: the stack's largest plain-decoding departure, for each of two candidates, x2
+BAND_DTYPE = "bfloat16"  # the lowest precision serving stacks compute logits in by default (fp8 weights aside)
+BAND_ULPS = 4.0  # the cross-stack band: departures within it cannot be told from another stack's float noise
+
+
+def ulp(eps: float, max_logit: float) -> float:
+    """The spacing of representable numbers near ``max_logit`` in a format whose machine epsilon is ``eps``."""
+    m = max(abs(max_logit), 1e-30)
+    return eps * 2.0 ** math.floor(math.log2(m))
+
+
+def band(max_logit: float) -> float:
+    """The cross-stack band at a position whose largest logit is ``max_logit``: BAND_ULPS ULPs of it in bf16."""
+    return BAND_ULPS * ulp(_EPS[BAND_DTYPE], max_logit)
+
+
+BAND_RULE = f"{BAND_ULPS:g} {BAND_DTYPE} ULPs of the largest logit ({band(10.0):.2g} nats at a logit of 10)"
 
 
 @dataclass(frozen=True)
@@ -42,22 +73,47 @@ class Tolerance:
     noise_factor: float = NOISE_FACTOR
     ulp_factor: float = ULP_FACTOR
     source: str = "local"  # "server": measured from the reference server's logprobs
+    # another stack's own plain decoding: its largest departure from the target within the band (nats)
+    stack_noise: float | None = None
+    stack_factor: float = STACK_FACTOR
+    # another stack whose noise was not measured: departures up to this many bf16 ULPs cannot be told from noise
+    band_ulps: float | None = None
 
     def at(self, max_logit: float) -> float:
         if self.fixed is not None:
             return self.fixed
-        m = max(abs(max_logit), 1e-30)
-        ulp = self.eps * 2.0 ** math.floor(math.log2(m))
-        return max(self.noise_factor * (self.measured_noise or 0.0), self.ulp_factor * ulp)
+        own = max(self.noise_factor * (self.measured_noise or 0.0), self.ulp_factor * ulp(self.eps, max_logit))
+        return max(own, self.stack_factor * self.stack_noise) if self.stack_noise else own
+
+    def classify(self, gap: float, max_logit: float) -> str:
+        """``near_tie`` (within the tolerance), ``band`` (beyond it but within the cross-stack band, where this
+        tolerance has one: not told from another stack's noise) or ``confident``."""
+        if abs(gap) <= self.at(max_logit):
+            return "near_tie"
+        if self.band_ulps is not None and self.fixed is None and abs(gap) <= self.band_at(max_logit):
+            return "band"
+        return "confident"
+
+    def band_at(self, max_logit: float) -> float:
+        return (self.band_ulps or BAND_ULPS) * ulp(_EPS[BAND_DTYPE], max_logit)
 
     def to_dict(self) -> dict:
         return {"dtype": self.dtype, "eps": self.eps, "measured_noise": self.measured_noise,
                 "fixed": self.fixed, "noise_factor": self.noise_factor, "ulp_factor": self.ulp_factor,
-                "rule": ("max(4 x the reference server's measured logprob noise (alone vs at the highest "
-                         "concurrency), 1e-3 nats)" if self.source == "server" else
-                         "fixed by checks.equivalence.logit_tolerance" if self.fixed is not None else
-                         f"max({self.noise_factor} x measured noise, {self.ulp_factor} x ULP of |max logit| "
-                         f"in {self.dtype})")}
+                "rule": self.rule}
+
+    @property
+    def rule(self) -> str:
+        if self.source == "server":
+            return ("max(4 x the reference server's measured logprob noise (alone vs at the highest concurrency), "
+                    "1e-3 nats)")
+        if self.fixed is not None:
+            return "fixed by checks.equivalence.logit_tolerance"
+        own = f"{self.noise_factor} x measured noise, {self.ulp_factor} x ULP of |max logit| in {self.dtype}"
+        if self.stack_noise:
+            return f"max({own}, {self.stack_factor:g} x its own plain decoding's largest departure " \
+                   f"{self.stack_noise:.2g})"
+        return f"max({own})"
 
 
 def _top2(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,5 +165,9 @@ def _measure_noise(scorer: Scorer, items: list[Item], batch_size: int) -> float:
     return worst
 
 
-def tolerance_for(dtype: torch.dtype, measured: float | None, fixed: float | None = None) -> Tolerance:
+def tolerance_for(dtype: torch.dtype | str, measured: float | None, fixed: float | None = None) -> Tolerance:
+    """The rule for a computation in ``dtype`` (a torch dtype, or a precision name an engine reported)."""
+    if isinstance(dtype, str):
+        name = precision_name(dtype) or dtype
+        return Tolerance(name, _EPS[name], measured, fixed)
     return Tolerance(str(dtype).replace("torch.", ""), float(torch.finfo(dtype).eps), measured, fixed)

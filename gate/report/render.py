@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from gate.verdict.doc import VerdictDoc
 
 STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
+# A first divergence's kind (gate.checks.equivalence.Divergence) in the report's words.
+DIVERGENCE_WORDS = {"near_tie": "near-tie", "confident": "confident divergence", "unclassified": "unclassified",
+                    "length": "length difference", "band": "within the cross-stack band (not told from noise)",
+                    "plain": "shared with its own plain decoding"}
 
 
 def untrusted(value, limit: int = 80) -> Inert:
@@ -39,9 +43,11 @@ def environment() -> Environment:
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
+    from gate.checks.stack import sentence as stack_sentence
     from gate.checks.traffic import crossover_sentence
 
-    env.globals.update(icon=STATUS_ICON, ms=ms, anchor_line=anchor_line, crossover_sentence=crossover_sentence)
+    env.globals.update(icon=STATUS_ICON, divergence_word=DIVERGENCE_WORDS, ms=ms, anchor_line=anchor_line,
+                       crossover_sentence=crossover_sentence, stack_sentence=stack_sentence)
     return env
 
 
@@ -140,6 +146,7 @@ def _eq_rows(checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None) 
             rows.append({"engine": engine, "batch_size": bs, "sequences": s.sequences,
                          "base": base.exact_match if base else None, "head": s.exact_match,
                          "near": s.divergences.near_tie, "confident": s.divergences.confident,
+                         "own": s.divergences.plain, "band": s.divergences.band,
                          "length": s.divergences.length, "incons": s.confident_inconsistencies,
                          "signatures": ", ".join(f"{k}: {n}" for k, n in sorted(s.signatures.items())) or "none",
                          "compositions": s.compositions,
@@ -153,10 +160,9 @@ def _repro(checks: ChecksDoc) -> list[str]:
 
     out = []
     for engine, r in (checks.reproducibility or {}).items():
-        kind = "speculative" if r.speculative else "non-speculative"
         if any(x is not None for x in (r.bitwise_across_batch_sizes, r.bitwise_across_runs,
                                        r.bitwise_across_compositions)):
-            out.append(Inert(f"**{inline(engine)}**: {inline(sentence(kind, r))}"))
+            out.append(Inert(f"**{inline(engine)}**: {inline(sentence(r))}"))
     return out
 
 

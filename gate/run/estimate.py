@@ -130,16 +130,15 @@ def _engines(loaded: LoadedConfig) -> tuple[list[EngineInfo], list[EngineInfo]]:
     from gate.engines.hf_assisted import HFAssistedEngine
     from gate.engines.speculative import SpeculativeEngine
 
-    engines, timing_only = [], []
+    engines, own = [], []
     for e in loaded.config.engines:
         # the built-in engines' own (class) capabilities; a plug-in's limit is its config's, a server has none
         caps = {"speculative": SpeculativeEngine.capabilities, "hf_assisted": HFAssistedEngine.capabilities}.get(
             e.type, Capabilities(max_batch_size=e.max_batch_size))
         engines.append(EngineInfo(e.label, caps))
         if e.reference is not None:
-            own = Capabilities(max_batch_size=e.max_batch_size)
-            timing_only.append(EngineInfo(e.label + OWN_REFERENCE_SUFFIX, own))
-    return engines, timing_only
+            own.append(EngineInfo(e.label + OWN_REFERENCE_SUFFIX, Capabilities(max_batch_size=e.max_batch_size)))
+    return engines, own
 
 
 def _budget(job_members, prompts) -> int:
@@ -156,8 +155,8 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
     gen, speed = cfg.generation, cfg.checks.speedup
     prompts = prompt_infos(suite, pair, gen.max_new_tokens, list(speed.context_buckets),
                            truncate=cfg.suite.truncate_long_prompts)
-    engines, timing_only = _engines(loaded)
-    p = plan(cfg, prompts, engines, timed=True, timing_only=timing_only or None)
+    engines, own = _engines(loaded)
+    p = plan(cfg, prompts, engines, timed=True, own_references=own)
     report = PlanReport(config=str(loaded.source), summary=(
         f"{len(prompts)} prompts in {len(suite.slices)} slices, batch sizes "
         f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "

@@ -161,7 +161,7 @@ class Executor:
                                token_ids=list(s.token_ids), stop_reason=s.stop_reason, wall_s=s.wall_s,
                                ttft_s=s.ttft_s, per_token_s=s.per_token_s, counters=s.counters,
                                top_logprobs=s.top_logprobs, text_only=s.text_only, token_texts=s.token_texts,
-                               top_text_logprobs=s.top_text_logprobs)
+                               top_text_logprobs=s.top_text_logprobs, precision=s.precision)
                 for row, (i, req, s) in enumerate(zip(b.members, requests, result.sequences))
             ],
         )

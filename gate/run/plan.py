@@ -237,13 +237,16 @@ class Plan:
 
 
 def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], timed: bool = True,
-         repeat_runs: bool = True, timing_only: list[EngineInfo] | None = None) -> Plan:
+         repeat_runs: bool = True, timing_only: list[EngineInfo] | None = None,
+         own_references: list[EngineInfo] | None = None) -> Plan:
     """Which batches, which phases, which engines; every skip with its reason.
 
     ``timed=False`` (the self-test) plans no calibration and no timing, and, with
     ``repeat_runs``, a second outputs pass at the repeat batch size for run-to-run
     repeatability (timed runs get that from the timing repeats).  ``timing_only``
-    engines (paired mode's base) run in the timing phase only.
+    engines (paired mode's base) run in the timing phase only.  ``own_references`` (plug-ins' own plain decoding,
+    ``<engine>.reference``) run the greedy outputs on the engines' batches, which measure their stack's own
+    numerical noise (:mod:`gate.checks.stack`), and the timing phase, which times their engines against them.
     """
     out = Plan()
     sizes = config.batching.batch_sizes
@@ -271,6 +274,7 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
             names = able(b, "greedy")
             batches = equivalence_batches(prompts, b, config.batching.compositions, config.suite.stress_mix)
             out.batches += batches
+            names += [e.name for e in own_references or [] if e.capabilities.refuses(b) is None]
             for pb in batches:
                 # The run-to-run repeat reruns the first composition's batches unchanged.
                 for r in range(2 if (second and b == repeat_bs and pb.composition == 0) else 1):
@@ -282,7 +286,8 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
                 cells: OrderedDict[tuple[str, str], list[PlannedBatch]] = OrderedDict()
                 for pb in plan_batches_per_cell(prompts, b):
                     cells.setdefault(pb.cell, []).append(pb)
-                names = able(b, "greedy") + [e.name for e in timing_only or [] if e.capabilities.refuses(b) is None]
+                names = able(b, "greedy") + [e.name for e in [*(timing_only or []), *(own_references or [])]
+                                             if e.capabilities.refuses(b) is None]
                 out.timing.append(TimingLevel(b, tuple(names), tuple(
                     TimingCell(b, slc, bucket, tuple(spread_subset(members, cap)))
                     for (slc, bucket), members in cells.items())))

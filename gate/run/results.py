@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from gate.engines.base import SpecCounters
+from gate.engines.base import SpecCounters, eps_of
 from gate.errors import Problem, ResultsError
 from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, Config
 from gate.io.documents import Document, RunRef, omitted_when_none
@@ -115,6 +115,7 @@ class SequenceOutput(_Record):
     # a text-only stack's own token pieces and top-k keyed by text (None: not given)
     token_texts: list[str] | None = omitted_when_none()
     top_text_logprobs: list[dict[str, float]] | None = omitted_when_none()
+    precision: str | None = omitted_when_none()  # what the engine says it computed in (None: the config's dtype)
 
     _counters = field_validator("counters")(_counters_not_negative)
 
@@ -532,6 +533,33 @@ class Results(RunHeader):
         """Engine -> the name its own plain decoding is timed under (``engines[].reference`` of the run's config)."""
         engines = self.config.engines if self.config is not None else []
         return {e.label: e.label + OWN_REFERENCE_SUFFIX for e in engines if e.reference is not None}
+
+    def other_stacks(self) -> dict[str, str | None]:
+        """Engines of another stack than the gate's torch (plug-ins and servers) -> the engine whose greedy outputs
+        are that stack's own plain decoding: a plug-in's ``<engine>.reference``, or the reference itself where it is
+        the engine's own server (``http.reference``); None where the stack has none (its noise is not measured)."""
+        engines = self.config.engines if self.config is not None else []
+        out: dict[str, str | None] = {}
+        for e in engines:
+            if e.type == "plugin":
+                out[e.label] = e.label + OWN_REFERENCE_SUFFIX if e.reference is not None else None
+            elif e.type == "http":
+                out[e.label] = REFERENCE if e.http.reference is not None else None
+        return out
+
+    def precision(self, engine: str) -> str | None:
+        """The lowest precision an engine said it computed in (a plug-in result's ``precision``), or None."""
+        said = {s.precision for ex in self.executions if ex.engine == engine for s in ex.sequences if s.precision}
+        return max(said, key=eps_of) if said else None
+
+    def speculated(self, engine: str) -> bool:
+        """Whether an engine's executions show speculation: counters with drafts."""
+        for ex in self.executions:
+            if ex.engine == engine:
+                c = ex.counters()
+                if c is not None and (c.num_drafts or c.num_draft_tokens):
+                    return True
+        return False
 
     def failures(self) -> list[Execution]:
         return [ex for ex in self.executions if ex.failure is not None]

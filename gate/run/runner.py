@@ -139,7 +139,8 @@ class Runner:
                  shard: tuple[int, int] | None = None, run_id: str | None = None,
                  hardware_key: str | None = None, own_references: Sequence[Engine] = ()):
         """``own_references``: plug-ins' own plain decoding (``engines[].reference``, named ``<engine>.reference``),
-        timed beside their engines on the same batches and never judged for equivalence."""
+        run on their engines' equivalence batches (their stack's own noise) and timed beside them; never judged as
+        engines under test."""
         self.loaded = loaded
         self.run_id = run_id
         # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
@@ -166,10 +167,11 @@ class Runner:
             self.prompts = prompt_infos(suite, pair, gen.max_new_tokens,
                                         list(self.cfg.checks.speedup.context_buckets),
                                         truncate=self.cfg.suite.truncate_long_prompts)
-            timing_only = [EngineInfo(e.name, e.capabilities)
-                           for e in [*([paired.engine] if paired else []), *self.own_references]] or None
             self.plan: Plan = plan(self.cfg, self.prompts, [EngineInfo(e.name, e.capabilities) for e in engines],
-                                   timed=timed, repeat_runs=repeat_runs, timing_only=timing_only)
+                                   timed=timed, repeat_runs=repeat_runs,
+                                   timing_only=[EngineInfo(paired.engine.name, paired.engine.capabilities)]
+                                   if paired else None,
+                                   own_references=[EngineInfo(e.name, e.capabilities) for e in self.own_references])
             self.shard = shard
             if shard is not None:
                 self.plan = shard_plan(self.plan, *shard)

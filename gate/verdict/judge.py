@@ -636,7 +636,7 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
         parts.append(f"Merging breaks output equivalence{' at bs ' + _sizes(bad) if bad else ''}")
     elif unproven:  # "equivalent" is said only of equivalence that passed, never of a warning
         parts.append(f"Merging leaves output equivalence unproven at bs {_sizes(unproven)} (divergences the gate "
-                     "cannot classify)")
+                     "cannot tell from noise)")
     elif measured.settings.greedy and any(c.status == "pass" for c in eq):
         parts.append(f"Merging keeps outputs equivalent at bs {_sizes(sizes)}")
     elif measured.settings.greedy:
