@@ -7,8 +7,10 @@ the engines themselves, which are tested on the real demo pair.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
 from gate.inputs.config import LoadedConfig, parse_config
@@ -24,6 +26,42 @@ models:
   draft: {path: "specguard:demo/draft", dtype: %(dtype)s}
   device: cpu
 """
+
+
+# --- signals -------------------------------------------------------------------------------------------------
+# A background job of a non-interactive shell (`bash -c 'make test > log 2>&1 &'`, a scheduler) starts with SIGINT
+# and SIGQUIT ignored (POSIX), and Python keeps an inherited SIG_IGN: Ctrl-C then neither raises in the tests nor
+# reaches the processes they start.  A test that sends or expects a signal sets the disposition it needs here,
+# in its own process and in each it starts (tests/test_reliability.py runs them with SIGINT ignored).
+
+
+def default_signals() -> None:
+    """``preexec_fn`` of a process a signal test starts: SIGINT and SIGTERM at their defaults, as an interactive
+    terminal or a CI runner gives them, whatever the suite was started with."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def sigint_raises():
+    """Inside: SIGINT raises KeyboardInterrupt in this (main) thread, as Python's own default handler does; the
+    disposition the suite was started with comes back afterwards."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# A slow property test (a process per example) reports its first failing example as found: shrinking it would rerun
+# the slow thing for minutes (a SIGINT test shrank for five).  ``settings(phases=NO_SHRINK, ...)``.
+def _no_shrink():
+    from hypothesis import Phase
+
+    return (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+NO_SHRINK = _no_shrink()
 
 
 def demo_config(dtype: str = "float32", extra: str = "") -> LoadedConfig:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from helpers import THREADS
+from helpers import THREADS, default_signals
 
 from gate import schemas
 from gate.cli import main
@@ -112,7 +112,7 @@ def test_sigterm_keeps_finished_work_and_resume_completes(tmp_path, capfd, monke
     small.write_text(TINY)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "gate", "run", str(small), "--no-cache", "--threads", "1"]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     records = tmp_path / "out" / "records.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

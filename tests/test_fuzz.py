@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 import yaml
+from helpers import NO_SHRINK, sigint_raises
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -165,7 +166,8 @@ def _syn_run():
 
 
 @pytest.mark.slow
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=NO_SHRINK)
 @given(st.data())
 def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, data):
     import json
@@ -191,7 +193,8 @@ def test_results_with_hostile_numbers_are_read_or_refused_with_exit_2(tmp_path, 
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=NO_SHRINK)
 @given(st.data())
 def test_baselines_with_hostile_values_are_used_or_refused_with_exit_3(tmp_path, data):
     import json
@@ -278,7 +281,8 @@ def slow(prompt_ids, batch_size, settings):
 
 
 @pytest.mark.slow
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=NO_SHRINK)
 @given(st.floats(0.0, 0.4))
 def test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean(tmp_path, monkeypatch, delay):
     """SIGINT at any moment of a call in the worker process: KeyboardInterrupt in the gate (exit 130 there), the
@@ -298,16 +302,17 @@ def test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean(tmp
     fn.start()
     timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
     try:
-        try:
-            timer.start()  # at delay 0 the signal may land while the timer starts
-            engine.generate([Request((1, 2), 3)], GenerationSettings(0.0, 4, ()))
-            timer.join()  # the signal landed after the call: it interrupts this wait instead, at once
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                time.sleep(0.01)
-            raise AssertionError("SIGINT was sent but never interrupted the gate")
-        except KeyboardInterrupt:
-            pass
+        with sigint_raises():  # however the suite was started (helpers.py)
+            try:
+                timer.start()  # at delay 0 the signal may land while the timer starts
+                engine.generate([Request((1, 2), 3)], GenerationSettings(0.0, 4, ()))
+                timer.join()  # the signal landed after the call: it interrupts this wait instead, at once
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+                raise AssertionError("SIGINT was sent but never interrupted the gate")
+            except KeyboardInterrupt:
+                pass
         assert [len(s.token_ids) for s in engine.generate([Request((1, 2), 2), Request((3,), 1)],
                                                           GenerationSettings(0.0, 4, ())).sequences] == [2, 1]
     finally:
