@@ -147,5 +147,8 @@ hardware_key = typed(lambda t: t if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,99}", t
                        "1-100 characters from [a-z0-9_.-]")
 run_id = typed(lambda t: t if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", t) else None,
                  "letters, digits, '.', '_' or '-' (at most 128)")
-shard = typed(lambda t: (lambda m: (int(m[1]), int(m[2])) if m and 0 <= int(m[1]) < int(m[2]) else None)(
-    re.fullmatch(r"(\d+)/(\d+)", t)), "INDEX/COUNT with 0 <= INDEX < COUNT, such as 0/4")
+MAX_SHARDS = 256  # a GitHub Actions job matrix holds at most 256 jobs
+shard = typed(lambda t: (lambda m: (int(m[1]), int(m[2])) if m and 0 <= int(m[1]) < int(m[2]) <= MAX_SHARDS
+                         else None)(re.fullmatch(r"(\d{1,4})/(\d{1,4})", t.strip())),
+              f"INDEX/COUNT with 0 <= INDEX < COUNT <= {MAX_SHARDS} (a job matrix holds at most {MAX_SHARDS} jobs), "
+              "such as 0/4")

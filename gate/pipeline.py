@@ -381,6 +381,10 @@ def run(session: Session, inputs: Inputs, models: Models, opts: RunOptions, serv
                         out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
                         progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
                         run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references)
+        if opts.shard is not None and runner.plan.empty and not (loaded.config.checks.traffic and opts.shard[0] == 0):
+            session.say(f"shard {opts.shard[0]}/{opts.shard[1]} has no work: this run's batches, timing cells and "
+                        f"sampling groups all fall to other shards (fewer shards give each some); its results.json "
+                        "holds no executions, and `specguard merge` takes it as such")
         results = runner.run(resume=opts.resume)
     except RunInterrupted as stop:
         progress.close()
@@ -545,14 +549,8 @@ def _links(stored) -> dict[str, str]:
     commit the baseline was measured at."""
     from gate.ci.github import run_links
 
-    path = Path(stored.path) if stored.path else None
-    if path is not None and path.is_absolute():
-        try:
-            path = path.relative_to(Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve())
-        except ValueError:
-            path = None
     commit = (stored.baseline.source or {}).get("commit") if stored.baseline is not None else None
-    return run_links(path.as_posix() if path is not None and stored.baseline is not None else None, commit)
+    return run_links(stored.path if stored.baseline is not None else None, commit)  # repository-relative
 
 
 def read_back(results, checks, dest: RunDir) -> bool:

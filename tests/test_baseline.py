@@ -307,3 +307,24 @@ def test_refresh_and_compare_find_one_baseline_by_one_name_rule(tmp_path, capsys
     assert main(["compare", str(run2), "--baselines-dir", str(b), "-q"]) == 0
     why = next(c["why"] for c in json.loads((run2 / "verdict.json").read_text())["checks"] if c["check"] == "baseline")
     assert "no baseline 'specguard' for hardware" in why and "this config" not in why, why
+
+
+@pytest.mark.parametrize("in_repository", [True, False])
+def test_no_comment_or_summary_quotes_a_runners_absolute_path(repo, in_repository, monkeypatch):
+    """Issue 39 item 7: the "no baseline" line quoted /…/baselines/<name>/<hardware>.json as the runner has it.
+    It is named as the repository names it (relative to its root), and without a repository never absolutely."""
+    root, cfg, run = repo
+    if in_repository:
+        (root / ".git").mkdir()
+    monkeypatch.chdir("/")
+    assert _compare(run, root) == 0  # no baseline: neutral
+    for name in ("comment.md", "summary.md", "verdict.json"):
+        text = (run / name).read_text()
+        assert str(root).lstrip("/") not in text, name
+    comment = (run / "comment.md").read_text()
+    shown = "baselines/demo/cpu-test-cpu-2c-2t.json" if in_repository else "…/baselines/demo/cpu-test-cpu-2c-2t.json"
+    assert f"({shown})" in comment, comment
+    assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
+    assert _compare(run, root) == 0
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["baseline"]["path"] == shown

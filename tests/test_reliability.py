@@ -401,6 +401,33 @@ def test_threads_must_be_a_whole_number_up_to_the_cores(command, threads, capsys
     assert f"expected a whole number from 1 to {_cores()} (this machine's cores)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["1/99999999999", "0/257", "4/4", "-1/4", "1/0", "a/b", "1 / 4"])
+def test_a_shard_count_is_bounded_by_what_a_job_matrix_holds(value, capsys):
+    """Issue 39 item 7: `--shard 1/99999999999` exited 0 with "wrote results.json (0 executions)"."""
+    with pytest.raises(SystemExit) as info:
+        main(["run", "x.yaml", f"--shard={value}"])
+    assert info.value.code == 2
+    assert "expected INDEX/COUNT with 0 <= INDEX < COUNT <= 256 (a job matrix holds at most 256 jobs)" in \
+        capsys.readouterr().err
+
+
+def test_an_empty_plan_is_one_with_nothing_to_run():
+    from gate.run.plan import Plan, shard
+
+    assert Plan().empty and not shard(Plan(calibrate=[1]), 0, 2).empty and shard(Plan(calibrate=[1]), 1, 2).empty
+
+
+@pytest.mark.slow
+def test_a_shard_with_no_work_says_so(tmp_path, capsys):
+    """A legitimate shard can get none of a small run's units (they are split by hash): the run says so plainly,
+    instead of a bare "wrote results.json (0 executions)"."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY % {"engines": "  - type: speculative"})
+    assert main(["run", str(cfg), "--shard", "255/256", "--threads", THREADS, "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    assert "shard 255/256 has no work" in err and "(0 executions)" in err, err[-2000:]
+
+
 @pytest.mark.parametrize("args", [["--seeds", "-1"], ["--seeds", "1001"], ["--samples", "5"],
                                   ["--dtype", "int8"]])
 def test_selftest_counts_are_bounded(args, capsys):

@@ -235,6 +235,11 @@ class Plan:
     def jobs(self) -> list[Job]:
         return [*self.outputs, *self.canonical]
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to run (a shard whose share of the units is none)."""
+        return not (self.calibrate or self.outputs or self.timing or self.canonical or self.sampling)
+
 
 def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], timed: bool = True,
          repeat_runs: bool = True, timing_only: list[EngineInfo] | None = None,

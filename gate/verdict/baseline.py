@@ -36,7 +36,7 @@ from pydantic import Field
 from gate.checks.doc import ChecksDoc, EquivalenceSummary, Reproducibility
 from gate.engines.base import SpecCounters
 from gate.errors import BaselineError, Problem, RefreshRefused
-from gate.inputs.config import REFERENCE, Config
+from gate.inputs.config import REFERENCE, Config, repository_root
 from gate.io.documents import Document, omitted_when_none
 from gate.io.files import atomic_write_json
 from gate.io.rundir import DocumentKind, load_document
@@ -486,7 +486,8 @@ class BaselineStore:
 @dataclass(frozen=True)
 class Stored:
     """What the judge is given of the stored side: the baseline for the run's hardware key (None: there is none),
-    where it is or would be, whether it was measured on this hardware, the keys that do have one, and the name."""
+    where it is or would be (as the repository names it: :func:`shown_path`), whether it was measured on this
+    hardware, the keys that do have one, and the name."""
 
     baseline: Baseline | None
     path: str
@@ -507,12 +508,23 @@ def lookup(root: Path, name: str, hardware_key: str, given: str | None = None, k
     baseline is (exit 3: :func:`load_baseline`)."""
     if given and is_baseline_file(given):
         baseline = load_baseline(given)
-        return Stored(baseline, str(given), name, baseline.hardware_key == hardware_key)
+        return Stored(baseline, shown_path(Path(given)), name, baseline.hardware_key == hardware_key)
     store = BaselineStore(root, given or name, keep)
     path = store.find(hardware_key)
     if path is None:
-        return Stored(None, str(store.path_for(hardware_key)), name, True, tuple(store.others(hardware_key)))
-    return Stored(load_baseline(path), str(path), name)
+        return Stored(None, shown_path(store.path_for(hardware_key)), name, True, tuple(store.others(hardware_key)))
+    return Stored(load_baseline(path), shown_path(path), name)
+
+
+def shown_path(path: Path) -> str:
+    """A baseline file as a reader of the PR knows it, never a runner's absolute path: relative to the repository
+    that holds it (the nearest folder above with ``.git``), else from its baselines folder on
+    (``…/baselines/<name>/<hardware>.json``: not a path a link can be made of)."""
+    path = Path(path).absolute()
+    root = repository_root(path.parent)
+    if root is not None and path.is_relative_to(root.absolute()):
+        return path.relative_to(root.absolute()).as_posix()
+    return "…/" + Path(*path.parts[-3:]).as_posix()
 
 
 HINT = "refresh it: run the refresh workflow, or `specguard baseline refresh CONFIG --from RUN_DIR`"
