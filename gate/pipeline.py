@@ -127,7 +127,8 @@ def validate(config: str) -> Validation:
     """Every problem of a config at once: its schema, its paths, its suite, its plug-ins (imported in their own
     workers)."""
     from gate.engines.plugin import plugin_problems
-    from gate.inputs.config import check_paths, load_config, model_notes
+    from gate.inputs.config import load_config
+    from gate.inputs.paths import check_paths, model_notes
     from gate.inputs.suite import suite_for
 
     problems, suite, loaded = [], None, None

@@ -8,12 +8,9 @@ documented in ``docs/config.md``; keep the two in step.
 
 from __future__ import annotations
 
-import os
 import re
-import types
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -27,8 +24,10 @@ from pydantic import (
     model_validator,
 )
 
-from gate.errors import ConfigError, Problem, closest
+from gate.errors import ConfigError, Problem
+from gate.inputs.config_errors import dotted, problems_from_validation
 from gate.inputs.launch import mismatches
+from gate.inputs.yaml_text import line_index, screen_yaml
 from gate.io.files import read_input
 
 CONFIG_VERSION = 1
@@ -525,152 +524,7 @@ def repository_root(start: Path) -> Path | None:
     return None
 
 
-# --- error reporting -------------------------------------------------------------------------
-
-
-def _line_index(text: str) -> dict[tuple, int]:
-    """Map each key path in the YAML document to its 1-based line number."""
-    index: dict[tuple, int] = {}
-
-    def walk(node, path: tuple) -> None:
-        index.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = (*path, k.value)
-                index[key] = k.start_mark.line + 1
-                walk(v, key)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, (*path, i))
-
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return index
-    if root is not None:
-        walk(root, ())
-    return index
-
-
-def dotted(loc: typing.Sequence[Any]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def _unwrap(annotation: Any) -> list[Any]:
-    """The model/list/dict types that an annotation can hold."""
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _unwrap(typing.get_args(annotation)[0])
-    if origin in (Union, types.UnionType):
-        return [t for a in typing.get_args(annotation) for t in _unwrap(a)]
-    return [annotation]
-
-
-def _known_keys(model: type[BaseModel], loc: typing.Sequence[Any]) -> list[str]:
-    """Field names of the model that sits at ``loc`` inside ``model``."""
-    candidates: list[Any] = [model]
-    for part in loc:
-        nxt: list[Any] = []
-        for c in candidates:
-            if isinstance(c, type) and issubclass(c, BaseModel) and isinstance(part, str):
-                f = c.model_fields.get(part)
-                if f is not None:
-                    nxt += _unwrap(f.annotation)
-            elif typing.get_origin(c) is list and isinstance(part, int):
-                nxt += _unwrap(typing.get_args(c)[0])
-        candidates = nxt
-    for c in candidates:
-        if isinstance(c, type) and issubclass(c, BaseModel):
-            return list(c.model_fields)
-    return []
-
-
-def problems_from_validation(err: ValidationError, model: type[BaseModel], source: str,
-                             lines: dict[tuple, int] | None = None, line: int | None = None
-                             ) -> list[Problem]:
-    """Turn pydantic's errors into Problems with dotted paths, lines and suggestions."""
-    out = []
-    for e in err.errors(include_url=False):
-        loc = tuple(e["loc"])
-        kind, hint = e["type"], None
-        if kind == "extra_forbidden":
-            known = _known_keys(model, loc[:-1])
-            guess = closest(str(loc[-1]), known)
-            msg = "unknown key"
-            hint = f"did you mean '{guess}'?" if guess else f"known keys: {', '.join(known)}"
-        elif kind == "missing":
-            msg = "required field is missing"
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            if "got " not in msg and kind not in ("value_error", "assertion_error"):
-                msg += f", got {e.get('input')!r}"
-        at = line
-        if lines is not None:
-            for n in range(len(loc), -1, -1):  # nearest enclosing key that has a line
-                if loc[:n] in lines:
-                    at = lines[loc[:n]]
-                    break
-        out.append(Problem(source, msg, field=dotted(loc), line=at, hint=hint))
-    return out
-
-
 # --- loading ---------------------------------------------------------------------------------
-
-
-MAX_DEPTH = 32  # a config is a few levels deep; far deeper is an attack or an accident
-MAX_SIZE = 1 << 20  # bytes
-
-
-def screen_yaml(text: str, name: str) -> None:
-    """Refuse what no config needs before building anything: anchors and aliases (an alias bomb expands to
-    gigabytes), nesting deeper than MAX_DEPTH (a recursion error), and files over 1 MiB.  Linear time."""
-    if len(text) > MAX_SIZE:
-        raise ConfigError(Problem(name, f"the file is {len(text):,} characters; a config is far smaller "
-                                        f"(limit {MAX_SIZE:,})", hint="is this the right file?"))
-    depth = 0
-    # One frame per open collection: [is a mapping, a key is next, keys seen -> line, the current key].
-    frames: list[list] = []
-
-    def node(event) -> None:
-        """A node (scalar or collection) starts in the innermost collection: a key or a value."""
-        if not frames or not frames[-1][0]:
-            return
-        frame = frames[-1]
-        if frame[1]:
-            key = event.value if isinstance(event, yaml.ScalarEvent) else "(complex key)"
-            if key in frame[2]:
-                path = ".".join(str(f[3]) for f in frames[:-1] if f[0]) + ("." if len(frames) > 1 else "")
-                raise ConfigError(Problem(name, f"duplicate key {key!r} (first on line {frame[2][key]}): YAML "
-                                                "would silently keep only the last one",
-                                          field=f"{path}{key}".lstrip("."), line=event.start_mark.line + 1,
-                                          hint="merge the two into one"))
-            frame[2][key] = event.start_mark.line + 1
-            frame[3] = key
-        frame[1] = not frame[1]
-
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise ConfigError(Problem(name, "YAML anchors and aliases (&name, *name) are not accepted in a "
-                                                "config", line=event.start_mark.line + 1,
-                                          hint="write the values out; a config needs no references"))
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                node(event)
-                frames.append([isinstance(event, yaml.MappingStartEvent), True, {}, None])
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise ConfigError(Problem(name, f"nested more than {MAX_DEPTH} levels deep",
-                                              line=event.start_mark.line + 1, hint="see docs/config.md for the layout"))
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                frames.pop()
-                depth -= 1
-            elif isinstance(event, yaml.ScalarEvent):
-                node(event)
-    except yaml.YAMLError:
-        return  # reported with its line by the parser below
 
 
 def parse_config(text: str, source: str | Path) -> LoadedConfig:
@@ -693,8 +547,8 @@ def parse_config(text: str, source: str | Path) -> LoadedConfig:
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation(exc, Config, name, _line_index(text))) from None
-    problems = _cross_field_problems(cfg, name, _line_index(text))
+        raise ConfigError(problems_from_validation(exc, Config, name, line_index(text))) from None
+    problems = _cross_field_problems(cfg, name, line_index(text))
     if problems:
         raise ConfigError(problems)
     return LoadedConfig(config=cfg, source=Path(source).resolve(), raw=raw)
@@ -741,115 +595,3 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
 def load_config(path: str | Path) -> LoadedConfig:
     path = Path(path)
     return parse_config(read_input(path, ConfigError, "config file", "pass the path of your specguard.yaml"), path)
-
-
-def _read_raw(source: Path) -> tuple[str, Any]:
-    """The config's text and raw YAML tree, or ("", None) when it cannot be read (load_config reports why)."""
-    try:
-        text = read_input(source, ConfigError, "config file", "")  # never blocks on a FIFO
-        screen_yaml(text, str(source))
-        return text, yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
-        return "", None
-
-
-def check_paths(source: str | Path) -> list[Problem]:
-    """Problems with the paths a config names (model directories, suite file).
-
-    Works on the raw YAML, so it also runs when schema validation failed:
-    ``specguard validate`` reports every problem at once.
-    """
-    source = Path(source)
-    text, raw = _read_raw(source)
-    if not isinstance(raw, dict):
-        return []
-    lines = _line_index(text)
-    base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw=raw)
-    problems = []
-    models = raw.get("models") if isinstance(raw.get("models"), dict) else {}
-    weights_needed = models.get("local_weights", True) is not False
-    for role in ("target", "draft"):
-        spec = models.get(role) if isinstance(models.get(role), dict) else {}
-        value = spec.get("path")
-        if not isinstance(value, str) or not value.strip():
-            continue
-        where = ("models", role, "path")
-        p = base.resolve_path(value)
-        looks_local = looks_like_local_path(value, base)
-        at = dict(field=dotted(where), line=lines.get(where))
-        if p.exists() and not p.is_dir():
-            problems.append(Problem(str(source), f"{str(p)!r} is a file, not a model directory",
-                                    hint="point it at the directory that holds config.json and the weights", **at))
-        elif looks_local and not p.is_dir():
-            why = "" if not is_hub_id(value) or value.startswith((".", "/", "~")) else \
-                f" (its first folder, {value.split('/')[0]}/, is here, so this is a local path, not a hub id)"
-            problems.append(Problem(str(source), f"model directory {str(p)!r} does not exist{why}",
-                                    hint="point it at a directory holding config.json and weights, "
-                                         "or at a hub id such as 'org/name'", **at))
-        elif p.is_dir() and not (p / "config.json").is_file():
-            problems.append(Problem(str(source), f"{str(p)!r} has no config.json",
-                                    hint="is this a transformers model directory?", **at))
-        elif p.is_dir() and weights_needed and not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
-            problems.append(Problem(str(source), f"{str(p)!r} holds no weights ({', '.join(WEIGHT_FILES)})",
-                                    hint="are the weights in Git LFS and not pulled (check out with lfs: true)? "
-                                         "or set models.local_weights: false when the models run behind servers",
-                                    **at))
-        elif not p.is_dir() and os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True", "YES", "yes"):
-            revision = spec.get("revision") if isinstance(spec.get("revision"), str) else None
-            if not hub_cached(value, revision):
-                problems.append(Problem(str(source), f"{value!r} is not a local directory, and as a hub id it is "
-                                        "not in the local Hugging Face cache (HF_HUB_OFFLINE=1)",
-                                        hint="download it first, or point the path at a local directory", **at))
-    suite = raw.get("suite") if isinstance(raw.get("suite"), dict) else {}
-    value = suite.get("path", SuiteConfig().path)
-    if isinstance(value, str) and not base.resolve_path(value).is_file():
-        where = ("suite", "path")
-        found = base.resolve_path(value)
-        what = "is not a regular file (a FIFO, socket, device or directory)" if found.exists() else "does not exist"
-        problems.append(Problem(str(source), f"suite file {str(found)!r} {what}",
-                                field=dotted(where), line=lines.get(where),
-                                hint="use a JSONL file, or leave the default suite"))
-    return problems
-
-
-def hub_cached(repo_id: str, revision: str | None = None) -> bool:
-    """Whether a hub model's config.json is in the local Hugging Face cache (no network)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - transformers depends on it
-        return True
-    found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
-    return isinstance(found, str)
-
-
-def model_notes(source: str | Path) -> list[str]:
-    """What validate should say about model paths that are not errors: a bare name is taken as a hub id."""
-    source = Path(source)
-    _, raw = _read_raw(source)
-    notes = []
-    models = raw.get("models") if isinstance(raw, dict) and isinstance(raw.get("models"), dict) else {}
-    base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw={})
-    for role in ("target", "draft"):
-        spec = models.get(role) if isinstance(models.get(role), dict) else {}
-        value = spec.get("path")
-        if isinstance(value, str) and not looks_like_local_path(value, base) \
-                and not base.resolve_path(value).is_dir():
-            notes.append(f"models.{role}.path: {value!r} is not a local directory; treating it as a hub id "
-                         f"(revision {spec.get('revision') or 'main'})")
-    return notes
-
-
-WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
-
-
-def looks_like_local_path(value: str, loaded: LoadedConfig) -> bool:
-    """A model path that names a local folder: the package's own, explicitly relative or absolute, not a hub id
-    in form, or a hub id in form whose first folder exists beside the config (``models/x`` where ``models/``
-    is there: a missing local model must be an error, never an attempt at the hub)."""
-    if value.startswith((BUILTIN_PREFIX, ".", "/", "~")) or not is_hub_id(value):
-        return True
-    return "/" in value and loaded.resolve_path(value.split("/")[0]).is_dir()
-
-
-def is_hub_id(value: str) -> bool:
-    return re.fullmatch(r"[\w][\w.-]*(/[\w][\w.-]*)?", value) is not None and "--" not in value

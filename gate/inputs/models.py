@@ -100,7 +100,7 @@ class ModelPair:
 def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
     """A local model directory, or a hub id.  A path that names a local folder (``./x``, ``models/x`` where
     ``models/`` exists) and is not there is an error, never a download of whatever the hub holds under that name."""
-    from gate.inputs.config import looks_like_local_path
+    from gate.inputs.paths import looks_like_local_path
 
     p = loaded.resolve_path(spec.path)
     if p.is_dir():

@@ -16,7 +16,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from gate.errors import Problem, SuiteError
-from gate.inputs.config import LoadedConfig, problems_from_validation
+from gate.inputs.config import LoadedConfig
+from gate.inputs.config_errors import problems_from_validation
 from gate.io.files import parse_json, read_input, split_lines
 
 
