@@ -19,14 +19,15 @@ from pathlib import Path
 from gate import __version__, pipeline
 from gate.arguments import HELP, count, hardware_key, run_id, shard, threads
 from gate.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunInterrupted, SpecguardError
+from gate.inputs.config import DEMO_CONFIG
 from gate.io.rundir import RunDir
-from gate.pipeline import Session
-
-DEMO_CONFIG = pipeline.DEMO_CONFIG
+from gate.run.session import Session, set_threads
 
 
 def cmd_validate(args, session: Session) -> int:
-    v = pipeline.validate(args.config)
+    from gate.run.validate import validate
+
+    v = validate(args.config)
     for p in v.problems:
         print(p, file=sys.stderr)
     if v.problems:
@@ -47,8 +48,10 @@ def cmd_check(args, session: Session) -> int:
 
 
 def cmd_merge(args, session: Session) -> int:
+    from gate.run.merge import write_merged
+
     out = RunDir(args.out)
-    merged = pipeline.merge([Path(d) for d in args.dirs], out)
+    merged = write_merged([Path(d) for d in args.dirs], out)
     print(f"wrote {out / 'results.json'} ({len(merged.executions)} executions from {len(args.dirs)} shards); "
           f"now `specguard check CONFIG --out {out}` and `specguard compare {out}`")
     return EXIT_OK
@@ -79,11 +82,11 @@ def cmd_demo(args, session: Session) -> int:
 
 def cmd_baseline_refresh(args, session: Session) -> int:
     from gate.inputs.config import load_config
-    from gate.verdict.baseline import baselines_root
+    from gate.verdict.refresh import write_baseline
+    from gate.verdict.store import baselines_root
 
     loaded = load_config(args.config)
-    pipeline.write_baseline(loaded, RunDir(args.from_dir), baselines_root(args.dir, loaded=loaded), args.force,
-                            args.reason)
+    write_baseline(loaded, RunDir(args.from_dir), baselines_root(args.dir, loaded=loaded), args.force, args.reason)
     return EXIT_OK
 
 
@@ -111,7 +114,7 @@ def cmd_github_comment(args, session: Session) -> int:
 
 def cmd_github_refresh_pr(args, session: Session) -> int:
     from gate.inputs.config import load_config
-    from gate.verdict.baseline import baselines_root
+    from gate.verdict.store import baselines_root
 
     loaded = load_config(args.config)
     print(pipeline.publish_refresh(loaded, RunDir(args.run_dir), baselines_root(args.dir, loaded=loaded),
@@ -120,7 +123,9 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
 
 
 def cmd_plan(args, session: Session) -> int:
-    report = pipeline.plan_run(args.config, args.out, args.against)
+    from gate.run.estimate import plan_config
+
+    report = plan_config(args.config, args.out, args.against)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK
 
@@ -136,7 +141,7 @@ def cmd_selftest(args, session: Session) -> int:
     from gate.selftest import selftest
     from gate.selftest.speed import speed_selftest
 
-    pipeline.set_threads(args.threads)
+    set_threads(args.threads)
     session.quiet_libraries()
     report = speed_selftest(runs=args.runs, repeats=args.repeats, say=session.say) if args.speed else \
         selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,

@@ -41,9 +41,7 @@ def _hub_fingerprint(hub_id: str) -> str:
 
 
 def _digest(cfg: Config) -> str:
-    from gate.inputs import fingerprint
-
-    return fingerprint.digest(cfg.model_dump(mode="json"))
+    return cfg.digest()
 
 
 def _suite_fingerprint() -> str:
@@ -169,8 +167,8 @@ def checks_json(doc: ChecksDoc) -> str:
 def judge(results: Results, checks: ChecksDoc, cfg: Config, baseline=None, baseline_path: str = "",
           same_hardware: bool = True, others: tuple = (), name: str = "demo"):
     """The judge as the pipeline calls it: the run summarized once, then held against ``baseline``."""
-    from gate.verdict.baseline import Stored
     from gate.verdict.judge import judge as judge_
+    from gate.verdict.store import Stored
     from gate.verdict.summary import summarize
 
     stored = Stored(baseline, baseline_path, name, same_hardware, tuple(others))

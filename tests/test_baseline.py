@@ -18,7 +18,8 @@ import yaml
 
 from gate import schemas
 from gate.cli import main
-from gate.verdict.baseline import BaselineStore, load_baseline
+from gate.verdict.baseline import load_baseline
+from gate.verdict.store import BaselineStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,11 +75,11 @@ class _Later(datetime):
 
 
 def test_a_second_refresh_keeps_history_and_history_prints_the_trend(repo, capsys, monkeypatch):
-    import gate.pipeline
+    import gate.verdict.refresh
 
     root, cfg, run = repo
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
-    monkeypatch.setattr(gate.pipeline, "datetime", _Later)
+    monkeypatch.setattr(gate.verdict.refresh, "datetime", _Later)
     write_run(run, syn.run(accepted={("code", 4): 1}, speedup={("code", 4): 1.2}))
     assert main(["baseline", "refresh", str(cfg), "--from", str(run)]) == 0
     hist = list((root / "baselines" / "demo" / "history" / "cpu-test-cpu-2c-2t").glob("*.json"))
@@ -226,7 +227,6 @@ def test_a_refresh_killed_at_any_point_leaves_the_old_baseline_intact(repo):
 
 
 def test_the_committed_demo_baseline_is_valid_compact_and_portable():
-    from gate.inputs import fingerprint as fp
     from gate.inputs.config import load_config
 
     committed = sorted((Path(__file__).parent.parent / "baselines" / "demo").glob("*.json"))
@@ -237,7 +237,7 @@ def test_the_committed_demo_baseline_is_valid_compact_and_portable():
         assert len(text.encode()) < 200_000
         jsonschema.validate(json.loads(text), schemas.load("baseline"))
         b = load_baseline(path)
-        assert b.fingerprint.config == fp.digest(demo.config.model_dump(mode="json")), \
+        assert b.fingerprint.config == demo.config.digest(), \
             f"{path} is stale: refresh it with `make demo-baseline`"
         assert not any(s in text for s in ("/work/", "/home/", "/tmp/", "/root/", "/runner")), "runner-local path"
         assert b.fingerprint.suite.name == "specguard:suites/default.jsonl"
@@ -246,7 +246,7 @@ def test_the_committed_demo_baseline_is_valid_compact_and_portable():
 def test_every_command_finds_baselines_by_one_rule(tmp_path, monkeypatch):
     """Issue 21: `compare --baselines-dir` and `baseline history --dir` defaulted to ./baselines while `gate`
     used the config's baseline.dir, so two commands on one config could read different baselines."""
-    from gate.verdict.baseline import baselines_root
+    from gate.verdict.store import baselines_root
 
     cfg = tmp_path / "repo" / "specguard.yaml"
     cfg.parent.mkdir()

@@ -162,7 +162,7 @@ def test_plugin_options_only_on_plugins():
                               "extra: {port: 8000}}\n", "s.yaml").config
     assert cfg.engines[0].extra == {"port": 8000} and cfg.engines[0].max_batch_size == 4
     p = only(GOOD + "engines:\n  - {type: speculative, extra: {a: 1}}\n")
-    assert p.field == "engines[0]" and "only plugin engines take 'extra'" in p.message
+    assert p.field == "engines[0].extra" and "only plugin engines take 'extra'" in p.message
 
 
 def test_a_plugins_own_reference_is_the_same_callable_with_speculation_off_or_another_callable():

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gate.cli import main
-from gate.pipeline import DEMO_CONFIG
+from gate.inputs.config import DEMO_CONFIG
 
 
 def test_plan_of_the_demo_counts_every_phase_without_loading_weights(tmp_path, capsys, monkeypatch):

@@ -844,14 +844,14 @@ def test_launched_servers_start_side_by_side_and_are_all_torn_down(tmp_path):
     """A serving stack takes minutes to load its model: the engine's server and the reference's start together, and
     before the gate loads its own models (the caller does that inside `serving`, then `run` waits for them)."""
     from gate.inputs.config import parse_config
-    from gate.pipeline import Session, serving
+    from gate.run.servers import serving
 
     e, r = free_ports(2)
     a, b = tmp_path / "engine-up", tmp_path / "reference-up"
     text = config((e, json.dumps([PY, "-c", BOTH_UP, str(a), str(b), str(e)])),
                   (r, json.dumps([PY, "-c", BOTH_UP, str(b), str(a), str(r)])), timeout=20)
     loaded = parse_config(text, tmp_path / "specguard.yaml")
-    with serving(Session(verbosity=0), loaded, tmp_path / "out") as servers:
+    with serving(lambda message: None, loaded, tmp_path / "out") as servers:
         assert len(servers) == 2  # launched, not yet waited for: the gate's own model load goes here
         for server in servers:
             server.wait_ready()

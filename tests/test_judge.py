@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.checks.doc import VerdictLine
-from gate.verdict.baseline import Stored
 from gate.verdict.judge import judge
+from gate.verdict.store import Stored
 from gate.verdict.summary import summarize
 
 CELLS = [(s, bs) for s in syn.SLICES for bs in syn.SIZES]

@@ -16,7 +16,7 @@ import synthetic as syn
 import yaml
 from fake_github import FakeGitHub
 
-import gate.pipeline
+import gate.verdict.refresh
 from gate.cli import main
 from gate.verdict.baseline import load_baseline
 
@@ -54,7 +54,7 @@ def setup(tmp_path, httpserver, monkeypatch):
     results = syn.run()
     (run / "results.json").write_text(syn.results_json(results))
     (run / "checks.json").write_text(syn.checks_json(syn.checks_for(results)))
-    monkeypatch.setattr(gate.pipeline, "datetime", Clock())
+    monkeypatch.setattr(gate.verdict.refresh, "datetime", Clock())
     for k, v in {"GITHUB_TOKEN": api.token, "GITHUB_REPOSITORY": api.repo, "GITHUB_API_URL": api.base_url}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)

@@ -929,6 +929,7 @@ def test_a_token_id_beyond_the_vocabulary_is_refused_before_any_rescoring(tmp_pa
     from gate import pipeline
     from gate.errors import SpecguardError
     from gate.io.rundir import RunDir
+    from gate.run.session import Session
 
     r = syn.run()
     vocab = demo_pair.target.vocab_size
@@ -936,7 +937,7 @@ def test_a_token_id_beyond_the_vocabulary_is_refused_before_any_rescoring(tmp_pa
     out = RunDir(tmp_path / "run")
     out.write_json("results.json", r)
     with pytest.raises(SpecguardError) as info:
-        pipeline.check(pipeline.Session(verbosity=0), demo_config(), demo_pair, out)
+        pipeline.check(Session(verbosity=0), demo_config(), demo_pair, out)
     assert info.value.exit_code == 2
     assert str(info.value.problems[0]).startswith(f"{out / 'results.json'}: executions[2].sequences[0].token_ids[3]: "
                                                  f"token id {vocab} is outside the target's vocabulary")
@@ -992,7 +993,7 @@ def test_a_local_model_path_that_is_missing_or_empty_is_an_error_not_a_hub_id(tm
     never a hub download under that name."""
     from gate.errors import ModelError
     from gate.inputs.config import load_config
-    from gate.inputs.models import _location
+    from gate.inputs.models import model_location
 
     setup(tmp_path)
     text = TINY.replace('target: {path: "specguard:demo/target"}', f'target: {{path: "{path}"}}')
@@ -1001,7 +1002,7 @@ def test_a_local_model_path_that_is_missing_or_empty_is_an_error_not_a_hub_id(tm
     loaded = load_config(tmp_path / "c.yaml")
     if "does not exist" in message:
         with pytest.raises(ModelError, match="does not exist"):
-            _location(loaded, loaded.config.models.target)
+            model_location(loaded, loaded.config.models.target)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     (tmp_path / "hub.yaml").write_text(TINY.replace('"specguard:demo/target"', '"org/name"') % {"engines": "  - "
                                                                                              "{type: speculative}"})

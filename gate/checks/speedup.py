@@ -68,9 +68,7 @@ def _other_stack(results: Results) -> set[str]:
     reference, and http engines whose reference is not their own server."""
     if results.config is None:
         return set()
-    own = results.own_references()
-    return {e.label for e in results.config.engines
-            if (e.type == "plugin" and e.label not in own) or (e.type == "http" and e.http.reference is None)}
+    return {e.label for e in results.config.engines if e.plain_decoding is None}
 
 
 def _latency(ex: Execution) -> float | None:

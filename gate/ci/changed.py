@@ -237,7 +237,7 @@ def import_roots(repo: Path, rev: str, cfg: Config, config_path: str) -> list[st
     root), plus where the repository's packaging puts its packages (``src/``, pyproject.toml), for a plug-in
     installed from this repository (``pip install -e .``)."""
     here = PurePosixPath(config_path).parent
-    roots = [_norm(str(here / p)) for e in cfg.engines for p in e.pythonpath
+    roots = [_norm(str(here / p)) for e in cfg.engines for p in e.import_paths()
              if not p.startswith(("/", "~", BUILTIN_PREFIX)) and _norm(str(here / p), strict=True) is not None]
     roots += [_norm(str(here)), "", "src", *_pyproject_roots(repo, rev)]
     return list(dict.fromkeys(roots))
@@ -248,8 +248,7 @@ def plugin_files(repo: Path, rev: str, cfg: Config, config_path: str) -> tuple[l
     imports, transitively; and the plug-in modules found nowhere under the import roots (:func:`import_roots`).
     Imports are found statically (no code runs); only modules inside the repository count."""
     roots = import_roots(repo, rev, cfg, config_path)
-    named = [e.callable.split(":", 1)[0] for e in cfg.engines
-             if e.callable and not e.callable.startswith("entrypoint:")]
+    named = [m for e in cfg.engines for m in e.modules()]
     missing = [m for m in dict.fromkeys(named) if not _module_files(repo, rev, m, roots)]
     todo = list(named)
     seen: set[str] = set()

@@ -30,7 +30,6 @@ import torch
 from gate.engines.base import (
     PRECISIONS,
     BatchResult,
-    Capabilities,
     EngineFailure,
     GenerationSettings,
     Request,
@@ -42,8 +41,8 @@ from gate.engines.base import (
 from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
 from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, load_callable  # noqa: F401 (re-exported)
 from gate.engines.tracking import check_requests
+from gate.engines.types.plugin import capabilities_for
 from gate.errors import EngineError, Problem, SpecguardError
-from gate.inputs.config import OWN_REFERENCE_SUFFIX
 
 COUNTER_LISTS = ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos")
 
@@ -311,12 +310,7 @@ class PluginEngine:
         self.base = base
         self.vocab_size = vocab_size
         self.timeout_s = timeout_s
-        # Not steppable: the gate cannot time a plug-in's draft and target steps, so the
-        # Leviathan expectation is "not measured" for it rather than borrowed from the loaded pair.
-        self.capabilities = Capabilities(
-            max_batch_size=max_batch_size,
-            batch_limit_reason=f"engines[].max_batch_size is {max_batch_size}" if max_batch_size else None,
-            steppable=False)
+        self.capabilities = capabilities_for(max_batch_size)
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult:
         check_requests(requests)
@@ -372,35 +366,23 @@ class SpeculationOff:
         return self.engine.generate(requests, replace(settings, num_draft_tokens=0))
 
 
-def plugin_problems(loaded, log_dir=None, started: dict | None = None) -> list:
-    """Import every plug-in callable (and a plug-in's own reference callable) and check its signature (or that its
-    entry point exists).
-
-    A plug-in isolated in a process (the default) is imported in its own worker, never in the gate: a module
-    that calls ``os._exit`` or prints workflow commands at import cannot end or speak for the gate.  Workers
-    that loaded are kept in ``started`` (by engine name: the label, and ``<label>.reference`` for its own
-    reference) for the run to use; without it they are stopped.
-    """
-    problems = []
-    for i, e in enumerate(loaded.config.engines):
-        if e.type != "plugin":
-            continue
-        checks = [(e.callable, e.label, f"engines[{i}].callable", "the plug-in")]
-        if e.reference is not None and e.reference.callable is not None:
-            checks.append((e.reference.callable, e.label + OWN_REFERENCE_SUFFIX, f"engines[{i}].reference.callable",
-                           "the plug-in's reference"))
-        for spec, name, where, what in checks:
-            try:
-                if (e.isolation or "process") == "thread":
-                    load_in_process(spec, str(loaded.source), loaded.import_roots(e))
-                    continue
-                fn = _start_worker(spec, name, loaded, e, log_dir, where, what, problems)
-                if fn is not None and started is None:
-                    fn.stop()
-                elif fn is not None:
-                    started[name] = fn
-            except SpecguardError as exc:
-                problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
+def check_callable(loaded, spec, target: str, name: str, where: str, what: str, log_dir=None,
+                   started: dict | None = None) -> list:
+    """Import a plug-in's callable ``target`` (in its own worker unless the plug-in runs in a thread) and check its
+    signature (or that its entry point exists).  A worker that loaded is kept in ``started`` under ``name`` for the
+    run to use; without ``started`` it is stopped."""
+    problems: list = []
+    try:
+        if not spec.in_worker:
+            load_in_process(target, str(loaded.source), loaded.import_roots(spec))
+            return problems
+        fn = _start_worker(target, name, loaded, spec, log_dir, where, what, problems)
+        if fn is not None and started is None:
+            fn.stop()
+        elif fn is not None:
+            started[name] = fn
+    except SpecguardError as exc:
+        problems += [Problem(p.source, p.message, field=where, hint=p.hint) for p in exc.problems]
     return problems
 
 

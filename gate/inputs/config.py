@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializeAsAny,
     StrictBool,
     StrictInt,
     ValidationError,
@@ -26,7 +27,6 @@ from pydantic import (
 
 from gate.errors import ConfigError, Problem
 from gate.inputs.config_errors import dotted, problems_from_validation
-from gate.inputs.launch import mismatches
 from gate.inputs.yaml_text import line_index, screen_yaml
 from gate.io.files import read_input
 
@@ -35,6 +35,7 @@ REFERENCE = "reference"  # the non-speculative reference engine, which always ru
 # Engine names the gate itself uses in results and reports: a configured engine may not take them.
 RESERVED_ENGINE_NAMES = (REFERENCE, "gate", "base", "head")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # gate/
+DEMO_CONFIG = PACKAGE_DIR / "demo" / "specguard.yaml"  # `specguard demo`'s config (out and cache in the working dir)
 BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
@@ -49,11 +50,11 @@ Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     path: str = Field(description="Local directory, 'specguard:demo/...' or a hub id.")
     revision: str | None = None
     dtype: Dtype = "float32"
@@ -66,7 +67,7 @@ class ModelSpec(_Strict):
         return v
 
 
-class ModelsConfig(_Strict):
+class ModelsConfig(Strict):
     target: ModelSpec
     draft: ModelSpec
     device: str = "auto"
@@ -82,11 +83,11 @@ class ModelsConfig(_Strict):
         return v
 
 
-class SpeculationConfig(_Strict):
+class SpeculationConfig(Strict):
     num_draft_tokens: Annotated[StrictInt, Field(ge=1, le=32)] = 4
 
 
-class BatchingConfig(_Strict):
+class BatchingConfig(Strict):
     batch_sizes: list[BatchSize] = Field(default_factory=lambda: [1, 4, 8], min_length=1, max_length=64)
     compositions: Annotated[StrictInt, Field(ge=1, le=16)] = 2
 
@@ -98,13 +99,13 @@ class BatchingConfig(_Strict):
         return sorted(v)
 
 
-class SamplingConfig(_Strict):
+class SamplingConfig(Strict):
     temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
     seed: Annotated[StrictInt, Field(ge=-(1 << 63), lt=1 << 63)] = 0
     batch_sizes: list[BatchSize] | None = None  # default: every batching.batch_sizes entry
 
 
-class GenerationConfig(_Strict):
+class GenerationConfig(Strict):
     max_new_tokens: Annotated[StrictInt, Field(ge=1, le=4096)] = 48
     greedy: StrictBool = True
     sampling: SamplingConfig | None = None
@@ -117,7 +118,7 @@ class GenerationConfig(_Strict):
         return self
 
 
-class SuiteConfig(_Strict):
+class SuiteConfig(Strict):
     path: str = "specguard:suites/default.jsonl"
     slices: list[str] = Field(default_factory=list)
     max_prompts_per_slice: PositiveInt | None = None
@@ -128,107 +129,98 @@ class SuiteConfig(_Strict):
     chat_template: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
-class EndpointConfig(_Strict):
-    """Where a serving stack answers, and optionally how the gate starts it."""
-
-    url: str
-    launch: list[str] | None = None  # a command the gate runs (own process group), waits on and tears down
-    health: str = "/health"
-    startup_timeout_s: Seconds = 600.0
-    env: dict[str, str] = Field(default_factory=dict)
-    log: str | None = None  # file for a launched server's output
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
-            raise ValueError(f"expected an http(s):// URL, got {v!r}")
-        if "@" in v.split("/", 3)[2]:  # user:password@host would be written to logs and results
-            raise ValueError("credentials in the URL would end up in logs and reports: put the key in an "
-                             "environment variable and name it in http.api_key_env")
-        return v.rstrip("/")
-
-    @field_validator("launch")
-    @classmethod
-    def _launch(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and (not v or not all(isinstance(x, str) and x for x in v)):
-            raise ValueError("expected a command as a list of strings, e.g. [vllm, serve, org/model, --port, '8000']")
-        return v
-
-
-class HttpConfig(_Strict):
-    """A serving stack behind its OpenAI-compatible API (docs/serving.md)."""
-
-    preset: Literal["vllm", "sglang", "tgi", "llamacpp", "openai"] = "vllm"
-    server: EndpointConfig  # speculation on: the engine under test
-    reference: EndpointConfig | None = None  # the same stack with speculation off: the gate's reference
-    model: str | None = None  # the request's "model" (default: the first of /v1/models)
-    api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
-    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
-    request_timeout_s: Seconds = 300.0
-    extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
-    metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
-    counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError(f"expected the name of an environment variable (the key itself never goes in the "
-                             f"config), got {v[:4] + '…' if len(v) > 4 else v!r}")
-        return v
-
-
 OWN_REFERENCE_SUFFIX = ".reference"  # a plug-in's own reference is timed as "<engine>.reference"
+ENGINE_TYPES_PACKAGE = "gate.engines.types"  # one module per engine type (gate/engines/registry.py)
+# Every engine's dump had these keys (at these values where the type does not take them) while one model held
+# every type's fields: the config digest keeps them, so digests made then stay valid, and a document written
+# then (results.json's config) still loads.
+LEGACY_ENGINE_KEYS: dict[str, Any] = {"callable": None, "max_batch_size": None, "extra": {}, "timeout_s": None,
+                                      "http": None}
+_SECTIONS: dict[str, type[EngineConfig]] = {}  # engine type -> its config section
 
 
-class PluginReference(_Strict):
-    """A plug-in's own plain decoding, timed beside it so that its speedup is against its own stack (docs/engines.md).
-
-    ``num_draft_tokens: 0``: the same callable, called with ``settings.num_draft_tokens = 0`` (speculation off);
-    or ``callable`` (and ``extra``): another callable of the same stack that decodes without a draft."""
-
-    num_draft_tokens: StrictInt | None = None
-    callable: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("num_draft_tokens")
-    @classmethod
-    def _off(cls, v: int | None) -> int | None:
-        if v not in (None, 0):
-            raise ValueError(f"expected 0 (speculation off: the reference is the engine's own plain decoding), "
-                             f"got {v}")
-        return v
-
-    @model_validator(mode="after")
-    def _one(self) -> PluginReference:
-        if (self.num_draft_tokens is None) == (self.callable is None):
-            raise ValueError("give the plug-in's reference either 'num_draft_tokens: 0' (the same callable with "
-                             "speculation off) or 'callable: package.module:function' (another one), not both")
-        if self.callable is not None and not re.fullmatch(r"(entrypoint:[\w.-]+|[\w.]+:[\w.]+)", self.callable):
-            raise ValueError(f"expected 'package.module:function' or 'entrypoint:NAME', got {self.callable!r}")
-        if self.extra and self.callable is None:
-            raise ValueError("'extra' goes with 'callable' (the same callable keeps the engine's own extra)")
-        return self
+def register_section(section: type[EngineConfig]) -> None:
+    """Make ``engines[].type: <section's type>`` validate with ``section`` (gate.engines.registry.register)."""
+    _SECTIONS[section.model_fields["type"].default] = section
 
 
-class EngineConfig(_Strict):
-    type: Literal["speculative", "hf_assisted", "plugin", "http"]
+def engine_sections() -> dict[str, type[EngineConfig]]:
+    """Every engine type's config section, the built-in types loaded on first use.
+
+    The one place the config reaches the engine layer, at run time and by name: each module of
+    ``gate/engines/types/`` registers its type when imported (gate/engines/registry.py)."""
+    import importlib
+    import sys
+
+    if ENGINE_TYPES_PACKAGE not in sys.modules:
+        importlib.import_module(ENGINE_TYPES_PACKAGE)
+    return _SECTIONS
+
+
+def _refuse(key: str, value: Any, message: str | None = None, allowed: tuple = ()) -> None:
+    """Raise pydantic's own error for ``key`` of an engine entry (so that it carries the key's location): ``message``
+    as a value error, or, with ``allowed``, "Input should be one of them"."""
+    from pydantic import create_model
+
+    if allowed:  # ``value`` is ... where the key is missing
+        create_model("EngineEntry", **{key: (Literal[allowed], ...)}).model_validate(
+            {} if value is ... else {key: value})
+        raise AssertionError(f"{value!r} is one of {allowed}")
+
+    def refuse(cls, v):
+        raise ValueError(message)
+
+    create_model("EngineEntry", **{key: (Any, ...)},
+                 __validators__={"refuse": field_validator(key)(refuse)}).model_validate({key: value})
+
+
+class EngineConfig(Strict):
+    """An entry of ``engines``: its ``type`` names an engine type, whose own section (a subclass of this one, in the
+    type's module under gate/engines/types/) holds and validates the rest.  What the layers below the engines need
+    to know of a type they read here, from the section, never by testing its name."""
+
+    type: str
     name: str | None = Field(None, validate_default=True)
-    callable: str | None = Field(None, validate_default=True)
-    max_batch_size: BatchSize | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-    timeout_s: Seconds | None = None  # per batch; default: 60 s + 1 s per budgeted token
-    # plugin: "process" (default) runs it in its own worker process, "thread" in the gate's (docs/reliability.md).
-    # Not part of the config's digest (exclude): it changes how a failure is contained, not what is measured.
-    isolation: Literal["process", "thread"] | None = Field(None, exclude=True)
-    # plugin: more folders its modules import from (relative to the config's folder), before the config's folder
-    # and the repository root; `specguard changed` watches the same roots
-    # (left out of the config's digest while empty: configs written before it existed keep their digest)
-    pythonpath: list[str] = Field(default_factory=list, max_length=32, exclude_if=lambda v: not v)
-    http: HttpConfig | None = None
-    # plugin: its own plain decoding, timed beside it (left out of the digest while unset: older configs keep theirs)
-    reference: PluginReference | None = Field(None, exclude_if=lambda v: v is None)
+
+    runs_local_models: ClassVar[bool] = False  # runs the gate's loaded target and draft (refused without weights)
+    gate_numerics: ClassVar[bool] = False  # computes with the gate's own torch models: its float noise is the gate's
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_its_type(cls, data: Any, handler):
+        if cls is not EngineConfig or not isinstance(data, dict):
+            return handler(data)  # a section validating itself, or an engine already validated
+        sections = engine_sections()
+        kind = data.get("type")
+        if kind not in sections:
+            _refuse("type", data.get("type", ...), allowed=tuple(sections))
+        section = sections[kind]
+        data = {k: v for k, v in data.items()
+                if k in section.model_fields or k not in LEGACY_ENGINE_KEYS or v != LEGACY_ENGINE_KEYS[k]}
+        for key in data:
+            owners = [t for t, other in sections.items() if t != kind and key in other.model_fields]
+            if key not in section.model_fields and owners:
+                _refuse(key, data[key], f"only {' and '.join(owners)} engines take {key!r} (this engine is {kind!r})"
+                        + section.foreign_key_hint(key))
+        return section.model_validate(data)
+
+    @classmethod
+    def foreign_key_hint(cls, key: str) -> str:
+        """Said after "only X engines take 'key'": where this type has what the user meant."""
+        return ""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema, handler):
+        """An entry of ``engines`` is one of the engine types' sections (gate/schemas/*.schema.json)."""
+        if cls is not EngineConfig:
+            return handler(core_schema)
+        return {"oneOf": [handler(section.__pydantic_core_schema__) for section in engine_sections().values()]}
+
+    @classmethod
+    def keys_model(cls, raw: Any) -> type[EngineConfig]:
+        """The class whose keys an entry ``raw`` may hold (its type's section), for "did you mean" hints."""
+        section = engine_sections().get(raw.get("type")) if cls is EngineConfig and isinstance(raw, dict) else None
+        return section or cls
 
     @field_validator("name")
     @classmethod
@@ -242,49 +234,54 @@ class EngineConfig(_Strict):
                              "another name")
         return v
 
-    @model_validator(mode="after")
-    def _plugin_only(self) -> EngineConfig:
-        if self.type == "http" and self.http is None:
-            raise ValueError("an http engine needs an 'http:' section (preset, server, reference): docs/serving.md")
-        if self.type != "http" and self.http is not None:
-            raise ValueError(f"only http engines take 'http' (this engine is {self.type!r})")
-        if self.type != "plugin":
-            if self.extra:
-                raise ValueError(f"only plugin engines take 'extra' (this engine is {self.type!r})")
-            if self.max_batch_size is not None:
-                raise ValueError(f"only plugin engines take 'max_batch_size' (this engine is {self.type!r})")
-            if self.timeout_s is not None:
-                raise ValueError(f"only plugin engines take 'timeout_s' (this engine is {self.type!r})")
-            if self.isolation is not None:
-                raise ValueError(f"only plugin engines take 'isolation' (this engine is {self.type!r})")
-            if self.pythonpath:
-                raise ValueError(f"only plugin engines take 'pythonpath' (this engine is {self.type!r})")
-            if self.reference is not None:
-                hint = " (an http engine names its reference under http.reference)" if self.type == "http" else \
-                    " (the gate's own engines are timed against the gate's reference, their own plain decoding)"
-                raise ValueError(f"only plugin engines take 'reference' (this engine is {self.type!r}){hint}")
-        return self
-
-    @field_validator("callable")
-    @classmethod
-    def _callable(cls, v: str | None, info) -> str | None:
-        kind = info.data.get("type")
-        if kind == "plugin":
-            if not v:
-                raise ValueError("a plugin engine needs 'callable': 'package.module:function' "
-                                 "or 'entrypoint:NAME'")
-            if not re.fullmatch(r"(entrypoint:[\w.-]+|[\w.]+:[\w.]+)", v):
-                raise ValueError(f"expected 'package.module:function' or 'entrypoint:NAME', got {v!r}")
-        elif v is not None:
-            raise ValueError(f"only plugin engines take a callable (this engine is {kind!r})")
-        return v
-
     @property
     def label(self) -> str:
         return self.name or self.type
 
+    @property
+    def own_reference_name(self) -> str | None:
+        """The name its own plain decoding is run and timed under beside it (a plug-in's ``<label>.reference``)."""
+        return None
 
-class EquivalenceCheck(_Strict):
+    @property
+    def plain_decoding(self) -> str | None:
+        """The engine whose greedy outputs are this engine's own plain decoding (its speedup is against it, its
+        float noise measured on it): the gate's reference for the gate's own engines, a plug-in's own reference, a
+        server's own reference server; None: it has none (timed against the gate's reference, as throughput)."""
+        return REFERENCE if self.gate_numerics else None
+
+    @property
+    def served_reference(self) -> Any | None:
+        """The endpoint that serves the gate's reference in place of the local target (an http engine's
+        ``http.reference``), or None."""
+        return None
+
+    @property
+    def takes_traffic(self) -> bool:
+        """Replays request-rate traffic (``checks.traffic``): it takes requests while others run, and its own
+        reference answers the same trace."""
+        return False
+
+    def endpoints(self) -> list[tuple[str, Any]]:
+        """(field under the engine, endpoint) of every server this engine names (``http.server``,
+        ``http.reference``): the gate launches the ones with a ``launch`` line; the field's last part is the
+        server's role (``server``: the engine under test; ``reference``: the stack with speculation off)."""
+        return []
+
+    def import_paths(self) -> list[str]:
+        """Folders its modules import from, relative to the config's folder (a plug-in's ``pythonpath``)."""
+        return []
+
+    def modules(self) -> list[str]:
+        """The Python modules its code is in (a plug-in's callables), which `specguard changed` watches."""
+        return []
+
+    def problems(self, config: Config, index: int) -> list[tuple[tuple, str, str]]:
+        """Rules that relate this engine to the rest of the config: (location under the engine, message, hint)."""
+        return []
+
+
+class EquivalenceCheck(Strict):
     logit_tolerance: float | Literal["auto"] = "auto"
     max_confident_divergences: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
     max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
@@ -298,18 +295,18 @@ class EquivalenceCheck(_Strict):
         return v
 
 
-class ReproducibilityCheck(_Strict):
+class ReproducibilityCheck(Strict):
     repeat_batch_size: BatchSize | None = None
     require_bitwise: StrictBool = False
 
 
-class DistributionCheck(_Strict):
+class DistributionCheck(Strict):
     num_samples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
     alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
     power_trials: Annotated[StrictInt, Field(ge=0, le=1000)] = 40
 
 
-class SpeedupCheck(_Strict):
+class SpeedupCheck(Strict):
     min_speedup: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
     ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
     time_budget_s: Seconds = 120.0
@@ -334,7 +331,7 @@ class SpeedupCheck(_Strict):
 MAX_TRACE_S = 3600.0  # the longest arrival trace one replay may take
 
 
-class TrafficSLO(_Strict):
+class TrafficSLO(Strict):
     """A request meets the SLO when every bound given here holds; goodput counts those per second."""
 
     ttft_s: Seconds | None = None  # time to first token
@@ -342,7 +339,7 @@ class TrafficSLO(_Strict):
     e2e_s: Seconds | None = None  # end-to-end latency
 
 
-class TrafficCheck(_Strict):
+class TrafficCheck(Strict):
     """Sustained request-rate load (docs/serving.md): an open-loop arrival trace per rate, replayed to each http
     engine and to its reference in interleaved repeats, so both see identical traffic."""
 
@@ -374,7 +371,7 @@ class TrafficCheck(_Strict):
         return self
 
 
-class ChecksConfig(_Strict):
+class ChecksConfig(Strict):
     equivalence: EquivalenceCheck = EquivalenceCheck()
     reproducibility: ReproducibilityCheck = ReproducibilityCheck()
     distribution: DistributionCheck = DistributionCheck()
@@ -386,7 +383,7 @@ class ChecksConfig(_Strict):
 HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
 
 
-class BaselineConfig(_Strict):
+class BaselineConfig(Strict):
     dir: str = "baselines"
     name: str | None = None  # default: the config file's name without .yaml
     history: Annotated[StrictInt, Field(ge=0, le=1000)] = 20
@@ -412,20 +409,20 @@ class BaselineConfig(_Strict):
         return v
 
 
-class OutputConfig(_Strict):
+class OutputConfig(Strict):
     dir: str = "specguard-out"
     cache_dir: str | None = ".specguard-cache"
 
 
-class Config(_Strict):
+class Config(Strict):
     version: Literal[1] = 1
     models: ModelsConfig
     speculation: SpeculationConfig = SpeculationConfig()
     batching: BatchingConfig = BatchingConfig()
     generation: GenerationConfig = GenerationConfig()
     suite: SuiteConfig = SuiteConfig()
-    engines: list[EngineConfig] = Field(
-        default_factory=lambda: [EngineConfig(type="speculative")], min_length=1)
+    engines: list[SerializeAsAny[EngineConfig]] = Field(
+        default_factory=lambda: [EngineConfig.model_validate({"type": "speculative"})], min_length=1)
     checks: ChecksConfig = ChecksConfig()
     baseline: BaselineConfig = BaselineConfig()
     output: OutputConfig = OutputConfig()
@@ -433,39 +430,35 @@ class Config(_Strict):
 
     @field_validator("engines")
     @classmethod
-    def _engines(cls, v: list[EngineConfig], info) -> list[EngineConfig]:
+    def _engines(cls, v: list[EngineConfig]) -> list[EngineConfig]:
         labels = [e.label for e in v]
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
             raise ValueError(f"engine names must be unique; give each a distinct 'name' (repeated: {dupes})")
-        spec, models = info.data.get("speculation"), info.data.get("models")
-        if spec is None or models is None:  # reported on their own fields
-            return v
-        problems = []
-        for i, e in enumerate(v):
-            if e.http is None:
-                continue
-            for role, endpoint in (("server", e.http.server), ("reference", e.http.reference)):
-                if endpoint is None or endpoint.launch is None:
-                    continue
-                where = f"engines[{i}].http.{role}.launch"
-                try:
-                    found = mismatches(e.http.preset, endpoint.launch, spec.num_draft_tokens, models.draft.path,
-                                       role)
-                except ValueError as err:
-                    found = [str(err)]
-                problems += [f"{where}: {m}" for m in found]
-        if problems:
-            raise ValueError("; ".join(problems))
         return v
 
     @model_validator(mode="after")
     def _traffic_needs_a_stack(self) -> Config:
-        if self.checks.traffic is not None and not any(e.type == "http" and e.http.reference for e in self.engines):
+        if self.checks.traffic is not None and not any(e.takes_traffic for e in self.engines):
             raise ValueError("checks.traffic replays request-rate traffic to an engine that takes requests while "
                              "others run, and to its own reference on the same trace: add an http engine with "
                              "http.reference (docs/serving.md), or remove checks.traffic")
         return self
+
+    @property
+    def noise_batch_size(self) -> int:
+        """The batch size the logit noise is measured at (alone vs batched): the largest one, where batching moves
+        the numbers most."""
+        return max(self.batching.batch_sizes)
+
+    def digest(self) -> str:
+        """The config's fingerprint in results, baselines and verdicts: what it measures, not how it contains
+        failures (``isolation``), with every engine's keys as they were dumped before types had sections."""
+        from gate.io.documents import short_digest
+
+        data = self.model_dump(mode="json")
+        data["engines"] = [{**LEGACY_ENGINE_KEYS, **e} for e in data["engines"]]
+        return short_digest(data)
 
 
 def baseline_name(config: Config, source: str | Path | None) -> str:
@@ -511,7 +504,7 @@ class LoadedConfig(BaseModel):
         """Where a plug-in engine's modules are imported from, first to last: its ``pythonpath`` entries, the
         config's folder, and the repository that holds the config (never the working directory: a model
         repository's own ``gate.py`` must not stand in for specguard's).  ``specguard changed`` watches these."""
-        roots = [self.resolve_path(p) for p in engine.pythonpath] + [self.source.parent]
+        roots = [self.resolve_path(p) for p in engine.import_paths()] + [self.source.parent]
         repo = repository_root(self.source.parent)
         return list(dict.fromkeys(roots + ([repo] if repo is not None else [])))
 
@@ -547,7 +540,7 @@ def parse_config(text: str, source: str | Path) -> LoadedConfig:
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation(exc, Config, name, line_index(text))) from None
+        raise ConfigError(problems_from_validation(exc, Config, name, line_index(text), raw=raw)) from None
     problems = _cross_field_problems(cfg, name, line_index(text))
     if problems:
         raise ConfigError(problems)
@@ -557,38 +550,32 @@ def parse_config(text: str, source: str | Path) -> LoadedConfig:
 def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> list[Problem]:
     """Rules that relate fields in different sections (reported at the field that must change)."""
     out = []
-    refs = [i for i, e in enumerate(cfg.engines) if e.http is not None and e.http.reference is not None]
-    for i in refs:
-        http = cfg.engines[i].http
-        if http.reference.url == http.server.url:
-            loc = ("engines", i, "http", "reference", "url")
-            out.append(Problem(source, f"the reference is the engine under test ({http.server.url}): every "
-                                       "output would equal itself", field=dotted(loc), line=lines.get(loc),
-                               hint="point http.reference at the same stack with speculation off"))
+
+    def at(loc: tuple, message: str, hint: str | None = None) -> None:
+        out.append(Problem(source, message, field=dotted(loc), line=lines.get(loc), hint=hint))
+
+    for i, e in enumerate(cfg.engines):
+        for loc, message, hint in e.problems(cfg, i):
+            at(("engines", i, *loc), message, hint)
+    refs = [i for i, e in enumerate(cfg.engines) if e.served_reference is not None]
     for i in refs[1:]:
-        loc = ("engines", i, "http", "reference")
-        out.append(Problem(source, "only one http engine may name the reference server (the gate has one "
-                                   "reference)", field=dotted(loc), line=lines.get(loc),
-                           hint=f"keep the reference on engines[{refs[0]}] only"))
+        at(("engines", i, "http", "reference"), "only one engine may serve the gate's reference (the gate has one "
+           "reference)", hint=f"keep the reference on engines[{refs[0]}] only")
     if not cfg.models.local_weights:
-        loc = ("models", "local_weights")
         if not refs:
-            out.append(Problem(source, "without local weights the reference must be a server",
-                               field=dotted(loc), line=lines.get(loc),
-                               hint="add http.reference (the stack with speculation off) to the http engine"))
+            at(("models", "local_weights"), "without local weights the reference must be a server",
+               hint="add http.reference (the stack with speculation off) to the http engine")
         for i, e in enumerate(cfg.engines):
-            if e.type in ("speculative", "hf_assisted"):
-                at = ("engines", i, "type")
-                out.append(Problem(source, f"a {e.type} engine runs the local models, but local_weights is false",
-                                   field=dotted(at), line=lines.get(at), hint="remove it, or load the weights"))
+            if e.runs_local_models:
+                at(("engines", i, "type"), f"a {e.type} engine runs the local models, but local_weights is false",
+                   hint="remove it, or load the weights")
     s = cfg.generation.sampling
     if s is not None and s.batch_sizes is not None:
         extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))
         if extra:
-            loc = ("generation", "sampling", "batch_sizes")
-            out.append(Problem(source, f"expected a subset of batching.batch_sizes {cfg.batching.batch_sizes}, "
-                                       f"got {s.batch_sizes}", field=dotted(loc), line=lines.get(loc),
-                               hint=f"remove {extra} or add them to batching.batch_sizes"))
+            at(("generation", "sampling", "batch_sizes"), f"expected a subset of batching.batch_sizes "
+               f"{cfg.batching.batch_sizes}, got {s.batch_sizes}",
+               hint=f"remove {extra} or add them to batching.batch_sizes")
     return out
 
 

@@ -29,10 +29,17 @@ def _unwrap(annotation: Any) -> list[Any]:
     return [annotation]
 
 
-def _known_keys(model: type[BaseModel], loc: typing.Sequence[Any]) -> list[str]:
-    """Field names of the model that sits at ``loc`` inside ``model``."""
-    candidates: list[Any] = [model]
+def _known_keys(model: type[BaseModel], loc: typing.Sequence[Any], raw: Any = None) -> list[str]:
+    """Field names of the model that sits at ``loc`` inside ``model``.  ``raw``: the document validated, for a model
+    that picks the class of an entry from the entry itself (``keys_model``: an engine's section, by its type)."""
+
+    def resolved(c: Any, node: Any) -> Any:
+        pick = getattr(c, "keys_model", None) if isinstance(c, type) else None
+        return pick(node) if pick is not None else c
+
+    candidates: list[Any] = [resolved(model, raw)]
     for part in loc:
+        raw = raw[part] if isinstance(raw, (dict, list)) and _has(raw, part) else None
         nxt: list[Any] = []
         for c in candidates:
             if isinstance(c, type) and issubclass(c, BaseModel) and isinstance(part, str):
@@ -41,23 +48,28 @@ def _known_keys(model: type[BaseModel], loc: typing.Sequence[Any]) -> list[str]:
                     nxt += _unwrap(f.annotation)
             elif typing.get_origin(c) is list and isinstance(part, int):
                 nxt += _unwrap(typing.get_args(c)[0])
-        candidates = nxt
+        candidates = [resolved(c, raw) for c in nxt]
     for c in candidates:
         if isinstance(c, type) and issubclass(c, BaseModel):
             return list(c.model_fields)
     return []
 
 
+def _has(node: dict | list, part: Any) -> bool:
+    return part in node if isinstance(node, dict) else isinstance(part, int) and 0 <= part < len(node)
+
+
 def problems_from_validation(err: ValidationError, model: type[BaseModel], source: str,
-                             lines: dict[tuple, int] | None = None, line: int | None = None
+                             lines: dict[tuple, int] | None = None, line: int | None = None, raw: Any = None
                              ) -> list[Problem]:
-    """Turn pydantic's errors into Problems with dotted paths, lines and suggestions."""
+    """Turn pydantic's errors into Problems with dotted paths, lines and suggestions (``raw``: the document
+    validated, which names the class of an entry that its own content picks)."""
     out = []
     for e in err.errors(include_url=False):
         loc = tuple(e["loc"])
         kind, hint = e["type"], None
         if kind == "extra_forbidden":
-            known = _known_keys(model, loc[:-1])
+            known = _known_keys(model, loc[:-1], raw)
             guess = closest(str(loc[-1]), known)
             msg = "unknown key"
             hint = f"did you mean '{guess}'?" if guess else f"known keys: {', '.join(known)}"

@@ -6,8 +6,6 @@ outputs are comparable when models, dtype and generation settings match.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import re
@@ -16,6 +14,7 @@ import sys
 import torch
 
 import gate
+from gate.io.documents import short_digest
 
 
 def _cpu_model() -> str:
@@ -56,8 +55,7 @@ def libraries() -> dict:
     }
 
 
-def digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+digest = short_digest  # every fingerprint of a value (configs, cache keys, anchors) is one rule
 
 
 def _slug(text: str) -> str:

@@ -9,12 +9,11 @@ from gate.errors import Problem, SpecguardError
 
 def differences(loaded, fingerprint) -> list[str]:
     """What differs between the config ``loaded`` and a run's ``fingerprint``, one phrase each (empty: its run)."""
-    from gate.inputs import fingerprint as fp
-    from gate.inputs.models import _location, fingerprint_model, resolve_device, resolve_dtype
+    from gate.inputs.models import fingerprint_model, model_location, resolve_device, resolve_dtype
     from gate.inputs.suite import suite_for
 
     differs = []
-    if fp.digest(loaded.config.model_dump(mode="json")) != fingerprint.config:
+    if loaded.config.digest() != fingerprint.config:
         differs.append("config (its settings differ from the ones the run used)")
     suite = suite_for(loaded)
     if suite.fingerprint() != fingerprint.suite.fingerprint:
@@ -24,7 +23,7 @@ def differences(loaded, fingerprint) -> list[str]:
     for role in ("target", "draft"):
         spec = getattr(loaded.config.models, role)
         ran = fingerprint.models.get(role)
-        location = _location(loaded, spec)
+        location = model_location(loaded, spec)
         dtype = resolve_dtype(spec.dtype, device)
         if ran is None or fingerprint_model(location, spec, dtype) != ran.fingerprint:
             differs.append(f"{role} model ({location} is not the model the run used)")

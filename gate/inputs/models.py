@@ -97,7 +97,7 @@ class ModelPair:
         return self.encode(text)
 
 
-def _location(loaded: LoadedConfig, spec: ModelSpec) -> str:
+def model_location(loaded: LoadedConfig, spec: ModelSpec) -> str:
     """A local model directory, or a hub id.  A path that names a local folder (``./x``, ``models/x`` where
     ``models/`` exists) and is not there is an error, never a download of whatever the hub holds under that name."""
     from gate.inputs.paths import looks_like_local_path
@@ -149,7 +149,7 @@ def _load_one(loaded: LoadedConfig, role: str, device: torch.device):
 
     cfg = loaded.config.models
     spec: ModelSpec = getattr(cfg, role)
-    location = _location(loaded, spec)
+    location = model_location(loaded, spec)
     dtype = resolve_dtype(spec.dtype, device)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -177,12 +177,12 @@ def _load_one(loaded: LoadedConfig, role: str, device: torch.device):
     return LoadedModel(role, model, spec, location, fingerprint_model(location, spec, dtype), model.config, dtype)
 
 
-def _config_only(loaded: LoadedConfig, role: str, device: torch.device) -> LoadedModel:
+def config_only(loaded: LoadedConfig, role: str, device: torch.device) -> LoadedModel:
     """The model's config and fingerprint without its weights (it is served elsewhere)."""
     from transformers import AutoConfig
 
     spec: ModelSpec = getattr(loaded.config.models, role)
-    location = _location(loaded, spec)
+    location = model_location(loaded, spec)
     dtype = resolve_dtype(spec.dtype, device)
     try:
         config = AutoConfig.from_pretrained(location, revision=spec.revision,
@@ -196,7 +196,7 @@ def _config_only(loaded: LoadedConfig, role: str, device: torch.device) -> Loade
     return LoadedModel(role, None, spec, location, fingerprint_model(location, spec, dtype), config, dtype)
 
 
-def _load_tokenizer(loaded: LoadedConfig, location: str, role: str):
+def load_tokenizer(loaded: LoadedConfig, location: str, role: str):
     from transformers import AutoTokenizer
 
     try:
@@ -245,15 +245,15 @@ def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target"
     from gate.inputs.architectures import REFUSED, WORKS_INSTEAD, refusal
 
     cfg = loaded.config
-    in_process = any(e.type in ("speculative", "hf_assisted") for e in cfg.engines)
-    http_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
+    in_process = any(e.runs_local_models for e in cfg.engines)
+    http_reference = any(e.served_reference is not None for e in cfg.engines)
     runs = {"target": in_process or not http_reference, "draft": in_process}
     problems = []
     for role in roles:
         if not runs[role]:
             continue
         spec: ModelSpec = getattr(cfg.models, role)
-        location = _location(loaded, spec)
+        location = model_location(loaded, spec)
         try:
             config = AutoConfig.from_pretrained(location, revision=spec.revision,
                                                 trust_remote_code=cfg.models.trust_remote_code)
@@ -274,17 +274,17 @@ def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target"
 def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
     device = device or resolve_device(loaded.config.models.device)
     if not loaded.config.models.local_weights:  # the models run behind servers: tokenizer and configs only
-        target = _config_only(loaded, "target", device)
-        draft = _config_only(loaded, "draft", device)
-        return ModelPair(target, draft, _load_tokenizer(loaded, target.location, "target"), device)
+        target = config_only(loaded, "target", device)
+        draft = config_only(loaded, "draft", device)
+        return ModelPair(target, draft, load_tokenizer(loaded, target.location, "target"), device)
     check_architectures(loaded)
     target = _load_one(loaded, "target", device)
     draft = _load_one(loaded, "draft", device)
-    tok = _load_tokenizer(loaded, target.location, "target")
+    tok = load_tokenizer(loaded, target.location, "target")
     bare_draft = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
     # A draft directory without tokenizer files shares the target's tokenizer.
-    draft_tok = None if bare_draft else _load_tokenizer(loaded, draft.location, "draft")
+    draft_tok = None if bare_draft else load_tokenizer(loaded, draft.location, "draft")
     check_pair(str(loaded.source), target.model, draft.model, tok, draft_tok)
     return ModelPair(target, draft, tok, device)
 
@@ -292,7 +292,7 @@ def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> Model
 def draft_location(loaded: LoadedConfig) -> str:
     """Where a config's draft is (a resolved local path or a hub id), without loading it: what a plug-in is
     told to load (paired mode's base, whose weights the gate itself never needs)."""
-    return _location(loaded, loaded.config.models.draft)
+    return model_location(loaded, loaded.config.models.draft)
 
 
 def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
@@ -301,6 +301,6 @@ def load_draft_for(loaded: LoadedConfig, pair: ModelPair) -> LoadedModel:
     draft = _load_one(loaded, "draft", pair.device)
     bare = Path(draft.location).is_dir() and not any(
         (Path(draft.location) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
-    draft_tok = None if bare else _load_tokenizer(loaded, draft.location, "draft")
+    draft_tok = None if bare else load_tokenizer(loaded, draft.location, "draft")
     check_pair(str(loaded.source), pair.target.model, draft.model, pair.tokenizer, draft_tok)
     return draft

@@ -33,6 +33,14 @@ def serialized(doc: BaseModel | dict) -> bytes:
     return (json.dumps(doc, indent=1) + "\n").encode("utf-8")
 
 
+def short_digest(obj) -> str:
+    """A JSON-able value's fingerprint: 16 hex digits of the SHA-256 of its canonical JSON (sorted keys)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def digest_of(data: bytes) -> str:
     """How a document names the exact bytes of another it was made from."""
     import hashlib

@@ -136,7 +136,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:
-        raise _named(exc, path) from None
+        raise named_error(exc, path) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -146,7 +146,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.replace(tmp, path)  # replaces a symlink planted at path; never writes through it
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise _named(exc, path) from None
+        raise named_error(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -162,7 +162,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def _named(exc: OSError, path: Path) -> OSError:
+def named_error(exc: OSError, path: Path) -> OSError:
     """The same error, naming the file the gate was writing (a write on an open file names none)."""
     return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 

@@ -34,6 +34,14 @@ def _pooled(b: Baseline | None, engine: str, slc: str, bs: int) -> float | None:
     return statistics.median(samples) if samples else None
 
 
+def refresh_message(new: Baseline) -> str:
+    """The refresh commit's message: which baseline, for which hardware, and why (the reason given)."""
+    message = f"specguard: refresh baseline {new.name} for {new.hardware_key}"
+    if new.reason or new.forced:
+        message += f"\n\nReason: {' '.join((new.forced.reason if new.forced else new.reason).split())}"
+    return message
+
+
 def refresh_body(old: Baseline | None, new: Baseline, history: str) -> str:
     lines = [f"Refreshes baseline `{inline(new.name)}` for `{inline(new.hardware_key)}` from workflow run "
              f"{inline(new.source.get('run_id') or 'local')} (commit {inline(new.source.get('commit') or '?')}).", ""]

@@ -20,9 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gate.engines import Capabilities, GenerationSettings
+from gate.engines import GenerationSettings
 from gate.inputs import fingerprint as fp
-from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, LoadedConfig
+from gate.inputs.config import REFERENCE, LoadedConfig
 from gate.inputs.suite import Suite
 from gate.run.plan import EngineInfo, Job, plan
 from gate.run.results import Phase
@@ -127,17 +127,16 @@ def _eos(loaded: LoadedConfig, pair) -> tuple[int, ...]:
 
 
 def _engines(loaded: LoadedConfig) -> tuple[list[EngineInfo], list[EngineInfo]]:
-    from gate.engines.hf_assisted import HFAssistedEngine
-    from gate.engines.speculative import SpeculativeEngine
+    """Each engine with its capabilities as its type knows them before weights load, and the engines' own plain
+    decodings (which run what their engines run)."""
+    from gate.engines import capabilities_of
 
     engines, own = [], []
     for e in loaded.config.engines:
-        # the built-in engines' own (class) capabilities; a plug-in's limit is its config's, a server has none
-        caps = {"speculative": SpeculativeEngine.capabilities, "hf_assisted": HFAssistedEngine.capabilities}.get(
-            e.type, Capabilities(max_batch_size=e.max_batch_size))
+        caps = capabilities_of(e)
         engines.append(EngineInfo(e.label, caps))
-        if e.reference is not None:
-            own.append(EngineInfo(e.label + OWN_REFERENCE_SUFFIX, Capabilities(max_batch_size=e.max_batch_size)))
+        if e.own_reference_name is not None:
+            own.append(EngineInfo(e.own_reference_name, caps))
     return engines, own
 
 
@@ -162,7 +161,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "
         f"{gen.max_new_tokens} new tokens"))
 
-    served_reference = any(e.http is not None and e.http.reference is not None for e in cfg.engines)
+    served_reference = any(e.served_reference is not None for e in cfg.engines)
     cache = ReferenceCache(cache_dir) if cache_dir is not None and not served_reference else None
     context = cache_context(pair, cfg, fp.hardware(pair.device)) if cache is not None else None
     eos = _eos(loaded, pair)
@@ -203,7 +202,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
     report.timing_repeats, report.warmup = (speed.min_repeats, speed.max_repeats), speed.warmup
     report.timing_budget_s = speed.time_budget_s
     tc = cfg.checks.traffic
-    stacks = [e.label for e in cfg.engines if e.type == "http" and e.http.reference is not None]
+    stacks = [e.label for e in cfg.engines if e.takes_traffic]
     if tc is not None and stacks:
         replays = len(stacks) * len(tc.rates) * tc.repeats * 2
         report.traffic_s = len(stacks) * tc.repeats * 2 * sum(tc.trace_span_s(r) for r in tc.rates)
@@ -289,4 +288,29 @@ def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
                             f"{_duration(fixed)}")
 
 
-__all__ = ["PlanReport", "Work", "describe"]
+def plan_config(config: str, out: str | None = None, against: str | None = None) -> PlanReport:
+    """What ``specguard gate CONFIG`` will do and how long it will take here, with no weights loaded
+    (:mod:`gate.run.estimate`)."""
+    from gate.inputs.config import DEMO_CONFIG, load_config
+    from gate.inputs.models import ModelPair, config_only, load_tokenizer, resolve_device
+    from gate.inputs.suite import suite_for
+    from gate.run.setup import out_dir
+
+    loaded = load_config(config)
+    device = resolve_device(loaded.config.models.device)
+    target, draft = config_only(loaded, "target", device), config_only(loaded, "draft", device)
+    pair = ModelPair(target, draft, load_tokenizer(loaded, target.location, "target"), device)
+    cache = loaded.config.output.cache_dir
+    cache_dir = loaded.resolve_path(cache) if cache else None
+    if loaded.source.resolve() == DEMO_CONFIG:  # as `specguard demo` runs it: out and cache in the working directory
+        out, cache_dir = out or "specguard-out", Path(".specguard-cache")
+    report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir)
+    if against:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
+        report.summary += f"; paired with {against}"
+        for (engine, bs), tokens in list(report.timing_tokens.items()):
+            if engine == REFERENCE:
+                report.timing_tokens[("base", bs)] = tokens
+    return report
+
+
+__all__ = ["PlanReport", "Work", "describe", "plan_config"]

@@ -75,3 +75,16 @@ def merge(dirs: list[Path]) -> Results:
                                     "calibrated_engines": calibrated, "cache": {"reused": reused},
                                     "skipped": skipped, "status": status, "stopped_at": None, "shard": None,
                                     "batches": batches, "phases": {}, "traffic": traffic})
+
+
+def write_merged(dirs: list[Path], out) -> Results:
+    """The shards' results as one run of its own (its own id), written to ``out`` (a :class:`gate.io.rundir.RunDir`)
+    after an earlier run's outputs there are cleared; the merged results."""
+    import uuid
+
+    from gate.io.rundir import JUDGED, RESULTS, RUN
+
+    merged = merge(dirs).model_copy(update={"run_id": uuid.uuid4().hex})
+    out.clear(JUDGED + RUN)
+    out.write_json(RESULTS, merged)
+    return merged

@@ -34,9 +34,9 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_vali
 
 from gate.engines.base import SpecCounters, eps_of
 from gate.errors import Problem, ResultsError
-from gate.inputs.config import OWN_REFERENCE_SUFFIX, REFERENCE, Config
+from gate.inputs.config import REFERENCE, Config
 from gate.io.documents import Document, RunRef, omitted_when_none
-from gate.io.files import _named, parse_json, read_input, split_lines
+from gate.io.files import named_error, parse_json, read_input, split_lines
 from gate.io.rundir import RESULTS, DocumentKind, load_document
 
 SCHEMA = "specguard.results/4"
@@ -530,22 +530,17 @@ class Results(RunHeader):
         return [p for e in engines for p in self.timing_pairs(e, own.get(e, REFERENCE))]
 
     def own_references(self) -> dict[str, str]:
-        """Engine -> the name its own plain decoding is timed under (``engines[].reference`` of the run's config)."""
+        """Engine -> the name its own plain decoding is run and timed under beside it (a plug-in's
+        ``engines[].reference`` in the run's config)."""
         engines = self.config.engines if self.config is not None else []
-        return {e.label: e.label + OWN_REFERENCE_SUFFIX for e in engines if e.reference is not None}
+        return {e.label: e.own_reference_name for e in engines if e.own_reference_name is not None}
 
     def other_stacks(self) -> dict[str, str | None]:
         """Engines of another stack than the gate's torch (plug-ins and servers) -> the engine whose greedy outputs
-        are that stack's own plain decoding: a plug-in's ``<engine>.reference``, or the reference itself where it is
-        the engine's own server (``http.reference``); None where the stack has none (its noise is not measured)."""
+        are that stack's own plain decoding (``EngineConfig.plain_decoding``); None where the stack has none (its
+        noise is not measured)."""
         engines = self.config.engines if self.config is not None else []
-        out: dict[str, str | None] = {}
-        for e in engines:
-            if e.type == "plugin":
-                out[e.label] = e.label + OWN_REFERENCE_SUFFIX if e.reference is not None else None
-            elif e.type == "http":
-                out[e.label] = REFERENCE if e.http.reference is not None else None
-        return out
+        return {e.label: e.plain_decoding for e in engines if not e.gate_numerics}
 
     def precision(self, engine: str) -> str | None:
         """The lowest precision an engine said it computed in (a plug-in result's ``precision``), or None."""
@@ -615,7 +610,7 @@ class RecordLog:
             self.path.unlink(missing_ok=True)  # a symlink planted here is removed, never written through
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
         except OSError as exc:
-            raise _named(exc, self.path) from None
+            raise named_error(exc, self.path) from None
         self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
 
@@ -628,7 +623,7 @@ class RecordLog:
             self._fh.flush()
             os.fsync(self._fh.fileno())
         except OSError as exc:  # a full disk or a file size limit: a torn last line, dropped on --resume
-            raise _named(exc, self.path) from None
+            raise named_error(exc, self.path) from None
 
     def close(self) -> None:
         if self._fh:

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from gate.engines import ENGINE_VERSION, Engine, GenerationSettings
+from gate.engines.paired import PairedBase
 from gate.errors import Problem, ResumeError, RunInterrupted, SuiteError
 from gate.inputs import fingerprint as fp
 from gate.inputs.config import REFERENCE, LoadedConfig
-from gate.inputs.models import LoadedModel, ModelPair
+from gate.inputs.models import ModelPair
 from gate.inputs.suite import Suite
 from gate.io.files import atomic_write_json
 from gate.io.rundir import RECORDS, RESULTS
@@ -72,18 +72,6 @@ from gate.run.results import (
 from gate.run.schedule import TimingScheduler
 
 MAX_SAMPLING_PASSES = 100
-
-
-@dataclass
-class PairedBase:
-    """Paired mode: the base config's speculative engine (its draft and k), timed beside the head's."""
-
-    engine: Engine
-    head_engine: str
-    draft: LoadedModel | None  # the base's draft, loaded here (the gate's own engine); None: a plug-in loads its own
-    num_draft_tokens: int
-    config: dict
-    source: str
 
 
 def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edges: list[int],
@@ -196,7 +184,7 @@ class Runner:
         return Fingerprint(
             hardware=self.hardware, hardware_key=self.hardware_key_override or fp.hardware_key(self.hardware),
             libraries=fp.libraries(),
-            models=models, config=fp.digest(self.cfg.model_dump(mode="json")),
+            models=models, config=self.cfg.digest(),
             suite=SuiteFingerprint(name=self.suite.name, fingerprint=self.suite.fingerprint(),
                                    prompts=len(self.suite.prompts), slices=self.suite.slices))
 

@@ -28,15 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gate.checks.analysis import run_checks
+from gate.engines.paired import PairedBase
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
 from gate.inputs.config import PACKAGE_DIR, parse_config
 from gate.inputs.models import load_pair
 from gate.run.cache import ReferenceCache
-from gate.run.runner import PairedBase, Runner
+from gate.run.runner import Runner
 from gate.selftest import selftest_suite
-from gate.verdict.baseline import Stored, derive, failing_checks, hardware_of, measure
+from gate.verdict.baseline import derive, failing_checks, hardware_of, measure
 from gate.verdict.judge import judge
+from gate.verdict.store import Stored
 from gate.verdict.summary import summarize
 
 SPEED_CONFIG = """\

@@ -54,7 +54,7 @@ def history_of(name: str, root: str | None, config: str | None, hardware: str | 
     """``specguard baseline history``: the trend of one baseline name (under ``root``, else the config's
     baseline.dir, else ./baselines), for one hardware key or all."""
     from gate.errors import Problem, SpecguardError
-    from gate.verdict.baseline import BaselineStore, baselines_root
+    from gate.verdict.store import BaselineStore, baselines_root
 
     store = BaselineStore(baselines_root(root, config), name)
     docs = store.history(hardware)

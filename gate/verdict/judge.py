@@ -41,7 +41,7 @@ from gate.inputs.config import REFERENCE, BaselineConfig, Config, baseline_name
 from gate.numbers import signed_pct, times
 from gate.run.results import Results
 from gate.stats import alpha_from_mean_accepted
-from gate.verdict.baseline import Baseline, Comparability, Measurements, SpeedupCell, Stored, comparability
+from gate.verdict.baseline import Baseline, Comparability, Measurements, SpeedupCell, comparability
 from gate.verdict.doc import (
     EXIT_FAIL,
     EXIT_PASS,
@@ -56,6 +56,7 @@ from gate.verdict.doc import (
     TrafficChange,
     VerdictDoc,
 )
+from gate.verdict.store import Stored
 from gate.verdict.summary import PairedSummary, RunSummary
 
 # --- the cause split ------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""``type: hf_assisted``: transformers' assisted generation (``generate(assistant_model=...)``), batch size 1 only
+(gate/engines/hf_assisted.py), on the loaded pair."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from gate.engines.registry import EngineType, register
+from gate.inputs.config import EngineConfig
+
+
+class HFAssistedEngineConfig(EngineConfig):
+    type: Literal["hf_assisted"] = "hf_assisted"
+    runs_local_models: ClassVar[bool] = True
+    gate_numerics: ClassVar[bool] = True
+
+    @classmethod
+    def foreign_key_hint(cls, key: str) -> str:
+        if key == "reference":
+            return " (the gate's own engines are timed against the gate's reference, their own plain decoding)"
+        return ""
+
+
+class HFAssistedType(EngineType):
+    name = "hf_assisted"
+    section = HFAssistedEngineConfig
+    noun = "assisted generation"
+
+    def capabilities(self, spec):
+        from gate.engines.hf_assisted import HFAssistedEngine
+
+        return HFAssistedEngine.capabilities
+
+    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+        from gate.engines.hf_assisted import HFAssistedEngine
+
+        pad = pair.tokenizer.pad_token_id
+        return HFAssistedEngine(pair.target.model, pair.draft.model, pair.device, pad if pad is not None else 0)
+
+
+HF_ASSISTED = register(HFAssistedType())
+__all__ = ["HF_ASSISTED", "HFAssistedEngineConfig"]

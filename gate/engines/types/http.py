@@ -1,0 +1,167 @@
+"""``type: http``: a serving stack (vLLM, SGLang, TGI, llama.cpp) behind its OpenAI-compatible API, speculation on,
+with the same stack with speculation off as the gate's reference where the config names one
+(gate/engines/http.py, docs/serving.md)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictInt, field_validator
+
+from gate.engines.base import Capabilities
+from gate.engines.registry import EngineType, base_engine_of, register
+from gate.inputs.config import REFERENCE, EngineConfig, Seconds, Strict
+
+
+class EndpointConfig(Strict):
+    """Where a serving stack answers, and optionally how the gate starts it."""
+
+    url: str
+    launch: list[str] | None = None  # a command the gate runs (own process group), waits on and tears down
+    health: str = "/health"
+    startup_timeout_s: Seconds = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    log: str | None = None  # file for a launched server's output
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
+            raise ValueError(f"expected an http(s):// URL, got {v!r}")
+        if "@" in v.split("/", 3)[2]:  # user:password@host would be written to logs and results
+            raise ValueError("credentials in the URL would end up in logs and reports: put the key in an "
+                             "environment variable and name it in http.api_key_env")
+        return v.rstrip("/")
+
+    @field_validator("launch")
+    @classmethod
+    def _launch(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(isinstance(x, str) and x for x in v)):
+            raise ValueError("expected a command as a list of strings, e.g. [vllm, serve, org/model, --port, '8000']")
+        return v
+
+
+class HttpConfig(Strict):
+    """A serving stack behind its OpenAI-compatible API (docs/serving.md)."""
+
+    preset: Literal["vllm", "sglang", "tgi", "llamacpp", "openai"] = "vllm"
+    server: EndpointConfig  # speculation on: the engine under test
+    reference: EndpointConfig | None = None  # the same stack with speculation off: the gate's reference
+    model: str | None = None  # the request's "model" (default: the first of /v1/models)
+    api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
+    logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
+    request_timeout_s: Seconds = 300.0
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
+    metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
+    counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"expected the name of an environment variable (the key itself never goes in the "
+                             f"config), got {v[:4] + '…' if len(v) > 4 else v!r}")
+        return v
+
+
+class HttpEngineConfig(EngineConfig):
+    type: Literal["http"] = "http"
+    http: HttpConfig | None = Field(None, validate_default=True)
+
+    @field_validator("http")
+    @classmethod
+    def _needed(cls, v: HttpConfig | None) -> HttpConfig:
+        if v is None:
+            raise ValueError("an http engine needs an 'http:' section (preset, server, reference): docs/serving.md")
+        return v
+
+    @classmethod
+    def foreign_key_hint(cls, key: str) -> str:
+        return " (an http engine names its reference under http.reference)" if key == "reference" else ""
+
+    @property
+    def plain_decoding(self) -> str | None:
+        return REFERENCE if self.http.reference is not None else None  # its own server is the gate's reference
+
+    @property
+    def served_reference(self) -> EndpointConfig | None:
+        return self.http.reference
+
+    @property
+    def takes_traffic(self) -> bool:
+        return self.http.reference is not None
+
+    def endpoints(self) -> list[tuple[str, EndpointConfig]]:
+        return [(f"http.{role}", ep) for role, ep in (("server", self.http.server), ("reference", self.http.reference))
+                if ep is not None]
+
+    def problems(self, config, index):
+        from gate.inputs.launch import mismatches
+
+        out = []
+        if self.http.reference is not None and self.http.reference.url == self.http.server.url:
+            out.append((("http", "reference", "url"), f"the reference is the engine under test "
+                        f"({self.http.server.url}): every output would equal itself",
+                        "point http.reference at the same stack with speculation off"))
+        for where, endpoint in self.endpoints():
+            if endpoint.launch is None:
+                continue
+            role = where.rsplit(".", 1)[-1]
+            try:
+                found = mismatches(self.http.preset, endpoint.launch, config.speculation.num_draft_tokens,
+                                   config.models.draft.path, role)
+            except ValueError as err:
+                found = [str(err)]
+            out += [(("http", role, "launch"), m, None) for m in found]
+        return out
+
+
+def http_engine(spec: HttpEngineConfig, url: str, pair, loaded, speculative: bool, name: str):
+    """An engine over a serving stack's OpenAI-compatible API (``spec`` is an entry of ``loaded``'s engines)."""
+    from gate.engines.http import PRESETS, HttpEngine, api_key
+
+    h = spec.http
+    return HttpEngine(name, url, PRESETS[h.preset], speculative, model=h.model,
+                      api_key=api_key(h.api_key_env, f"engine {spec.label!r}"), logprobs=h.logprobs,
+                      timeout_s=h.request_timeout_s, extra_body=h.extra_body, metrics_path=h.metrics,
+                      counters=h.counters, tokenize=pair.encode, detokenize=pair.decode,
+                      where=(str(loaded.source), f"engines[{loaded.config.engines.index(spec)}].http"))
+
+
+class HttpType(EngineType):
+    name = "http"
+    section = HttpEngineConfig
+    paired = "base-engine"
+    noun = "http engine"
+
+    def capabilities(self, spec):
+        from gate.engines.http import PRESETS
+
+        counted = spec.http.metrics and ({**PRESETS[spec.http.preset].counters, **spec.http.counters})
+        return Capabilities(in_process=False, steppable=False, counters="engine" if counted else "none")
+
+    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+        return http_engine(spec, spec.http.server.url, pair, loaded, speculative=True, name=spec.label)
+
+    def reference(self, spec, pair, loaded):
+        if spec.http.reference is None:
+            return None
+        return http_engine(spec, spec.http.reference.url, pair, loaded, speculative=False, name=REFERENCE)
+
+    def paired_base(self, head, base, pair, *, log_dir=None):
+        """The base config's server, launched beside the head's and the reference (gate.run.servers)."""
+        from gate.errors import Problem, SpecguardError
+
+        base_spec = base_engine_of(head, base, self.noun)
+        if base_spec.http.server.url.rstrip("/") == head.http.server.url.rstrip("/"):
+            raise SpecguardError(Problem(str(base.source), f"the base's server is the head's "
+                                         f"({head.http.server.url}): paired mode needs both running side by side",
+                                         field="engines[].http.server.url",
+                                         hint="give the base config's server its own port (and its launch line)"))
+        return http_engine(base_spec, base_spec.http.server.url, pair, base, speculative=True,
+                           name=f"base-{head.label}")
+
+
+HTTP = register(HttpType())
+__all__ = ["HTTP", "EndpointConfig", "HttpConfig", "HttpEngineConfig", "http_engine"]

@@ -1,0 +1,44 @@
+"""``type: speculative``: the gate's own batched speculative decoder (gate/engines/speculative.py) on the loaded pair.
+
+It runs the local target and draft, computes with the gate's own numerics (its plain decoding is the gate's
+reference), and in paired mode the base config's draft and k are timed in the same engine beside it."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from gate.engines.registry import EngineType, register
+from gate.inputs.config import EngineConfig
+
+
+class SpeculativeEngineConfig(EngineConfig):
+    type: Literal["speculative"] = "speculative"
+    runs_local_models: ClassVar[bool] = True
+    gate_numerics: ClassVar[bool] = True
+
+    @classmethod
+    def foreign_key_hint(cls, key: str) -> str:
+        if key == "reference":
+            return " (the gate's own engines are timed against the gate's reference, their own plain decoding)"
+        return ""
+
+
+class SpeculativeType(EngineType):
+    name = "speculative"
+    section = SpeculativeEngineConfig
+    paired = "base-draft"
+    noun = "the gate's own engine"
+
+    def capabilities(self, spec):
+        from gate.engines.speculative import SpeculativeEngine
+
+        return SpeculativeEngine.capabilities
+
+    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+        from gate.engines.speculative import SpeculativeEngine
+
+        return SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
+
+
+SPECULATIVE = register(SpeculativeType())
+__all__ = ["SPECULATIVE", "SpeculativeEngineConfig"]

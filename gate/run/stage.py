@@ -1,0 +1,87 @@
+"""The run stage: wait for the launched servers, clear an earlier run's outputs, and run the engines (the
+:class:`~gate.run.runner.Runner`): ``results.json`` and ``phases.json``.  Interrupted (Ctrl-C, SIGTERM), the finished
+executions are kept in ``records.jsonl`` and ``--resume`` continues."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from gate.io.rundir import JUDGED, RESULTS, RUN
+from gate.run.session import Session
+from gate.run.setup import Inputs, Models
+
+
+class Ran(Enum):
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass
+class RunOptions:
+    resume: bool = False
+    no_cache: bool = False
+    cache_dir: Path | None = None  # instead of output.cache_dir (the demo's, in the working directory)
+    shard: tuple[int, int] | None = None
+    hardware_key: str | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, args) -> RunOptions:
+        """From the command line's options (``run``, ``gate``, ``demo``)."""
+        return cls(resume=args.resume, no_cache=args.no_cache, cache_dir=getattr(args, "demo_cache_dir", None),
+                   shard=getattr(args, "shard", None), hardware_key=args.hardware_key, run_id=args.run_id)
+
+
+def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> Ran:
+    """Wait for the launched ``servers`` (:func:`gate.run.servers.serving`), clear the earlier outputs, run the
+    engines: results.json and phases.json; interrupted, the finished work is kept."""
+    import uuid
+
+    from gate.engines import build_reference
+    from gate.errors import RunInterrupted
+    from gate.run.cache import ReferenceCache
+    from gate.run.progress import for_terminal
+    from gate.run.runner import Runner
+
+    loaded, out, phases = inputs.loaded, inputs.out, session.phases
+    cache_dir = opts.cache_dir or (
+        loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
+    cache = None if (opts.no_cache or not cache_dir) else ReferenceCache(cache_dir)
+    progress = for_terminal(session.say, quiet=session.verbosity == 0)
+    try:
+        with phases("server start"):
+            for server in servers:
+                server.wait_ready()
+        # Every input loaded and every server answers: from here no output of an earlier run may be judged as
+        # this one's.  (A model that fails to load, or a server that never starts, leaves them as they were.)
+        out.clear(JUDGED + RUN)
+        runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
+                        out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
+                        progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
+                        run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references)
+        if opts.shard is not None and runner.plan.empty and not (loaded.config.checks.traffic and opts.shard[0] == 0):
+            session.say(f"shard {opts.shard[0]}/{opts.shard[1]} has no work: this run's batches, timing cells and "
+                        f"sampling groups all fall to other shards (fewer shards give each some); its results.json "
+                        "holds no executions, and `specguard merge` takes it as such")
+        results = runner.run(resume=opts.resume)
+    except RunInterrupted as stop:
+        progress.close()
+        session.write_phases(out)
+        r = stop.results
+        where = r.stopped_at.model_dump(exclude_none=True) if r.stopped_at else {}
+        session.say(f"interrupted at {where}; {len(r.executions)} finished executions kept in "
+                    f"{out / 'records.jsonl'}. Rerun with --resume to continue.")
+        return Ran.INTERRUPTED
+    progress.close()
+    session.write_phases(out)
+    n = len(results.executions)
+    reused = len(results.cache.get("reused", []))
+    session.say(f"wrote {out / RESULTS} ({n} executions"
+                + (f", {reused} reused from the reference cache" if reused else "") + ")")
+    return Ran.COMPLETE
+
+
+__all__ = ["Ran", "RunOptions", "run_engines"]
