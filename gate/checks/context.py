@@ -157,7 +157,7 @@ class CheckContext:
                 sample = [(tuple(self.results.prompt(pid).prompt_ids), tuple(s.token_ids))
                           for pid, s in self.canonical.items()]
                 sample = sample[:: max(1, len(sample) // NOISE_SAMPLE)][:NOISE_SAMPLE]
-                noise = measure_noise(self.scorer, sample, max(self.config.batching.batch_sizes))
+                noise = measure_noise(self.scorer, sample, self.config.noise_batch_size)
             self._tolerance = tolerance_for(self.pair.target.dtype, noise, fixed)
             self.say(f"tolerance: {self._tolerance.to_dict()['rule']}; measured logit noise {noise}")
         return self._tolerance

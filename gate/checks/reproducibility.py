@@ -112,7 +112,7 @@ def sentence(r: Reproducibility) -> str:
 
 def run(results: Results, ctx: CheckContext) -> tuple[dict[str, Reproducibility] | None, list[VerdictLine]]:
     cfg = ctx.config.checks.reproducibility
-    repro = measure(results, cfg.repeat_batch_size or max(ctx.config.batching.batch_sizes))
+    repro = measure(results, ctx.config.repeat_batch_size)
     verdicts = []
     for engine, r in repro.items():
         flags = [getattr(r, key) for _, key in PROPERTIES if getattr(r, key) is not None]

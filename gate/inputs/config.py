@@ -451,6 +451,12 @@ class Config(Strict):
         the numbers most."""
         return max(self.batching.batch_sizes)
 
+    @property
+    def repeat_batch_size(self) -> int:
+        """The batch size run-to-run repeatability is measured at: ``checks.reproducibility.repeat_batch_size``, else
+        the largest one."""
+        return self.checks.reproducibility.repeat_batch_size or max(self.batching.batch_sizes)
+
     def digest(self) -> str:
         """The config's fingerprint in results, baselines and verdicts: what it measures, not how it contains
         failures (``isolation``), with every engine's keys as they were dumped before types had sections."""

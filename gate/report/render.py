@@ -92,10 +92,8 @@ def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baselin
     """``links``: the workflow run, its artifact, the baseline file and the commit it came from (``gate.ci`` reads
     them off the job's environment; none outside CI)."""
     env = environment()
-    config = results.config
-    ctx = {"r": results, "c": checks, "v": verdict, "b": baseline, "name": name, "marker": marker(name),
-           "levels": _load_levels(verdict), "links": _safe_links(links or {}),
-           "speedup_drop": config.baseline.speedup_drop if config is not None else None,
+    ctx = {"results": results, "checks": checks, "verdict": verdict, "baseline": baseline, "name": name,
+           "marker": marker(name), "levels": _load_levels(verdict), "links": _safe_links(links or {}),
            "examples": _examples(checks, examples_limit), "chart": _chart(checks),
            "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
            "retokenized": retokenized_note(checks),
@@ -327,13 +325,13 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
 
 
 def render_text(results: Results, checks: ChecksDoc) -> str:
-    """``summary.md`` as ``specguard check`` writes it: a title with the checks' outcome, then the details."""
-    return _render_checks("summary.md.j2", results, checks)
+    """``checks.md`` as ``specguard check`` writes it: a title with the checks' outcome, then the details."""
+    return _render_checks("checks.md.j2", results, checks)
 
 
 def render_details(results: Results, checks: ChecksDoc) -> str:
     """The checks' full text without its title: the step summary's least important section."""
-    return _render_checks("summary_details.md.j2", results, checks)
+    return _render_checks("checks_details.md.j2", results, checks)
 
 
 def _render_checks(template: str, results: Results, checks: ChecksDoc) -> str:

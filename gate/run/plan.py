@@ -273,7 +273,7 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
         out.calibrated_engines = steppable
 
     if gen.greedy:
-        repeat_bs = config.checks.reproducibility.repeat_batch_size or max(sizes)
+        repeat_bs = config.repeat_batch_size
         second = repeat_runs and not timed
         for b in sizes:
             names = able(b, "greedy")

@@ -219,7 +219,7 @@ class Runner:
         eq = self.cfg.checks.equivalence
         fixed = None if eq.logit_tolerance == "auto" else float(eq.logit_tolerance)
         anchor = Anchor(self.pair, self.reference, self.cache.dir.parent if self.cache else None, fixed,
-                        noise_batch_size=max(self.cfg.batching.batch_sizes))
+                        noise_batch_size=self.cfg.noise_batch_size)
         self.progress.start("anchor: the reference against transformers.generate", None)
         self.anchored = anchor.run(self.prompts, self.greedy, self.cache_context())
         self.progress.note(self.anchored.line)

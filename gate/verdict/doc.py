@@ -117,6 +117,19 @@ class BaselineRef(_Doc):
     forced: bool = False
 
 
+class Rules(_Doc):
+    """Every threshold the judge applied, as it applied them: the config's ``baseline.*`` rules and the judge's own
+    constants.  The comment and the step summary read them here, never from the config again."""
+
+    acceptance_drop: float  # baseline.acceptance_drop: the largest relative drop of acceptance that passes
+    speedup_drop: float  # baseline.speedup_drop: a drop fails only when its whole CI lies below 1 - this
+    exact_match_drop: float | Literal["auto"]  # baseline.exact_match_drop ("auto": the noise floor's, per row)
+    on_missing: Literal["neutral", "fail"]  # baseline.on_missing: no baseline for this hardware key
+    crossover_move: float  # a crossover rate below this share of the baseline's warns
+    drift_min: float  # a runner drift is named only when the cells' median moved at least this much
+    drift_share: float  # ... and this share of the cells moved the median's way
+
+
 class VerdictDoc(_Doc):
     schema_id: Literal["specguard.verdict/3"] = Field(SCHEMA, alias="schema")
     outcome: Literal["pass", "fail", "neutral"]
@@ -138,11 +151,12 @@ class VerdictDoc(_Doc):
     run: RunRef | None = None
     results_digest: str | None = None
     checks_digest: str | None = None
+    rules: Rules | None = None  # the thresholds applied (None: a verdict written before they were recorded)
 
     def failed(self) -> list[VerdictLine]:
         return [c for c in self.checks if c.status == "fail"]
 
 
 __all__ = ["EXIT_FAIL", "EXIT_PASS", "SCHEMA", "AcceptanceChange", "BaselineRef", "Changed",
-           "EquivalenceChange", "Explanation", "Interval", "RunRef", "SpeedupChange", "Status", "TrafficChange",
-           "VerdictDoc"]
+           "EquivalenceChange", "Explanation", "Interval", "Rules", "RunRef", "SpeedupChange", "Status",
+           "TrafficChange", "VerdictDoc"]

@@ -52,6 +52,7 @@ from gate.verdict.doc import (
     EquivalenceChange,
     Explanation,
     Interval,
+    Rules,
     SpeedupChange,
     TrafficChange,
     VerdictDoc,
@@ -241,9 +242,16 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
     doc = VerdictDoc(outcome=outcome, exit_code=EXIT_FAIL if failed else EXIT_PASS, headline="", mode=mode,
                      baseline=ref, hardware_key=hw, checks=verdicts, equivalence=eq_changes, acceptance=acc_changes,
                      speedup=sp_changes, traffic=tr_changes, changed=what_changed(head, baseline),
-                     run_status=head.status, run=head.run)
+                     run_status=head.status, run=head.run, rules=applied(rules))
     doc.headline = headline(doc, measured)
     return doc
+
+
+def applied(rules: BaselineConfig) -> Rules:
+    """The thresholds this judge applies, recorded in the verdict (the report reads them there)."""
+    return Rules(acceptance_drop=rules.acceptance_drop, speedup_drop=rules.speedup_drop,
+                 exact_match_drop=rules.exact_match_drop, on_missing=rules.on_missing, crossover_move=CROSSOVER_MOVE,
+                 drift_min=DRIFT_MIN, drift_share=DRIFT_SHARE)
 
 
 def run_baseline_name(results: Results, config: Config) -> str:
