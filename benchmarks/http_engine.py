@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 from gate.engines.base import GenerationSettings, Request
-from gate.engines.http import PRESETS, HttpEngine, Server
+from gate.engines.http import PRESETS, HttpEngine
+from gate.engines.server import Server
 from gate.engines.speculative import SpeculativeEngine
 from gate.inputs.config import PACKAGE_DIR, parse_config
 from gate.inputs.models import load_pair

@@ -13,7 +13,8 @@ from gate.io import rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-WRITERS = {"write_json", "write_text", "atomic_write_json", "atomic_write_text", "write_png"}
+WRITERS = {"write_json", "write_text", "atomic_write_json", "atomic_write_text", "write_png",
+           "RecordLog"}  # the append-only log is opened as a RecordLog and appended to
 OUTPUTS = {getattr(rundir, n): n for n in ("RESULTS", "RECORDS", "PHASES", "CHECKS", "CHECKS_MD", "SUMMARY", "PNG",
                                             "COMMENT", "VERDICT")}
 
@@ -75,11 +76,49 @@ def _writers() -> dict[str, set[str]]:
 
 def test_each_output_has_the_writers_the_document_names():
     table = {}
-    for row in re.findall(r"^\| `([\w.]+)` \| (.*?) \| .*? \|$", DOC[DOC.index("## One writer per file"):], re.M):
+    section = DOC[DOC.index("## One writer per file"):]
+    for row in re.findall(r"^\| `([\w.]+)` \| (.*?) \| .*? \|$", section[:section.index("\n## ")], re.M):
         table[row[0]] = set(re.findall(r"`(gate[\w.]+)`", row[1]))
     assert set(table) == set(OUTPUTS), "the table lists every output of a run directory"
     found = _writers()
-    assert set(found) == set(OUTPUTS) - {rundir.RECORDS}  # the append-only log is opened, not written whole
+    assert set(found) == set(OUTPUTS), "every output of a run directory has a writer the code shows"
     for file, writers in found.items():
         assert writers == table[file], f"{file}: written by {sorted(writers)}, the document says {sorted(table[file])}"
     assert all(len(found[f]) == 1 for f in (rundir.CHECKS, rundir.SUMMARY, rundir.COMMENT, rundir.VERDICT))
+
+
+def test_the_checks_the_document_names_are_the_list_that_runs():
+    """The prose claim: which module lists the checks, which checks, in which order, each a module of its name."""
+    from gate.checks import analysis
+
+    text = DOC[DOC.index("## The checks"):]
+    text = text[:text.index("\n## ")]
+    module = re.search(r"`(gate/checks/\w+\.py)` lists them", text).group(1)
+    assert module == "gate/checks/analysis.py" and hasattr(analysis, "CHECKS")
+    named = re.findall(r"`(\w+)`", text.split("lists them, in the order they run:")[1].split(".")[0])
+    assert named == [name for name, _ in analysis.CHECKS]
+    assert all(check.__name__ == f"gate.checks.{name}" for name, check in analysis.CHECKS), \
+        "each check is the module of its name"
+    package = (ROOT / "gate" / "checks" / "__init__.py").read_text(encoding="utf-8")
+    listed = re.findall(r"^\* ``(\w+)``", package, re.M)
+    assert listed == named, "gate/checks/__init__.py lists the same checks"
+
+
+def test_no_private_name_is_imported_across_modules():
+    """`from gate.x import _name` couples a module to another's internals: a name used elsewhere is public."""
+    found = []
+    for path in (ROOT / "gate").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gate"):
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found
+
+
+def test_the_pipeline_only_sequences_and_no_module_grows_into_a_god_module():
+    """Issue 39: pipeline.py had 699 lines (paired engines, servers, baselines, refresh delivery) and
+    inputs/config.py 855.  The pipeline sequences stages; each stage's work lives in its stage."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in (ROOT / "gate").rglob("*.py")}
+    assert sizes["gate/pipeline.py"] <= 300, sizes["gate/pipeline.py"]
+    assert not {p: n for p, n in sizes.items() if n > 600}

@@ -127,7 +127,7 @@ def test_a_loop_after_a_near_tie_is_a_signature_only_when_the_target_would_not_l
 def test_a_text_divergence_is_classified_from_the_references_top_k_keyed_by_text():
     """Issue 30 item 0: a text-only stack's reference gives each token's text and its top-k keyed by text."""
     from gate.checks.context import text_divergence_gap
-    from gate.run.results import SequenceOutput
+    from gate.run.records import SequenceOutput
 
     ref = SequenceOutput(prompt_id="p", text=" the cat sat", token_ids=[1, 2, 3], stop_reason="max_tokens", wall_s=1,
                          token_texts=[" the", " cat", " sat"],

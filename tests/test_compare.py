@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gate.report.page import COMMENT_LIMIT
 from gate.report.render import build_page, marker, render_comment
-from gate.verdict.judge import Cost, explain
+from gate.verdict.explain import Cost, explain
 
 GOLDEN = Path(__file__).parent / "golden"
 

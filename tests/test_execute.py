@@ -15,7 +15,7 @@ from gate.engines.base import BatchResult, EngineFailure, GenerationSettings, Se
 from gate.errors import ConfigError, Interrupted
 from gate.run.execute import MAX_TIMEOUTS, Executor
 from gate.run.plan import Job, PlannedBatch, PromptInfo
-from gate.run.results import Phase
+from gate.run.records import Phase
 
 PROMPTS = [PromptInfo(i, f"p{i}", "prose", "short", (1, 2, 3 + i), 4) for i in range(4)]
 

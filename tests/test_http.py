@@ -342,7 +342,7 @@ def test_a_port_that_already_answers_is_refused_before_launch(tmp_path):
 def test_a_server_log_is_never_written_through_a_planted_symlink(tmp_path):
     """Bug (issue 19, files): a launched server's log was opened with a plain open(): a symlink planted in the
     output directory under its name redirected the server's output onto any file the runner may write."""
-    from gate.engines.http import Server
+    from gate.engines.server import Server
     from gate.errors import EngineError
 
     victim = tmp_path / "victim.txt"
@@ -359,7 +359,7 @@ def test_a_server_log_is_never_written_through_a_planted_symlink(tmp_path):
 
 def test_a_dead_servers_quoted_output_can_issue_no_workflow_command(tmp_path):
     """The quoted log tail reaches the gate's stderr: no quoted line may start with `::` or carry escapes."""
-    from gate.engines.http import _tail
+    from gate.engines.server import log_tail as _tail
 
     log = tmp_path / "s.log"
     log.write_text("::error title=pwned::from the server\n\x1b[2Jcleared\n")
@@ -865,7 +865,7 @@ def test_launched_servers_start_side_by_side_and_are_all_torn_down(tmp_path):
 def test_a_launched_server_does_not_inherit_specguards_own_import_paths():
     """Issue 30 item 6: launched servers inherited the Action's PYTHONPATH (specguard's checkout and its dependency
     cache), so `vllm serve` could import specguard's transformers instead of its own."""
-    from gate.engines.http import launch_env
+    from gate.engines.server import launch_env
 
     env = {"PATH": "/bin", "PYTHONPATH": "/action:/cache:/runner/own", "SPECGUARD_PYTHONPATH": "/action:/cache"}
     got = launch_env(env, {})

@@ -698,13 +698,13 @@ def test_a_file_size_limit_is_exit_2_naming_the_file(tmp_path):
 def test_a_full_disk_or_read_only_directory_is_exit_2_naming_the_file(tmp_path, capsys, monkeypatch, errno_name):
     import errno
 
-    import gate.run.results
+    import gate.run.records
 
     out = _run_dir(tmp_path)
 
     def refuse(fd, *a, **k):  # what the kernel answers on a full disk or a read-only mount (not makeable here)
         raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
-    monkeypatch.setattr(gate.run.results.os, "fsync", refuse)
+    monkeypatch.setattr(gate.run.records.os, "fsync", refuse)
     assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert f"({errno_name})" in err and str(out) in err
@@ -877,7 +877,8 @@ def test_an_engine_with_no_outputs_gets_no_reproducibility_line():
 
 def test_outputs_never_write_through_a_planted_symlink(tmp_path):
     """A symlink planted in the output directory under an output's name must not redirect the gate's writes."""
-    from gate.run.results import RecordLog, RunHeader
+    from gate.run.records import RecordLog
+    from gate.run.results import RunHeader
 
     out = _run_dir(tmp_path)
     victim = tmp_path / "victim.txt"
@@ -1063,7 +1064,7 @@ def test_a_disk_that_fills_while_the_chart_is_written_names_the_chart(tmp_path, 
     matplotlib's own unnamed write.  Every output is now written by one atomic writer that names its file."""
     import errno
 
-    import gate.run.results
+    import gate.run.records
 
     out = _run_dir(tmp_path)
     real = os.fsync
@@ -1073,7 +1074,7 @@ def test_a_disk_that_fills_while_the_chart_is_written_names_the_chart(tmp_path, 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd)
 
-    monkeypatch.setattr(gate.run.results.os, "fsync", full_at_the_chart)
+    monkeypatch.setattr(gate.run.records.os, "fsync", full_at_the_chart)
     assert main(["compare", str(out), "--baselines-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert f"error: {out / 'speedup.png'}: No space left on device (ENOSPC)" in err, err

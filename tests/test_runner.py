@@ -377,7 +377,7 @@ def test_a_renamed_prompt_reuses_the_cache_under_its_new_name_and_a_misfit_entry
     from gate.engines.base import GenerationSettings
     from gate.run.execute import Executor
     from gate.run.plan import Job, PlannedBatch
-    from gate.run.results import Phase, RecordLog
+    from gate.run.records import Phase, RecordLog
 
     def executor(names, log):
         prompts = [PromptInfo(i, name, "s", "0-127", (5 + i, 6, 7), 3) for i, name in enumerate(names)]

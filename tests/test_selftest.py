@@ -12,7 +12,7 @@ from gate.checks.analysis import run_checks
 from gate.engines.reference import ReferenceEngine
 from gate.inputs.config import PACKAGE_DIR, REFERENCE, parse_config
 from gate.run.plan import Job, plan_batches_per_cell
-from gate.run.results import Phase
+from gate.run.records import Phase
 from gate.run.runner import Runner
 from gate.selftest import EOS_TEXT, selftest_suite
 from gate.selftest.mutants import MUTANTS

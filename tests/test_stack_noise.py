@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import demo_config
 
-from gate.checks import stack
+from gate.checks import stack_noise as stack
 from gate.checks.doc import EquivalenceSummary
 from gate.checks.equivalence import Scored, _verdicts, analyze_sequence, summarize
 from gate.engines.base import eps_of, precision_name

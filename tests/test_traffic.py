@@ -18,7 +18,8 @@ from test_http import free_port
 from gate.checks.doc import ChecksDoc
 from gate.checks.traffic import analyze_traffic, crossover, verdicts_for
 from gate.inputs.config import TrafficCheck
-from gate.run.results import Results, TrafficReplay, read_log
+from gate.run.records import TrafficReplay
+from gate.run.results import Results, read_log
 from gate.run.traffic import Sent, arrival_times, make_trace, replay, replay_record, sides, trace_seed
 from gate.testing.traffic import FakeClock, SimulatedStack, StackModel
 
@@ -231,7 +232,8 @@ def test_a_slower_engine_at_load_fails_against_the_baseline_and_the_comment_show
 
 
 def test_replays_are_logged_as_they_finish_and_read_back(tmp_path, base_sweep):
-    from gate.run.results import SCHEMA, RecordLog, RunHeader
+    from gate.run.records import RecordLog
+    from gate.run.results import SCHEMA, RunHeader
 
     results = synthetic.run()
     header = RunHeader.model_validate({**results.model_dump(include=set(RunHeader.model_fields)),

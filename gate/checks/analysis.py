@@ -6,7 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gate.checks import distribution, equivalence, failures, noise_floor, reproducibility, speedup, traffic
+from gate.checks import (
+    distribution,
+    engine_failures,
+    equivalence,
+    noise_floor,
+    reproducibility,
+    speedup,
+    stack_noise,
+    traffic,
+)
 from gate.checks.context import CheckContext
 from gate.checks.doc import CHECKS_SCHEMA, ChecksDoc, Incomplete, Tolerance, VerdictLine
 from gate.inputs.config import Config
@@ -16,9 +25,10 @@ from gate.run.results import Results
 SCHEMA = CHECKS_SCHEMA
 
 CHECKS = (
-    ("engine_failures", failures),
+    ("engine_failures", engine_failures),
     ("equivalence", equivalence),
     ("noise_floor", noise_floor),
+    ("stack_noise", stack_noise),
     ("reproducibility", reproducibility),
     ("distribution", distribution),
     ("speedup", speedup),
@@ -45,7 +55,6 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
         incomplete=Incomplete(missing_canonical=missing) if missing else None,
         **sections,
         tolerance=Tolerance.model_validate(ctx.tolerance.to_dict()) if ctx.canonical else None,
-        stack_noise=ctx.stack_noise,
         equivalence_method=ctx.method if ctx.canonical else None,
         verdicts=verdicts,
         analysis_s=analysis_s, rescoring_s=ctx.rescoring_s, rescoring_forwards=sum(s.forwards for s in ctx.scorers),

@@ -12,15 +12,16 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gate.checks import stack
+from gate.checks import stack_noise as stack
 from gate.checks.doc import RETOKENIZED_METHOD, StackNoise
 from gate.checks.equivalence import SequenceVerdict, analyze_sequence, first_divergence, score_outputs
-from gate.checks.stack import Departures
+from gate.checks.stack_noise import Departures
 from gate.engines.scoring import Scorer
 from gate.engines.tolerance import Tolerance, measure_noise, tolerance_for
 from gate.inputs.config import REFERENCE, Config
 from gate.inputs.models import ModelPair
-from gate.run.results import Results, SequenceOutput
+from gate.run.records import SequenceOutput
+from gate.run.results import Results
 
 NOISE_SAMPLE = 16  # sequences re-scored alone and batched to measure logit noise
 SERVER_NOISE_FACTOR = 4.0  # as NOISE_FACTOR for local re-scoring: two candidates, each moved by the noise, x2
@@ -103,7 +104,7 @@ class CheckContext:
         self._tolerance: Tolerance | None = None
         self._compared: dict[tuple[str, int], list[Compared]] | None = None
         # engines of another stack -> the engine whose outputs are their own plain decoding (None: none); their
-        # noise is measured on it where the target is re-scored here (gate.checks.stack)
+        # noise is measured on it where the target is re-scored here (gate.checks.stack_noise)
         self.stacks = results.other_stacks() if self.local else {}
         self.own_references = set(results.own_references().values())  # plain decodings, never engines under test
         self.tolerances: dict[str, Tolerance] = {}  # per engine, where it is not the gate's own (self.tolerance)
@@ -257,7 +258,7 @@ class CheckContext:
 
     def _measure_stacks(self, groups: list, scored: list, served_scored: list) -> None:
         """Each other stack's plain decoding, re-scored: its departures from the target; from them each engine's
-        tolerance (gate.checks.stack), and the plain decoding's own (the band)."""
+        tolerance (gate.checks.stack_noise), and the plain decoding's own (the band)."""
         gate = self.tolerance
         config_dtype = str(self.pair.target.dtype).replace("torch.", "")
 

@@ -384,7 +384,7 @@ class Tolerance(_Doc):
 
 class StackNoise(_Doc):
     """An engine of another stack: its own numerical noise, measured on its own plain decoding, and the tolerance it
-    was judged with (:mod:`gate.checks.stack`)."""
+    was judged with (:mod:`gate.checks.stack_noise`)."""
 
     mode: Literal["measured", "unmeasured"]
     plain: str | None  # the engine whose greedy outputs are its plain decoding; None: unmeasured

@@ -6,14 +6,13 @@ Near-tie flips here are the floor that speculative decoding must not be blamed
 for; a confident divergence means the target's own batched path is broken.
 
 Another stack's plain decoding (a plug-in's ``engines[].reference``; a served reference) is judged the same way,
-with the cross-stack band as its tolerance (:mod:`gate.checks.stack`): its departures from the target within the
+with the cross-stack band as its tolerance (:mod:`gate.checks.stack_noise`): its departures from the target within the
 band are that stack's precision and are reported, with the noise they measure; beyond the band no precision
 explains them, and the line fails.
 """
 
 from __future__ import annotations
 
-from gate.checks import stack
 from gate.checks.context import CheckContext
 from gate.checks.doc import EquivalenceSummary, VerdictLine
 from gate.checks.equivalence import summary_of
@@ -51,8 +50,6 @@ def run(results: Results, ctx: CheckContext) -> tuple[dict[str, EquivalenceSumma
     for engine, plain in ctx.stacks.items():
         if plain is not None and plain != REFERENCE:
             verdicts += _own_reference(engine, plain, ctx)
-    for engine, noise in ctx.stack_noise.items():
-        verdicts.append(stack.line(engine, noise))
     return findings, verdicts
 
 

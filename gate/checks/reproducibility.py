@@ -21,7 +21,8 @@ from __future__ import annotations
 from gate.checks.context import CheckContext
 from gate.checks.doc import Reproducibility, VerdictLine
 from gate.inputs.config import REFERENCE
-from gate.run.results import Results, SequenceOutput
+from gate.run.records import SequenceOutput
+from gate.run.results import Results
 
 
 def _identical(a: dict[str, SequenceOutput], b: dict[str, SequenceOutput]) -> tuple[int, int]:

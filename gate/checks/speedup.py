@@ -54,7 +54,8 @@ from gate.checks.doc import (
 )
 from gate.engines.base import SpecCounters
 from gate.inputs.config import REFERENCE
-from gate.run.results import Execution, Results, TimingPair
+from gate.run.records import Execution
+from gate.run.results import Results, TimingPair
 from gate.stats import alpha_from_mean_accepted, bootstrap_median_ci, expected_speedup
 
 NOT_CALIBRATED = "not measured: the engine cannot be stepped, so the pair's step costs do not apply to it"

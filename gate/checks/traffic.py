@@ -38,7 +38,8 @@ from gate.checks.doc import (
     TrafficSlice,
     VerdictLine,
 )
-from gate.run.results import Results, TrafficReplay, TrafficRequest
+from gate.run.records import TrafficReplay, TrafficRequest
+from gate.run.results import Results
 from gate.stats import bootstrap_median_ci
 
 # completions per second over a replay below this share of its arrivals per second: the stack did not keep up within

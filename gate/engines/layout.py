@@ -122,6 +122,7 @@ class RaggedBatch:
     def rollback(self, start: int, keep: torch.Tensor) -> None:
         """Keep the first ``keep[row]`` columns after ``start`` in each row; the rest are rejected."""
         with self.realign():
+            # waits for the device: the cache's new length is a host-side int (the columns no row kept are cropped)
             new_len = start + int(keep.max()) if keep.numel() else start
             if new_len < self.length:  # columns no row kept: crop them
                 self._map_layers(lambda t: t[..., :new_len, :])
@@ -136,7 +137,7 @@ class RaggedBatch:
     def compact(self, force: bool = False) -> bool:
         """Pack each row's valid columns to the right when holes waste enough of the cache."""
         with self.realign():
-            longest = int(self.valid.sum(1).max())
+            longest = int(self.valid.sum(1).max())  # waits for the device: whether to pack is decided on the host
             waste = self.length - longest
             if not force and (waste < self.compact_min_waste or waste < self.compact_ratio * self.length):
                 return False

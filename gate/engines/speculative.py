@@ -109,8 +109,10 @@ class SpeculativeEngine:
         """
         k = settings.num_draft_tokens
         active = rows.active()
+        # Host-side bookkeeping, no wait on the device: which rows are live and how far each may draft come from
+        # the tracker's plain-Python token budgets (set by the previous step's one read-back, below).
         k_list = rows.draft_budget(active, k)
-        k_row, K = torch.tensor(k_list, device=self.device), max(k_list)  # k_row: [R] long; K: int
+        k_row, K = torch.tensor(k_list, device=self.device), max(k_list)  # k_row: [R] long (a copy to it); K: int
         u_draft = u_accept = u_final = None
         if rnd is not None:
             u = torch.zeros(len(rows.ids), 2 * k + 1, dtype=torch.float64, device=self.device)  # [R, 2k+1]
@@ -133,7 +135,14 @@ class SpeculativeEngine:
         else:
             n, nxt = self.accept_sampling(drafts, logits, q, k_row, settings, u_accept, u_final)
 
-        rows.commit(active, k_list, K, drafts.tolist(), n.tolist(), nxt.tolist(), clock.now())
+        # Sync 1 of the step, the one read-back: the host learns what each row emitted, once for the whole batch
+        # (drafts, accepted counts, next tokens in one transfer).  It must: EOS and the token budget end rows, and
+        # the next step's draft lengths and pending tokens depend on them (Rows.commit, on the host).
+        out = torch.cat([drafts, n[:, None], nxt[:, None]], 1).tolist()  # [R, K+2]: d_1..d_K, n, next
+        rows.commit(active, k_list, K, [r[:K] for r in out], [r[K] for r in out], [r[K + 1] for r in out],
+                    clock.now())
+        # Syncs 2-3: each cache's rollback reads the longest row it keeps (RaggedBatch.rollback crops the columns
+        # no row kept, a host-side length); compact() reads the longest valid row of each, once per step as well.
         tgt.rollback(t_start, self.target_keep(pending_ids.shape[1], n, K))  # keep [R] columns per row
         if K:
             drf.rollback(d_start, d_width + n.clamp(max=K - 1))  # [R]: what the draft itself fed
@@ -161,7 +170,9 @@ class SpeculativeEngine:
     def accept_greedy(self, drafts: torch.Tensor, logits: torch.Tensor, k_row: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor]:
         """(accepted count n [R], next token [R]): the longest prefix the target agrees with, then its own token."""
-        K = drafts.shape[1]
+        R, K = drafts.shape
+        assert drafts.dtype == k_row.dtype == torch.long and logits.shape[:2] == (R, K + 1) and k_row.shape == (R,), \
+            (drafts.shape, logits.shape, k_row.shape)
         best = logits.argmax(-1)  # [R, K+1]: the target's choice at each position
         match = (drafts == best[:, :K]) & self._real(K, k_row)  # [R, K] bool
         n = self.accepted_count(match, k_row)  # [R]
@@ -171,7 +182,11 @@ class SpeculativeEngine:
                         k_row: torch.Tensor, settings: GenerationSettings, u_accept: torch.Tensor,
                         u_final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(accepted count n [R], next token [R]) by the rejection rule, then the residual or bonus draw."""
-        K = drafts.shape[1]
+        R, K = drafts.shape
+        assert logits.shape[:2] == (R, K + 1) and k_row.shape == (R,) and u_final.shape == (R,), \
+            (drafts.shape, logits.shape, k_row.shape, u_final.shape)
+        assert K == 0 or (q is not None and q.shape == (R, K, logits.shape[2]) and u_accept.shape[0] == R), \
+            (None if q is None else q.shape, logits.shape)
         p = probs(logits, settings.temperature)  # [R, K+1, V]: p_1 .. p_{K+1}
         if K:
             p_d = p[:, :K].gather(2, drafts[..., None])[..., 0]  # [R, K]: p_j(d_j)
@@ -181,11 +196,13 @@ class SpeculativeEngine:
             n = torch.zeros(len(drafts), dtype=torch.long, device=self.device)
         return n, sample(self.final_distribution(p, q, n, k_row), u_final)
 
-    def accept_test(self, u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
-        return u * q_d < p_d  # accept d with probability min(1, p(d) / q(d)); p >= q: always
-
-    # --- mutation seams: the self-test's broken engines (gate/selftest/mutants.py) override these three; the
+    # --- mutation seams: the self-test's broken engines (gate/selftest/mutants.py) override these five
+    # --- (accept_test, accepted_count, next_position, residual, target_keep) or the batch layout or tracker; the
     # --- correct versions ignore some of their parameters on purpose, so a mutant can use them.
+
+    def accept_test(self, u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
+        assert u.shape == p_d.shape == q_d.shape, (u.shape, p_d.shape, q_d.shape)  # [R, K] each
+        return u * q_d < p_d  # accept d with probability min(1, p(d) / q(d)); p >= q: always
 
     def accepted_count(self, ok: torch.Tensor, k_row: torch.Tensor) -> torch.Tensor:
         """Seam: drafts accepted per row. ``k_row`` is unused here (``ok`` is already False past it)."""
@@ -208,6 +225,7 @@ class SpeculativeEngine:
         return torch.where(bonus, p_n, self.residual(p_n, q_n))
 
     def residual(self, p_n: torch.Tensor, q_n: torch.Tensor) -> torch.Tensor:
+        assert p_n.shape == q_n.shape and p_n.ndim == 2 and p_n.is_floating_point(), (p_n.shape, q_n.shape, p_n.dtype)
         r = (p_n - q_n).clamp_(min=0)  # [R, V]: norm(max(0, p - q))
         total = r.sum(-1, keepdim=True)  # [R, 1]
         return torch.where(total > 0, r / total.clamp(min=1e-30), p_n)

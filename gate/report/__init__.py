@@ -6,7 +6,7 @@
   fingerprint and the hidden marker that identifies the config.  At most 65,536
   characters (GitHub's limit): the least important sections are dropped first,
   with a note (:func:`gate.report.page.fit`, the one truncation routine).
-* the step summary — the same page with a 1 MiB limit, then the checks' full text (``summary.md`` of
+* ``summary.md``, the step summary — the same page with a 1 MiB limit, then the checks' full text (``checks.md`` of
   ``specguard check``, :func:`render_text`, less its title: :func:`render_details`) as its least important section.
 * the terminal — rich tables; plain text when stdout is not a terminal.
 * ``speedup.png`` — speedup against load per slice with CI bars, when the

@@ -43,7 +43,7 @@ def environment() -> Environment:
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
     env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
-    from gate.checks.stack import sentence as stack_sentence
+    from gate.checks.stack_noise import sentence as stack_sentence
     from gate.checks.traffic import crossover_sentence
 
     env.globals.update(icon=STATUS_ICON, divergence_word=DIVERGENCE_WORDS, ms=ms, anchor_line=anchor_line,
@@ -321,7 +321,7 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
     return None
 
 
-# --- the checks' full text (summary.md of `specguard check`, the details of the step summary) ------
+# --- the checks' full text (checks.md of `specguard check`, the details of the step summary) -------
 
 
 def render_text(results: Results, checks: ChecksDoc) -> str:

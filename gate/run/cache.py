@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gate.io.files import atomic_write_json
-from gate.run.results import Execution
+from gate.run.records import Execution
 
 
 class ReferenceCache:

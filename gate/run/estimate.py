@@ -25,7 +25,7 @@ from gate.inputs import fingerprint as fp
 from gate.inputs.config import REFERENCE, LoadedConfig
 from gate.inputs.suite import Suite
 from gate.run.plan import EngineInfo, Job, plan
-from gate.run.results import Phase
+from gate.run.records import Phase
 
 RESULT_PHASE = {"equivalence outputs": "outputs", "canonical reference": "canonical", "sampling": "sampling"}
 GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling", "request-rate traffic")

@@ -24,7 +24,7 @@ from gate.errors import ConfigError, Interrupted
 from gate.inputs import fingerprint as fp
 from gate.run.cache import ReferenceCache
 from gate.run.plan import Job, PlannedBatch, PromptInfo, prompt_seed
-from gate.run.results import Execution, Failure, JobKey, Phase, RecordLog, SequenceOutput
+from gate.run.records import Execution, Failure, JobKey, Phase, RecordLog, SequenceOutput
 
 MAX_TIMEOUTS = 2  # after this many timed-out batches, an engine's remaining batches are recorded as not run
 

@@ -35,7 +35,8 @@ from typing import Literal
 
 from gate.engines.base import Capabilities
 from gate.inputs.config import REFERENCE, Config
-from gate.run.results import BatchPlanRecord, Phase, PromptRecord, Skip
+from gate.run.records import Phase
+from gate.run.results import BatchPlanRecord, PromptRecord, Skip
 
 BatchKind = Literal["mixed", "stress", "cell"]
 
@@ -251,7 +252,7 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
     repeatability (timed runs get that from the timing repeats).  ``timing_only``
     engines (paired mode's base) run in the timing phase only.  ``own_references`` (plug-ins' own plain decoding,
     ``<engine>.reference``) run the greedy outputs on the engines' batches, which measure their stack's own
-    numerical noise (:mod:`gate.checks.stack`), and the timing phase, which times their engines against them.
+    numerical noise (:mod:`gate.checks.stack_noise`), and the timing phase, which times their engines against them.
     """
     out = Plan()
     sizes = config.batching.batch_sizes

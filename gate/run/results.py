@@ -21,217 +21,52 @@ Schema history, every older version loading through :func:`migrate`:
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from collections import defaultdict
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from gate.engines.base import SpecCounters, eps_of
 from gate.errors import Problem, ResultsError
 from gate.inputs.config import REFERENCE, Config
-from gate.io.documents import Document, RunRef, omitted_when_none
-from gate.io.files import named_error, parse_json, read_input, split_lines
+from gate.io.documents import Document, RunRef
+from gate.io.files import parse_json, read_input, split_lines
 from gate.io.rundir import RESULTS, DocumentKind, load_document
+from gate.run.records import (
+    Execution,
+    Mode,
+    Phase,
+    Record,
+    SequenceOutput,
+    TrafficReplay,
+)
 
 SCHEMA = "specguard.results/4"
 OLDER_SCHEMAS = ("specguard.results/1", "specguard.results/2", "specguard.results/3")
 
-Mode = Literal["greedy", "sampling"]
 Status = Literal["complete", "interrupted", "failed"]
-
-
-class Phase(str, Enum):
-    """What an execution was for."""
-
-    CALIBRATION = "calibration"  # step timings of the loaded pair (not an execution record)
-    OUTPUTS = "outputs"  # greedy equivalence data: the whole suite at every batch size
-    TIMING = "timing"  # paired, interleaved speedup samples of per-cell batches
-    CANONICAL = "canonical"  # the reference at batch size 1 when 1 is not a configured size
-    SAMPLING = "sampling"  # sampled tokens for the distribution test
-
-
-class _Record(Document):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
-
-
-# Numbers are finite and in range at this boundary: a NaN, an infinity, a negative time or count, or a batch
-# size beyond any real one is refused with its field path (exit 2), never judged.
-MAX_BATCH_SIZE = 1 << 16
-Seconds = Annotated[float, Field(ge=0.0, le=1e7)]
-Count = Annotated[int, Field(ge=0)]
-BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
-
-
-def _counters_not_negative(c):
-    if c is None:
-        return c
-    for k, v in vars(c).items():
-        if any(x < 0 for x in (v if isinstance(v, list) else [v])):
-            raise ValueError(f"{k}: expected counts >= 0, got {v}")
-    return c
-
-
-# --- one execution ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class JobKey:
-    """Identity of one batch execution: the runner never runs the same key twice, merging unions by it."""
-
-    phase: str
-    engine: str
-    mode: str
-    batch_size: int
-    composition: int
-    batch: int
-    repeat: int
-
-    def label(self) -> str:
-        return (f"{self.phase}/{self.engine}/{self.mode}/bs{self.batch_size}/c{self.composition}"
-                f"/batch{self.batch}/r{self.repeat}")
-
-
-class SequenceOutput(_Record):
-    """One row of one executed batch."""
-
-    prompt_id: str
-    filler: bool = False  # a repeat of a prompt already in this composition (the suite was too small)
-    seed: int = 0
-    text: str = ""
-    token_ids: list[Count]
-    stop_reason: Literal["eos", "max_tokens"]
-    wall_s: Seconds
-    ttft_s: Seconds | None = None
-    per_token_s: Seconds | None = None
-    counters: SpecCounters | None = None
-    top_logprobs: list[dict[int, float]] | None = None  # a server's top-k logprobs per emitted token
-    text_only: bool = False  # the engine gave only text: these ids are its text re-tokenized
-    # a text-only stack's own token pieces and top-k keyed by text (None: not given)
-    token_texts: list[str] | None = omitted_when_none()
-    top_text_logprobs: list[dict[str, float]] | None = omitted_when_none()
-    precision: str | None = omitted_when_none()  # what the engine says it computed in (None: the config's dtype)
-
-    _counters = field_validator("counters")(_counters_not_negative)
-
-
-class Failure(_Record):
-    """Why an engine produced no output for a batch: a finding about the engine under test, not a gate error."""
-
-    kind: Literal["crash", "timeout", "out_of_memory", "contract"]
-    type: str  # the exception's type, e.g. RuntimeError
-    message: str
-
-
-class TrafficRequest(_Record):
-    """One request of a request-rate replay; times in seconds from the replay's start."""
-
-    prompt_id: str
-    slice: str
-    scheduled_s: Seconds  # its arrival in the trace
-    sent_s: Seconds  # when the replay sent it (late when the sender falls behind the trace)
-    first_token_s: Seconds | None = None
-    end_s: Seconds | None = None  # its last token
-    tokens: Count = 0
-    gaps_s: list[Seconds] = Field(default_factory=list)  # between token bursts (ITL; gate/run/traffic.py BURST_S)
-    error: str | None = omitted_when_none()
-
-
-class TrafficReplay(_Record):
-    """One replay of one rate's arrival trace to one side: the engine under test, or its reference."""
-
-    kind: Literal["traffic"] = "traffic"
-    engine: str  # the engine under test (every side of its replays carries its name)
-    side: Literal["engine", "reference", "base"]  # base: paired mode's base server, on the same trace
-    rate: Annotated[float, Field(gt=0)]
-    repeat: Count
-    arrival: Literal["poisson", "constant"]
-    seed: int
-    duration_s: Seconds  # from the first arrival to the last token of the replay
-    requests: list[TrafficRequest]
-    cut_short: str | None = omitted_when_none()  # why the replay stopped sending (max_in_flight reached)
-
-    @property
-    def key(self) -> tuple[str, str, float, int]:
-        return self.engine, self.side, self.rate, self.repeat
-
-
-class Execution(_Record):
-    """One batch run by one engine (``kind: execution`` in ``records.jsonl``)."""
-
-    kind: Literal["execution"] = "execution"
-    phase: Phase
-    engine: str
-    mode: Mode
-    batch_size: BatchSize
-    composition: Count = 0
-    batch: Count
-    repeat: Count = 0
-    slice: str | None = None  # the batch's cell, for per-cell batches (timing); None for mixed batches
-    bucket: str | None = None
-    temperature: Annotated[float, Field(ge=0.0)] = 0.0
-    prompts: list[str]
-    n_real: Count
-    wall_s: Seconds
-    realign_s: Seconds = 0.0
-    num_target_forwards: Count = 0
-    num_draft_forwards: Count = 0
-    peak_memory_bytes: Count | None = None
-    cached: bool = False
-    sequences: list[SequenceOutput]
-    failure: Failure | None = None  # the engine crashed, hung, ran out of memory or broke the contract
-    batch_counters: SpecCounters | None = None  # a server's counters for the whole wave (per row unknown)
-
-    _counters = field_validator("batch_counters")(_counters_not_negative)
-
-    @property
-    def key(self) -> JobKey:
-        return JobKey(self.phase.value, self.engine, self.mode, self.batch_size, self.composition, self.batch,
-                      self.repeat)
-
-    @property
-    def cell(self) -> tuple[str | None, str | None]:
-        return (self.slice, self.bucket)
-
-    def real(self) -> list[SequenceOutput]:
-        return [s for s in self.sequences if not s.filler]
-
-    def tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.sequences)
-
-    def counters(self) -> SpecCounters | None:
-        """The speculation counters of this batch's real rows, summed (or the whole batch's, from a server);
-        None if the engine reported none."""
-        total = SpecCounters.total(s.counters for s in self.real())
-        if self.batch_counters is not None and (total is None or (not total.num_drafts
-                                                                  and self.batch_counters.num_drafts)):
-            return self.batch_counters  # also when the rows' counters lack verification steps (llama-server timings)
-        return total
 
 
 # --- the header ----------------------------------------------------------------------------
 
 
-class ModelFingerprint(_Record):
+class ModelFingerprint(Record):
     location: str
     fingerprint: str
     dtype: str
     revision: str | None = None
 
 
-class SuiteFingerprint(_Record):
+class SuiteFingerprint(Record):
     name: str
     fingerprint: str
     prompts: int
     slices: list[str]
 
 
-class Fingerprint(_Record):
+class Fingerprint(Record):
     """What a measurement depends on; resume, the cache and comparisons check it."""
 
     hardware: dict[str, Any]
@@ -261,7 +96,7 @@ class Fingerprint(_Record):
         return out
 
 
-class Settings(_Record):
+class Settings(Record):
     num_draft_tokens: int
     batch_sizes: list[int]
     max_new_tokens: int
@@ -275,7 +110,7 @@ class Settings(_Record):
     stress_mix: bool = False
 
 
-class PromptRecord(_Record):
+class PromptRecord(Record):
     id: str
     slice: str
     bucket: str
@@ -284,7 +119,7 @@ class PromptRecord(_Record):
     prompt_ids: list[int]
 
 
-class BatchPlanRecord(_Record):
+class BatchPlanRecord(Record):
     """One planned equivalence batch: its composition, members and prompt-length spread."""
 
     batch_size: int
@@ -298,14 +133,14 @@ class BatchPlanRecord(_Record):
     duplicates: bool = False  # a prompt twice in the batch: the suite is smaller than the batch size
 
 
-class Skip(_Record):
+class Skip(Record):
     engine: str
     batch_size: int
     mode: Mode
     reason: str
 
 
-class AnchorDifference(_Record):
+class AnchorDifference(Record):
     """The first difference between the gate's reference and ``generate()`` on one anchor prompt."""
 
     prompt_id: str
@@ -317,7 +152,7 @@ class AnchorDifference(_Record):
     near_tie: bool = False
 
 
-class AnchorRecord(_Record):
+class AnchorRecord(Record):
     """The reference checked against ``transformers.generate`` on a few suite prompts (:mod:`gate.run.anchor`)."""
 
     key: str  # the cache key: target, dtype, device, hardware, libraries, engine version, prompts, settings
@@ -343,7 +178,7 @@ def anchor_line(anchor: dict | AnchorRecord) -> str:
             f"{n} near-tie{'s' if n != 1 else ''} ({a['model_type']}; {cost})")
 
 
-class StoppedAt(_Record):
+class StoppedAt(Record):
     model_config = ConfigDict(extra="allow")
     reason: str
     phase: str | None = None
@@ -353,7 +188,7 @@ class StoppedAt(_Record):
     repeat: int | None = None
 
 
-class RunHeader(_Record):
+class RunHeader(Record):
     """The first line of ``records.jsonl`` and the head of ``results.json``."""
 
     schema_id: str = Field(SCHEMA, alias="schema")
@@ -592,44 +427,6 @@ class TimingPair:
         if self.reference.failure or self.execution.failure or self.execution.wall_s <= 0:
             return None
         return self.reference.wall_s / self.execution.wall_s
-
-
-# --- writing ---------------------------------------------------------------------------------
-
-
-class RecordLog:
-    """Append-only JSONL log of a run: a header line, then one line per finished execution."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._fh = None
-
-    def start(self, header: RunHeader) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.unlink(missing_ok=True)  # a symlink planted here is removed, never written through
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
-        except OSError as exc:
-            raise named_error(exc, self.path) from None
-        self._fh = os.fdopen(fd, "w", encoding="utf-8")
-        self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
-
-    def append(self, record: Execution | TrafficReplay) -> None:
-        self._write(record.model_dump(mode="json"))
-
-    def _write(self, record: dict) -> None:
-        try:
-            self._fh.write(json.dumps(record) + "\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-        except OSError as exc:  # a full disk or a file size limit: a torn last line, dropped on --resume
-            raise named_error(exc, self.path) from None
-
-    def close(self) -> None:
-        if self._fh:
-            fh, self._fh = self._fh, None
-            with contextlib.suppress(OSError):  # the write that failed already said why
-                fh.close()
 
 
 # --- reading ---------------------------------------------------------------------------------

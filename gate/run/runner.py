@@ -52,21 +52,18 @@ from gate.run.phases import Phases
 from gate.run.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_name, plan
 from gate.run.plan import shard as shard_plan
 from gate.run.progress import Lines
+from gate.run.records import Execution, Phase, RecordLog, TrafficReplay
 from gate.run.results import (
     SCHEMA,
     AnchorRecord,
-    Execution,
     Fingerprint,
     ModelFingerprint,
     PairedRun,
-    Phase,
-    RecordLog,
     Results,
     RunHeader,
     Settings,
     StoppedAt,
     SuiteFingerprint,
-    TrafficReplay,
     read_log,
 )
 from gate.run.schedule import TimingScheduler
@@ -351,9 +348,8 @@ class Runner:
 
     def run(self, resume: bool = False) -> Results:
         header = self.header()
-        records_path = self.out_dir / RECORDS
-        previous = self._previous(header, records_path) if resume else {}
-        log = RecordLog(records_path)
+        log = RecordLog(self.out_dir / RECORDS)  # opened (truncated) by start(), after --resume read it
+        previous = self._previous(header, log.path) if resume else {}
         log.start(header)
         for rec in [*previous.values(), *self.previous_traffic.values()]:
             log.append(rec)  # keep them on disk even if this run stops before reusing them

@@ -16,8 +16,8 @@ def serving(say: Callable[[str], None], loaded, out: Path, against: str | None =
     which the run waits for, and tears them all down on leaving, whatever happens.  In paired mode with a served
     head (``against``: the base config), the base's servers are launched beside the head's (named
     ``base-<engine>``); the reference is the head's."""
-    from gate.engines.http import Server
     from gate.engines.paired import paired_head
+    from gate.engines.server import Server
 
     stacks = [(loaded, e.label, i, e.endpoints()) for i, e in enumerate(loaded.config.engines)]
     head = paired_head(loaded) if against else None

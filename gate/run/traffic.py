@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from gate.run.results import TrafficReplay, TrafficRequest
+from gate.run.records import TrafficReplay, TrafficRequest
 
 ROUND = 6  # digits kept of each time: a microsecond, far below what is measured
 # Token arrivals closer than this are one burst (ITL counts the gaps between bursts): a server that streams a

@@ -38,7 +38,8 @@ from gate.errors import BaselineError, Problem, RefreshRefused
 from gate.inputs.config import REFERENCE, Config
 from gate.io.documents import Document, omitted_when_none
 from gate.io.rundir import DocumentKind, load_document
-from gate.run.results import Phase, Results
+from gate.run.records import Phase
+from gate.run.results import Results
 
 SCHEMA = "specguard.baseline/1"
 SAMPLE_DIGITS = 5  # significant digits kept of each speedup sample: far below timing noise

@@ -80,6 +80,15 @@ def describe(engine: str, plain: str | None, departures: Departures | None, tol:
                       tolerance_at_10=tol.at(10.0), band_at_10=band(10.0))
 
 
+def run(results, ctx) -> tuple[dict[str, StackNoise] | None, list[VerdictLine]]:
+    """The check: each engine of another stack's noise and tolerance, measured while the context compared the
+    outputs (:meth:`gate.checks.context.CheckContext._measure_stacks`), in words."""
+    ctx.compared_keys()  # the comparison measures the stacks
+    if not ctx.stack_noise:
+        return None, []
+    return ctx.stack_noise, [line(engine, s) for engine, s in ctx.stack_noise.items()]
+
+
 def line(engine: str, s: StackNoise) -> VerdictLine:
     """The verdict line of an engine's stack noise (status info: the verdicts are equivalence's)."""
     return VerdictLine.of(CHECK, engine, "info", sentence(engine, s))
@@ -107,4 +116,4 @@ def sentence(engine: str, s: StackNoise) -> str:
     return why
 
 
-__all__ = ["CHECK", "Departures", "describe", "engine_tolerance", "line", "plain_tolerance", "sentence"]
+__all__ = ["CHECK", "Departures", "describe", "engine_tolerance", "line", "plain_tolerance", "run", "sentence"]
