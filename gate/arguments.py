@@ -37,6 +37,10 @@ HELP = {
             "reference batches already cached) and, from the last run in the output directory on this runner, how "
             "long it will take; no weights load",
     "plan --against": "plan a paired run against this base config",
+    "plan --tokens-per-s": "estimate from a stated rate instead of an earlier run: every engine generates this many "
+                           "tokens per second at every batch size (fixed costs such as model load not counted)",
+    "plan --hardware-key": "estimate from the last run in the output directory made under this hardware key, though "
+                           "this machine's differs (a GPU runner's results.json and phases.json, from its artifact)",
     "suite": "build a prompt suite",
     "import": "a suite from a JSONL sample of real requests ('prompt' or chat 'messages', at the top level or under "
               "'body'): deduplicated, stratified by slice and length, capped, validated like any suite",
@@ -143,6 +147,8 @@ def cores() -> int:
 
 # more threads than cores only spin against each other (5000 held two cores for minutes; 100000 segfaulted libgomp)
 threads = count(1, max(cores(), 1), " (this machine's cores)")
+tokens_per_s = typed(lambda t: (lambda v: v if v is not None and 0 < v <= 1e9 else None)(
+    float(t) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", t.strip()) else None), "a rate above 0 tokens per second")
 hardware_key = typed(lambda t: t if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,99}", t) else None,
                        "1-100 characters from [a-z0-9_.-]")
 run_id = typed(lambda t: t if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", t) else None,

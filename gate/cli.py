@@ -17,8 +17,17 @@ import sys
 from pathlib import Path
 
 from gate import __version__, pipeline
-from gate.arguments import HELP, count, hardware_key, run_id, shard, threads
-from gate.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, RunInterrupted, SpecguardError
+from gate.arguments import HELP, count, hardware_key, run_id, shard, threads, tokens_per_s
+from gate.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Interrupted,
+    RunInterrupted,
+    SpecguardError,
+    distinct,
+    said,
+)
 from gate.inputs.config import DEMO_CONFIG
 from gate.io.rundir import RunDir
 from gate.run.session import Session, set_threads
@@ -28,8 +37,8 @@ def cmd_validate(args, session: Session) -> int:
     from gate.run.validate import validate
 
     v = validate(args.config)
-    for p in v.problems:
-        print(p, file=sys.stderr)
+    for p, times in distinct(v.problems):
+        print(said(p, times).removeprefix("error: "), file=sys.stderr)
     if v.problems:
         print(f"{len(v.problems)} problem(s) found", file=sys.stderr)
         return EXIT_USAGE
@@ -125,7 +134,8 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
 def cmd_plan(args, session: Session) -> int:
     from gate.run.estimate import plan_config
 
-    report = plan_config(args.config, args.out, args.against)
+    report = plan_config(args.config, args.out, args.against, tokens_per_s=args.tokens_per_s,
+                         hardware_key=args.hardware_key)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK
 
@@ -258,7 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
         arg(si, name, type=count(low, high), default=default)
     pl = command(sub, "plan", cmd_plan)
     for name, kw in (("config", {}), ("--out", {"help": HELP["check --out"]}), ("--json", {"action": "store_true"}),
-                     ("--against", {"metavar": "BASE.yaml", "help": HELP["plan --against"]})):
+                     ("--against", {"metavar": "BASE.yaml", "help": HELP["plan --against"]}),
+                     ("--tokens-per-s", {"type": tokens_per_s, "metavar": "N", "help": HELP["plan --tokens-per-s"]}),
+                     ("--hardware-key", {"type": hardware_key, "metavar": "KEY",
+                                         "help": HELP["plan --hardware-key"]})):
         arg(pl, name, **kw)
     return p
 
@@ -285,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args, session)
     except SpecguardError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+        for problem, count in distinct(exc.problems):
+            print(said(problem, count), file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # the environment, not a verdict: a read-only --out, a full disk, a file size limit
         code = errno.errorcode.get(exc.errno, "")

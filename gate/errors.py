@@ -47,6 +47,19 @@ class SpecguardError(Exception):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+def distinct(problems: Iterable[Problem]) -> list[tuple[Problem, int]]:
+    """Each problem once, in the order first found, with how many times it was found (a line to print per row)."""
+    counts: dict[str, list] = {}
+    for p in problems:
+        counts.setdefault(str(p), [p, 0])[1] += 1
+    return [(p, n) for p, n in counts.values()]
+
+
+def said(problem: Problem, count: int) -> str:
+    """A problem as the CLI prints it; one found ``count`` times is printed once, with the count."""
+    return f"error: {problem}" + (f" (x{count})" if count > 1 else "")
+
+
 class ConfigError(SpecguardError):
     """The config file is invalid."""
 

@@ -204,6 +204,7 @@ class GateOptions:
 def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | None]:
     """``specguard gate``: run, check, then compare with the baseline, or refresh it from this run.  The exit code
     (:func:`exit_code` of the stages' outcomes) and, with ``refresh``, the baseline written."""
+    from gate.engines.paired import base_side
     from gate.run.servers import serving
     from gate.verdict.refresh import write_baseline
     from gate.verdict.store import baselines_root
@@ -212,8 +213,12 @@ def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | 
         raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
     inputs = load_inputs(session, config, opts.out, opts.threads)
-    with serving(session.say, inputs.loaded, inputs.out.path, opts.against) as servers:  # torn down after the run
-        models = load_models(session, inputs, opts.against)
+    base = base_side(opts.against, inputs.loaded) if opts.against else None  # refused here, before any launch
+    for change in base.changes if base else ():
+        session.say(f"paired mode: {change}")
+    base_config = base.loaded if base else None
+    with serving(session.say, inputs.loaded, inputs.out.path, base_config) as servers:  # torn down after the run
+        models = load_models(session, inputs, base)
         ran = run_engines(session, inputs, models, opts.run, servers)
     if ran is not Ran.COMPLETE:
         return exit_code(ran), None

@@ -124,7 +124,8 @@ def _hosted(light_python):
 
 
 def act(repo: Path, api: FakeGitHub, event: dict, workflow: str, event_name: str = "pull_request",
-        timeout: int = 600, variables: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        timeout: int = 600, variables: dict[str, str] | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     (repo.parent / "event.json").write_text(json.dumps(event))
     stub = repo.parent / "upload-artifact"
     stub.mkdir(exist_ok=True)
@@ -141,6 +142,8 @@ def act(repo: Path, api: FakeGitHub, event: dict, workflow: str, event_name: str
         cmd += ["--env", f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"]
     for k, v in (variables or {}).items():
         cmd += ["--var", f"{k}={v}"]
+    for k, v in (env or {}).items():
+        cmd += ["--env", f"{k}={v}"]
     for k, v in event.get("inputs", {}).items():  # workflow_dispatch inputs, as the Actions UI passes them
         cmd += ["--input", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout)
@@ -204,6 +207,76 @@ def test_a_fork_pull_request_is_refused_with_its_explanation(tmp_path, api):
     assert "loading models" not in text
     body = api.comments[7][0]["body"]
     assert "Refused: a fork" in body and "would execute the fork" in body
+
+
+def test_a_forks_readme_fix_passes_as_skipped_on_the_hosted_runner(tmp_path, api):
+    """Issue 40 item 8: every fork PR failed the required check, a README-only one too, because a fork was refused
+    before `changed` was computed.  On a GitHub-hosted runner `changed` reads the fork's files as data (no code of
+    it runs) and the PR is refused only when the gate would run."""
+    repo = make_repo(tmp_path, speculative_config(4))
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"README.md": "models, with a typo fixed\n"})
+    hosted = {"RUNNER_ENVIRONMENT": "github-hosted"}
+    proc = act(repo, api, pr_event(repo, base, head, head_repo="mallory/models"), "specguard.yml", timeout=300,
+               env=hosted)
+    text = output(proc)
+    assert proc.returncode == 0, text[-4000:]
+    assert "specguard: skipped - nothing the gate guards changed" in text and "refused: " not in text
+    assert "verdict=skipped" in text
+    assert not api.calls("POST") and not api.calls("PATCH")
+    gated = commit(repo, {"specguard.yaml": speculative_config(3)})  # now it touches k: refused, with a comment
+    proc = act(repo, api, pr_event(repo, base, gated, head_repo="mallory/models"), "specguard.yml", env=hosted)
+    text = output(proc)
+    assert proc.returncode != 0 and "changes what the gate guards; set allow-fork-prs" in text, text[-4000:]
+    assert "loading models" not in text and "Refused: a fork" in api.comments[7][0]["body"]
+
+
+PAIRED_ENGINE = """\
+  - type: http
+    name: served
+    http:
+      preset: vllm
+      server: {url: "http://127.0.0.1:%(server)d", startup_timeout_s: 180,
+               launch: [%(py)s, -m, gate.testing.server, --port, "{port}", --mode, speculative, --threads, "1"]}
+      reference: {url: "http://127.0.0.1:%(reference)d", startup_timeout_s: 180,
+                  launch: [%(py)s, -m, gate.testing.server, --port, "{port}", --mode, reference, --threads, "1"]}"""
+
+
+def test_paired_mode_from_the_action_launches_the_bases_server_on_a_port_of_its_own(tmp_path, api):
+    """Issue 40 item 3: the Action's paired mode passes the same config path twice (the base commit checked out
+    beside the head), so both sides named the same server url and `gate --against` refused.  The base's launched
+    server now moves to a free port; the head's and the reference stay where the config puts them."""
+    import socket
+
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        ports = {"server": a.getsockname()[1], "reference": b.getsockname()[1]}
+    engines = PAIRED_ENGINE % {**ports, "py": json.dumps(sys.executable)}
+    cfg = CONFIG % {"k": 4, "engines": engines}
+    cfg = cfg.replace("  device: cpu\n", "  device: cpu\n  local_weights: false\n")
+    repo = make_repo(tmp_path, cfg)
+    wf = repo / ".github" / "workflows" / "specguard.yml"
+    wf.write_text(wf.read_text().replace("          mode: check\n", "          mode: check\n          paired: true\n"))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "paired")
+    base = git(repo, "rev-parse", "HEAD")
+    head = commit(repo, {"specguard.yaml": cfg.replace("batch_sizes: [1, 2]", "batch_sizes: [1, 3]")})
+    proc = act(repo, api, pr_event(repo, base, head), "specguard.yml", timeout=900)
+    text = output(proc)
+    assert "verdict=error" not in text and proc.returncode in (0, 1), text[-6000:]
+    moved = f"paired mode: base-served server: http://127.0.0.1:{ports['server']} is the head's, moved to"
+    assert moved in text, text[-6000:]
+    starts = [line for line in text.splitlines() if "starting " in line and "gate.testing.server" in line]
+    launched = {role: next(line for line in starts if f"starting {role}" in line) for role in
+                ("served server", "served reference", "base-served server")}
+    assert f"--port {ports['server']} " in launched["served server"], launched
+    assert f"--port {ports['reference']} " in launched["served reference"], launched
+    assert f"--port {ports['server']} " not in launched["base-served server"], launched
+    results = json.loads(next((tmp_path / "artifacts").glob("*/results.json")).read_text())
+    assert results["paired"]["engine"] == "base-served"
+    assert {ex["engine"] for ex in results["executions"] if ex["phase"] == "timing"} == \
+        {"reference", "served", "base-served"}
 
 
 STOPPED_ENGINE = """\

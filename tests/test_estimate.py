@@ -47,3 +47,79 @@ engines:
     doc = json.loads(capsys.readouterr().out)
     assert doc["traffic_s"] == pytest.approx(3 * 2 * (16 / 2 + 16 / 8))  # 60 s of arrivals
     assert "12 replays whose arrivals alone span 1 min 00 s" in doc["traffic"]
+
+
+def test_a_gpu_runner_before_its_first_run_gets_an_estimate_from_a_stated_rate(tmp_path, capsys, monkeypatch):
+    """Issue 40 item 7: a first run's plan said "estimate: none", so nobody could say what a PR costs on a GPU
+    runner before paying for one.  At a stated rate every budgeted token (work, warm-up, timing repeats) costs
+    1/rate seconds, the assumption printed."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", str(DEMO_CONFIG), "--json"]) == 0
+    none = json.loads(capsys.readouterr().out)
+    assert none["estimate_s"] is None and "--tokens-per-s" in none["estimate_from"]
+    assert main(["plan", str(DEMO_CONFIG), "--json", "--tokens-per-s", "250"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    work = sum(w["tokens"] - w["cached_tokens"] for w in doc["work"])
+    per_repeat = sum(t["tokens"] for t in doc["timing_tokens_per_repeat"])
+    lo, hi = doc["estimate_s"]
+    assert lo >= (work + per_repeat * doc["timing_repeats"][0]) / 250 and lo <= hi, doc
+    assert doc["estimate_from"].startswith("assumed: every engine generates 250 tokens per second")
+    assert main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "250"]) == 0
+    assert "estimate: " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "0"])
+    assert "a rate above 0 tokens per second" in capsys.readouterr().err
+
+
+def test_plan_takes_the_last_run_of_the_hardware_key_it_is_given(tmp_path, capsys, monkeypatch):
+    """A GPU runner's results.json and phases.json (its artifact), planned on another machine: refused as another
+    runner's by default, used with --hardware-key naming the runner it was made on."""
+    import synthetic
+
+    from gate.io.documents import PhasesDoc
+
+    results = synthetic.run()  # (in the repository: its suite is read to fingerprint it)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "specguard-out"
+    out.mkdir()
+    (out / "results.json").write_text(synthetic.results_json(results))
+    (out / "phases.json").write_text(PhasesDoc(wall_s=100.0, seconds={"timing": 50.0}).model_dump_json())
+    key = results.fingerprint.hardware_key
+    assert main(["plan", str(DEMO_CONFIG), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["estimate_s"] is None and f"was made on {key}, not on this runner" in doc["estimate_from"]
+    assert main(["plan", str(DEMO_CONFIG), "--json", "--hardware-key", key]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["estimate_s"] is not None and f"made on {key}" in doc["estimate_from"], doc["estimate_from"]
+
+
+REPEATS = """\
+models: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}, local_weights: false}
+batching: {batch_sizes: [1, 8]}
+suite: {max_prompts_per_slice: 1}
+engines:
+  - type: http
+    name: stack
+    http:
+      preset: vllm
+      server: {url: "http://127.0.0.1:9", launch: [%(python)s, -c, "1"%(flag)s]}
+      reference: {url: "http://127.0.0.1:10", launch: [%(python)s, -c, "1"%(flag)s]}
+"""
+
+
+@pytest.mark.parametrize("flag", ["", ", --no-enable-prefix-caching"])
+def test_a_batch_larger_than_the_suites_distinct_prompts_warns_of_the_prefix_cache(tmp_path, capsys, flag):
+    """Issue 40 item 7: 6 prompts (one per slice) at batch size 8 repeat rows within a batch; a stack with a
+    prefix cache serves the repeats from it, which flatters the speedup.  The plan says so and names the flag that
+    turns vLLM's cache off; launch lines that already pass it on both servers get no warning."""
+    import sys
+
+    cfg = tmp_path / "repeats.yaml"
+    cfg.write_text(REPEATS % {"python": json.dumps(sys.executable), "flag": flag})
+    assert main(["plan", str(cfg), "--json"]) == 0
+    warned = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "repeats prompts within a batch" in w]
+    if flag:
+        assert warned == []
+    else:
+        assert len(warned) == 1 and warned[0].startswith("batch size 8 repeats") and \
+            "(--no-enable-prefix-caching)" in warned[0], warned

@@ -1007,8 +1007,13 @@ def test_a_local_model_path_that_is_missing_or_empty_is_an_error_not_a_hub_id(tm
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     (tmp_path / "hub.yaml").write_text(TINY.replace('"specguard:demo/target"', '"org/name"') % {"engines": "  - "
                                                                                              "{type: speculative}"})
-    assert main(["validate", str(tmp_path / "hub.yaml")]) == 0
-    assert "'org/name' is not a local directory; treating it as a hub id" in capsys.readouterr().out
+    # a hub id in form is taken as one; here (no hub) validate says what plan and gate would: its config cannot be
+    # read (issue 40: validate and plan never disagree)
+    assert main(["validate", str(tmp_path / "hub.yaml")]) == 2
+    said = capsys.readouterr().err
+    assert "models.target.path: cannot read the target model's config 'org/name'" in said, said
+    assert main(["plan", str(tmp_path / "hub.yaml")]) == 2
+    assert "models.target.path: cannot read the target model's config 'org/name'" in capsys.readouterr().err
 
 
 def _table_widths(markdown: str) -> list[list[int]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 
-from gate.inputs.config import SpeedupCheck
+from gate.inputs.checks_config import SpeedupCheck
 from gate.run.plan import PlannedBatch, TimingCell
 from gate.run.schedule import TimingScheduler, interleaved
 

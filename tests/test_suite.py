@@ -146,9 +146,12 @@ def test_the_chat_suite_renders_through_the_demo_template_and_a_missing_template
     text = tok.decode(pair.encode_chat(suite.prompts[1].as_messages(), template))
     assert text == ("System: You answer questions about the Python language.\n"
                     "User: What is the difference between \"is\" and \"==\"?\nAnswer:")
-    with pytest.raises(SuiteError, match="has chat messages, and rendering them failed: the target tokenizer has "
+    with pytest.raises(SuiteError, match="have chat messages, and rendering them failed: the target tokenizer has "
                                          "no chat template") as info:
         prompt_infos(dataclasses.replace(suite, chat_template=None), pair, 8, [1024])
+    chats = sum(p.messages is not None for p in suite.prompts)
+    assert len(info.value.problems) == 1 and f"{chats} prompts ('chat-" in str(info.value.problems[0]), \
+        "one problem for every row that fails alike, not one per row"
     assert info.value.problems[0].hint.startswith("set suite.chat_template")
     broken = dataclasses.replace(suite, chat_template="{{ raise_exception('no system role here') }}")
     with pytest.raises(SuiteError, match="no system role here"):

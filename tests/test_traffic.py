@@ -17,7 +17,7 @@ from test_http import free_port
 
 from gate.checks.doc import ChecksDoc
 from gate.checks.traffic import analyze_traffic, crossover, verdicts_for
-from gate.inputs.config import TrafficCheck
+from gate.inputs.checks_config import TrafficCheck
 from gate.run.records import TrafficReplay
 from gate.run.results import Results, read_log
 from gate.run.traffic import Sent, arrival_times, make_trace, replay, replay_record, sides, trace_seed

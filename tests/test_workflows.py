@@ -155,19 +155,43 @@ def test_the_pr_workflows_refuse_forks_in_the_hosted_job_before_any_gpu_job(name
     assert "${{ github.workflow }}" in wf["concurrency"]["group"]
 
 
-@pytest.mark.parametrize("mode,runner,refused", [("changed", "github-hosted", "true"), ("check", "github-hosted",
-                                                                                          "false"),
-                                                 ("check", "self-hosted", "true"), ("changed", "self-hosted", "true")])
-def test_the_action_refuses_a_forks_pr_in_changed_mode_on_any_runner(tmp_path, mode, runner, refused):
+def _step(step_id: str, env: dict, tmp_path) -> dict[str, str]:
+    """Run one of the action's steps by its id; its outputs."""
     action = yaml.safe_load((ROOT / "action.yml").read_text())
-    step = next(s for s in action["runs"]["steps"] if s.get("id") == "fork")
-    out = tmp_path / "out.txt"
-    env = {"PATH": "/usr/bin:/bin", "HEAD_REPO": "someone/fork", "BASE_REPO": "acme/models", "ALLOW": "false",
-           "MODE": mode, "RUNNER_ENVIRONMENT": runner, "GITHUB_OUTPUT": str(out)}
-    subprocess.run(["bash", "-e", "-c", step["run"]], env=env, check=True, capture_output=True)
-    assert out.read_text().strip() == f"refused={refused}"
-    assert subprocess.run(["bash", "-e", "-c", step["run"]], env={**env, "ALLOW": "true"}, check=True,
-                          capture_output=True) and out.read_text().strip().endswith("refused=false")
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == step_id)
+    out = tmp_path / f"{step_id}.txt"
+    out.write_text("")
+    subprocess.run(["bash", "-e", "-c", step["run"]], env={"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(out), **env},
+                   check=True, capture_output=True)
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())
+
+
+@pytest.mark.parametrize("mode,runner,refused", [("changed", "github-hosted", "false"),
+                                                 ("check", "github-hosted", "false"),
+                                                 ("check", "self-hosted", "true"), ("changed", "self-hosted", "true")])
+def test_a_forks_pr_is_refused_at_once_on_a_self_hosted_runner_and_after_changed_on_a_hosted_one(
+        tmp_path, mode, runner, refused):
+    """Issue 40 item 8: every fork PR failed the required check, a README fix too, because changed mode refused a
+    fork before computing `changed`.  On a hosted runner `changed` runs first (no fork code: its files are read
+    as data); on a self-hosted one nothing of the fork is read."""
+    env = {"HEAD_REPO": "someone/fork", "BASE_REPO": "acme/models", "ALLOW": "false", "MODE": mode,
+           "RUNNER_ENVIRONMENT": runner}
+    assert _step("fork", env, tmp_path) == {"fork": "true", "refused": refused}
+    assert _step("fork", {**env, "ALLOW": "true"}, tmp_path) == {"fork": "false", "refused": "false"}
+    assert _step("fork", {**env, "HEAD_REPO": "acme/models"}, tmp_path)["fork"] == "false"
+
+
+@pytest.mark.parametrize("changed,refused,verdict", [("false", "false", "skipped"), ("true", "false", None),
+                                                     ("true", "true", "fail"), ("", "true", "fail")])
+def test_changed_mode_sets_the_verdict_output_skipped_when_the_gate_need_not_run(tmp_path, changed, refused,
+                                                                                verdict):
+    """The `verdict` output documented `skipped` and never set it: changed mode's outcome step does."""
+    if changed:
+        gated = _step("fork-gated", {"HEAD_REPO": "someone/fork", "CHANGED": changed}, tmp_path)
+        assert gated == {"refused": "true" if changed == "true" else "false"}
+    assert _step("decided", {"CHANGED": changed, "REFUSED": refused}, tmp_path).get("verdict") == verdict
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert "steps.decided.outputs.verdict" in action["outputs"]["verdict"]["value"]
 
 
 def test_every_step_runs_specguard_by_path_never_as_python_m_gate():

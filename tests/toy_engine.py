@@ -13,7 +13,8 @@ from pydantic import Field, StrictInt
 
 from gate.engines.base import Capabilities
 from gate.engines.registry import EngineType, register
-from gate.inputs.config import EngineConfig, Strict
+from gate.inputs.config import EngineConfig
+from gate.inputs.fields import Strict
 
 
 class ToySection(Strict):

@@ -51,6 +51,12 @@ from gate.inputs.config import REFERENCE
 EPSILONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POWER_TARGET = 0.8
 TESTS = ("pit_ks", "draft_top", "draft_logprob", "draft_ratio")
+# With no draft loaded (a served target, models.local_weights: false) the same martingale statistics run with the
+# target in the draft's place: f(y) = 1[y = argmax p] and f(y) = log p(y).  A sampler that leans towards a draft
+# trained to agree with the target emits the target's likely tokens too often, and a sharpened one does by
+# definition; the ratio statistic is constant (1/2) when q = p, so it has no target form.
+TARGET_TESTS = ("pit_ks", "target_top", "target_logprob")
+SAME_STATISTIC = {"target_top": "draft_top", "target_logprob": "draft_logprob"}  # computed with q = p
 FAMILIES = ("toward_draft", "sharpened")
 CHUNK_ELEMENTS = 1 << 22  # positions x vocabulary per chunk: 32 MB per float64 array
 
@@ -289,31 +295,82 @@ def planted(p: torch.Tensor, q: torch.Tensor, family: str, eps: float) -> torch.
     return torch.diff(cdf, dim=1, prepend=torch.zeros_like(cdf[:, :1]))
 
 
-def observed_pvalues(a: Analysis, rng: np.random.Generator) -> dict[str, float]:
-    return pvalues(a.observed, a.moments, rng.random(a.n)) if a.n else {}
+def observed_pvalues(a: Analysis, rng: np.random.Generator, tests: tuple[str, ...] = TESTS) -> dict[str, float]:
+    return _only(pvalues(a.observed, a.moments, rng.random(a.n)), tests) if a.n else {}
 
 
-def power(a: Analysis, alpha: float, trials: int) -> dict:
+def _only(pv: dict[str, float], tests: tuple[str, ...]) -> dict[str, float]:
+    """The named tests' p-values, a target test read from its draft statistic (computed with q = p)."""
+    return {name: pv[SAME_STATISTIC.get(name, name)] for name in tests}
+
+
+def power(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS,
+          families: tuple[str, ...] = FAMILIES) -> dict:
     """Empirical power of the combined test (and of each test) against planted distortions."""
     out: dict = {"trials": trials, "n": a.n, "families": {}}
     for fi, family in enumerate(FAMILIES):
+        if family not in families:
+            continue
         rows = []
         for ei, eps in enumerate(EPSILONS):
-            hits = dict.fromkeys((*TESTS, "combined"), 0)
+            hits = dict.fromkeys((*tests, "combined"), 0)
             for t in range(trials):
-                pv = pvalues(a.planted[(family, ei, t)], a.moments, a.sim.pit_u[fi, ei, t])
+                pv = _only(pvalues(a.planted[(family, ei, t)], a.moments, a.sim.pit_u[fi, ei, t]), tests)
                 hits["combined"] += rejects(pv, alpha)
-                for name in TESTS:
-                    hits[name] += pv[name] < alpha / len(TESTS)
+                for name in tests:
+                    hits[name] += pv[name] < alpha / len(tests)
             rows.append({"epsilon": eps, **{k: v / trials for k, v in hits.items()}})
         detect = next((r["epsilon"] for r in rows if r["combined"] >= POWER_TARGET), None)
         out["families"][family] = {"curve": rows, "min_detectable_epsilon": detect}
     return out
 
 
-def null_rate(a: Analysis, alpha: float, trials: int) -> float:
+def null_rate(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS) -> float:
     """False-rejection rate of the combined test when tokens really are drawn from p."""
-    return sum(rejects(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), alpha) for t in range(trials)) / trials
+    return sum(rejects(_only(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), tests), alpha)
+               for t in range(trials)) / trials
+
+
+# --- a served target: its top-k and the rest of the vocabulary as one outcome -------------------------
+
+
+def coarsened(rows: list[tuple[tuple, list[int], list[float], list[dict[int, float]]]],
+              draft: Scorer | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The served target's distribution at each sampled position as a categorical over its top-k tokens (by rank)
+    and OTHER, the rest of the vocabulary; the emitted token's category; and the draft's probabilities of the same
+    categories (loaded here), or the target's where there is no draft (the target tests then read q = p).
+
+    Exact, not an approximation: under the null the emitted token's category is a draw from these probabilities
+    (its top-k logprobs are the full-vocabulary softmax's; OTHER gets the remainder), so the four tests hold their
+    size on the categories.  Power is lost only where a distortion moves mass within OTHER."""
+    width = max((len(t) for _, _, _, tops in rows for t in tops), default=0) + 1
+    p_rows, order, cats = [], [], []  # order[item]: each position's category ids, by rank
+    for _, out, _, tops in rows:
+        order.append([])
+        for y, top in zip(out, tops):
+            ids = sorted(top, key=top.get, reverse=True)
+            p = torch.zeros(width, dtype=torch.float64)
+            p[:len(ids)] = torch.tensor([math.exp(top[i]) for i in ids], dtype=torch.float64)
+            p[-1] = max(0.0, 1.0 - float(p[:-1].sum()))
+            p_rows.append(p / p.sum())
+            cats.append(ids.index(y) if y in top else width - 1)
+            order[-1].append(ids)
+    p = torch.stack(p_rows) if p_rows else torch.zeros(0, width, dtype=torch.float64)
+    if draft is None:
+        return p, p.clone(), torch.tensor(cats, dtype=torch.long)
+
+    def reduce(i: int, logits: torch.Tensor) -> torch.Tensor:
+        """Item i's draft distributions (T = 1, as the server's prompt logprobs) on its categories: [positions,
+        width], never [positions, vocabulary] for every item at once."""
+        full = torch.softmax(logits.double(), -1).cpu()
+        q = torch.zeros(len(order[i]), width, dtype=torch.float64)
+        for j, ids in enumerate(order[i]):
+            q[j, :len(ids)] = full[j, ids]
+            q[j, -1] = max(0.0, 1.0 - float(q[j, :len(ids)].sum()))
+        return q
+
+    q = torch.cat([x for x in draft.logits_rows([(r[0], tuple(r[1])) for r in rows], reduce) if x is not None])
+    return p, q / q.sum(1, keepdim=True).clamp(min=1e-300), torch.tensor(cats, dtype=torch.long)
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -326,6 +383,11 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     if ctx.retokenized:
         return None, [VerdictLine.of("distribution", None, "info", "not measured: the outputs of "
                               f"{', '.join(ctx.retokenized)} are re-tokenized text, not the tokens sampled")]
+    how, why = ctx.config.distribution_scoring()
+    if how is None:
+        return None, [VerdictLine.of("distribution", None, "info", f"not measured: {why}")]
+    if how == "server":
+        return _served(results, ctx, groups)
     if not ctx.local or ctx.pair.draft.model is None:
         return None, [VerdictLine.of("distribution", None, "info", "not measured: the distribution tests need the "
                                      "target and the draft loaded locally (models.local_weights is false)")]
@@ -357,6 +419,52 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     return Distribution.model_validate(findings), verdicts
 
 
+def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine]]:
+    """The tests on a served target: each sampled row as the reference server scored it (its top-k and the rest
+    as one outcome, :func:`coarsened`), the draft-aware ones only with the draft loaded here."""
+    ctx.say("distribution tests on the served target's scores")
+    dcfg = ctx.config.checks.distribution
+    draft = ctx.scorer_for(ctx.pair.draft.model) if ctx.pair.draft.model is not None else None
+    tests = TESTS if draft is not None else TARGET_TESTS
+    families = FAMILIES if draft is not None else ("sharpened",)
+    findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": 1.0,
+                      "tests": list(tests), "engines": {},
+                      "scoring": "the reference server's prompt logprobs: its top-k at each sampled position and "
+                                 "the rest of the vocabulary as one outcome"
+                                 + ("; the draft loaded here" if draft is not None else
+                                    "; no draft here (models.local_weights: false), so the tests look at the "
+                                    "target's own top token and log-probability instead of the draft's")}
+    verdicts: list[VerdictLine] = []
+    power_done = False
+    for engine, bs in groups:
+        seqs = [s for s in results.sampled(engine, bs)]
+        scored = [s for s in seqs if s.served_logprobs is not None and s.served_top is not None]
+        rows, total = [], 0
+        for s in scored:
+            if total >= dcfg.num_samples:
+                break
+            take = min(len(s.token_ids), dcfg.num_samples - total)
+            rows.append((tuple(results.prompt(s.prompt_id).prompt_ids), list(s.token_ids[:take]),
+                         s.served_logprobs[:take], s.served_top[:take]))
+            total += take
+        p, q, cats = coarsened(rows, draft)
+        trials = dcfg.power_trials if not power_done else 0
+        a = analyze_distributions(p, q, cats, power_trials=trials)
+        pv = observed_pvalues(a, np.random.default_rng(bs), tests)
+        failed = bool(pv) and rejects(pv, dcfg.alpha)
+        if trials and a.n:
+            findings["power"] = power(a, dcfg.alpha, trials, tests, families)
+            findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials, tests)
+            power_done = True
+        findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
+                                                               "control": engine == REFERENCE}
+        if len(scored) < len(seqs):
+            verdicts.append(VerdictLine.of("distribution", engine, "warn", f"{len(seqs) - len(scored)} of "
+                                           f"{len(seqs)} sampled rows were not scored by the reference server", bs))
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg)
+    return Distribution.model_validate(findings), verdicts
+
+
 def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> list[VerdictLine]:
     out = []
     if n < dcfg.num_samples:
@@ -379,5 +487,5 @@ def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> lis
     return out
 
 
-__all__ = ["Analysis", "analyze", "analyze_distributions", "null_rate", "planted", "power", "pvalues", "rejects",
-           "run", "sample_from", "truncate"]
+__all__ = ["TARGET_TESTS", "TESTS", "Analysis", "analyze", "analyze_distributions", "coarsened", "null_rate",
+           "planted", "power", "pvalues", "rejects", "run", "sample_from", "truncate"]

@@ -170,6 +170,8 @@ class Distribution(_Doc):
     engines: dict[str, dict[str, DistributionRow]]
     power: Power | None = omitted_when_none()
     null_rejection_rate: float | None = omitted_when_none()
+    # where the target's distribution came from when it is served, not loaded here (None: the loaded target)
+    scoring: str | None = omitted_when_none()
 
 
 class SpeedupCI(_Doc):
@@ -221,6 +223,9 @@ class SpeedupStats(_Doc):
     tokens_per_target_forward: float | None
     acceptance_per_pos: list[float | None] | None  # None at a position no draft reached
     expected: Expected | None
+    # the acceptance allows at most this speedup (tokens per target forward: a verification costs at least one plain
+    # step), and the whole CI lies above it: interference, not speculation (gate.checks.speedup); else left out
+    interference: float | None = omitted_when_none()
 
 
 class CellKey(_Doc):

@@ -109,6 +109,7 @@ def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int
         row.mean_accepted_length = counters.mean_accepted_length
         row.tokens_per_target_forward = tpf = counters.tokens_per_target_forward
         row.acceptance_per_pos = counters.acceptance_per_pos()
+        row.interference = beyond_acceptance(ci, tpf or row.mean_accepted_length)
         if calib and tpf is not None:
             alpha = alpha_from_mean_accepted(tpf, k)
             c = calib["cost_ratio"]
@@ -122,6 +123,25 @@ def _block(samples: list[TimingPair], k: int, calib: dict | None, resamples: int
                 row.expected.verify_ratio = verify
                 row.expected.speedup_with_verify_cost = tpf / (verify + c * k)
     return row
+
+
+def beyond_acceptance(ci, bound: float | None) -> float | None:
+    """``bound`` when a speedup's whole CI lies above it, else None.
+
+    Speculation emits at most ``bound`` tokens per target forward (the measured mean acceptance length, or tokens
+    per target forward), and each target forward (a verification) costs at least one plain decoding step, the draft
+    never less than nothing: no correct measurement of speculation exceeds ``bound``x.  One that does measured
+    something else (co-located servers that spin while idle, shared cores or GPU, a reference slowed by other
+    work), and is flagged, never judged or stored as a speedup."""
+    if bound is None or ci.n < 2 or ci.low is None:
+        return None
+    return bound if ci.low > bound else None
+
+
+INTERFERENCE = ("above what its acceptance allows ({bound:.2f} tokens per target forward: a verification costs at "
+                "least one plain step): interference between co-located processes (servers that spin while idle, "
+                "shared cores or GPU, a reference slowed by other work), not speculation; isolate the servers "
+                "(docs/serving.md); not judged, not stored in a baseline")
 
 
 def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
@@ -238,6 +258,9 @@ def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[VerdictLi
                                                               "but within noise", int(bs)))
             else:
                 out.append(VerdictLine.of("speedup", engine, "info" if min_speedup is None else "pass", text, int(bs)))
+            if row.interference is not None:
+                out.append(VerdictLine.of("speedup", engine, "warn",
+                                          f"{text} is " + INTERFERENCE.format(bound=row.interference), int(bs)))
         if min_speedup is not None:  # the floor holds per slice too: a mean can hide one slice far below it
             for slc, rows in e.by_slice.items():
                 for bs, row in rows.items():

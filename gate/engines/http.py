@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -154,6 +155,8 @@ class Preset:
     min_logprobs: int | None = None
     gives_ids: bool = True  # False: the stack answers with text only; the gate compares text and says so
 
+
+SCORE_TOP = 20  # top tokens asked per scored position: vLLM's default --max-logprobs
 
 VLLM_COUNTERS = {"num_drafts": "vllm:spec_decode_num_drafts", "num_draft_tokens": "vllm:spec_decode_num_draft_tokens",
                  "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
@@ -337,6 +340,51 @@ class HttpEngine:
     def _fail(self, kind: str, i: int, n: int, req: Request, text: str) -> EngineFailure:
         who = f"request {i + 1} of {n} (load level {n}" + (f", prompt {req.prompt_id!r}" if req.prompt_id else "") + ")"
         return EngineFailure(kind, "HTTPError", f"{self.name} at {self.url}: {who}: {text}"[:600])
+
+    def identity(self) -> str | None:
+        """The stack's version as it reports it: vLLM's and SGLang's ``/version``, llama.cpp's ``/props``
+        (``build_info``), TGI's ``/info``; None where it answers none of them."""
+        for path, keys in (("/version", ("version",)), ("/props", ("build_info",)), ("/info", ("version",))):
+            try:
+                data = self.session.get(self.url + path, headers=self._headers, timeout=5).json()
+            except (requests.RequestException, ValueError):
+                continue
+            found = next((data[k] for k in keys if isinstance(data, dict) and isinstance(data.get(k), str)), None)
+            if found:
+                return f"{self.preset.name} {found}"[:120]
+        return None
+
+    def score(self, prompt_ids, continuation: list[int], top: int = SCORE_TOP) -> tuple[list[float], list[dict]]:
+        """The target's log-probabilities of ``continuation`` after ``prompt_ids``, teacher-forced, as the server
+        computes them (vLLM's ``prompt_logprobs`` over prompt + continuation; the target's distribution at T=1):
+        (the logprob of each continuation token, the server's ``top`` most likely tokens at each of its positions,
+        by rank).  A server that allows fewer is asked again for as many as it allows."""
+        prompt = list(prompt_ids)
+        body = {"prompt": prompt + list(continuation), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": top,
+                **({"model": self.model} if self._model() else {})}
+        try:
+            resp = self.session.post(self.url + self.preset.route, json=body, headers=self._headers,
+                                     timeout=(10, self.timeout_s))
+        except requests.RequestException as exc:
+            raise EngineFailure("crash", "HTTPError", f"{self.name} at {self.url}: scoring failed "
+                                                      f"({type(exc).__name__})") from None
+        allowed = re.search(r"max allowed: (\d+)", resp.text) if resp.status_code == 400 else None
+        if allowed and 0 < int(allowed[1]) < top:
+            return self.score(prompt_ids, continuation, int(allowed[1]))
+        if resp.status_code >= 400:
+            raise EngineFailure("crash", "HTTPError", f"{self.name} at {self.url}: scoring answered HTTP "
+                                                      f"{resp.status_code}: {resp.text[:200]}")
+        try:
+            rows = resp.json()["choices"][0]["prompt_logprobs"][len(prompt):len(prompt) + len(continuation)]
+            logprobs = [float(row[str(t)]["logprob"]) for row, t in zip(rows, continuation)]
+            tops = [{int(i): float(v["logprob"]) for i, v in row.items() if int(v["rank"]) <= top} for row in rows]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise EngineFailure("contract", "HTTPError", f"{self.name} at {self.url}: no usable prompt_logprobs "
+                                                         f"for the continuation ({type(exc).__name__})") from None
+        if len(logprobs) != len(continuation):
+            raise EngineFailure("contract", "HTTPError", f"{self.name} at {self.url}: prompt_logprobs covered "
+                                                         f"{len(logprobs)} of {len(continuation)} tokens")
+        return logprobs, tops
 
     def cancel(self) -> None:
         """Cut off every request in flight (an interrupted request-rate replay): each stops at its next chunk."""

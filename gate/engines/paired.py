@@ -41,11 +41,33 @@ def paired_head(loaded: LoadedConfig) -> EngineConfig | None:
     return None
 
 
-def paired_engine(against: str, loaded: LoadedConfig, pair: ModelPair, log_dir=None) -> PairedBase:
-    """The base's speculative configuration, as an engine timed beside the head's (paired mode)."""
+@dataclass(frozen=True)
+class BaseSide:
+    """Paired mode's base config, read once per run, as it runs beside the head (its server on a port of its own
+    where the two would share one), and what was changed, in words."""
+
+    loaded: LoadedConfig
+    changes: tuple[str, ...] = ()
+
+
+def base_side(against: str, loaded: LoadedConfig) -> BaseSide:
+    """The base config for paired mode: refused (exit 2) where ``gate --against`` cannot run it beside the head,
+    before any server starts or weight loads; ``plan --against`` asks the same."""
     from gate.inputs.config import load_config
 
     base = load_config(against)
+    head = paired_head(loaded)
+    if head is None:
+        raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine, a plug-in or an "
+                                     "http engine beside its base; this config has none",
+                                     field="engines", hint="add `- type: speculative`"))
+    moved, changes = engine_type(head).paired_side(head, loaded, base)
+    return BaseSide(moved, tuple(changes))
+
+
+def paired_engine(side: BaseSide, loaded: LoadedConfig, pair: ModelPair, log_dir=None) -> PairedBase:
+    """The base's speculative configuration, as an engine timed beside the head's (paired mode)."""
+    base = side.loaded
     head_target, base_target = loaded.config.models.target, base.config.models.target
     if (loaded.resolve_path(head_target.path), head_target.dtype, head_target.revision) != \
             (base.resolve_path(base_target.path), base_target.dtype, base_target.revision):
@@ -55,10 +77,6 @@ def paired_engine(against: str, loaded: LoadedConfig, pair: ModelPair, log_dir=N
     common = {"num_draft_tokens": base.config.speculation.num_draft_tokens,
               "config": base.config.model_dump(mode="json"), "source": str(base.source)}
     head = paired_head(loaded)
-    if head is None:
-        raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine, a plug-in or an "
-                                     "http engine beside its base; this config has none",
-                                     field="engines", hint="add `- type: speculative`"))
     kind = engine_type(head)
     if kind.paired == "base-draft":
         from gate.engines.speculative import SpeculativeEngine
@@ -73,4 +91,4 @@ def paired_engine(against: str, loaded: LoadedConfig, pair: ModelPair, log_dir=N
     return PairedBase(engine=engine, head_engine=head.label, draft=None, **common)
 
 
-__all__ = ["PairedBase", "paired_engine", "paired_head"]
+__all__ = ["BaseSide", "PairedBase", "base_side", "paired_engine", "paired_head"]

@@ -66,6 +66,12 @@ class EngineType:
         ``base-<head's label>`` (the gate's own engine with ``"base-draft"`` is built by gate.engines.paired)."""
         raise NotImplementedError(self.name)
 
+    def paired_side(self, head: EngineConfig, head_config: LoadedConfig, base: LoadedConfig
+                    ) -> tuple[LoadedConfig, list[str]]:
+        """Paired mode: the base config as it must run beside the head's (a server moved to a port of its own),
+        and what was changed, in words."""
+        return base, []
+
     def preflight(self, loaded: LoadedConfig, index: int, spec: EngineConfig, log_dir=None,
                   started: dict | None = None) -> list[Problem]:
         """What must hold before a run that the config alone cannot show (a plug-in's callable imports in its

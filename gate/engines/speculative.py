@@ -161,11 +161,15 @@ class SpeculativeEngine:
                 d = logits.argmax(-1)  # [R]
             else:
                 q = probs(logits, settings.temperature)  # [R, V]: q_j, the draft distribution at position j
-                d = sample(q, u_draft[:, j])  # [R]
+                d = self.draft_token(q, u_draft[:, j])  # [R]
                 qs.append(q)
             drafts.append(d)
             ids, valid = d[:, None], (k_row > j)[:, None]  # [R, 1] each: d_{j+1} is real only where j < k_row
         return torch.stack(drafts, 1), (torch.stack(qs, 1) if qs else None)
+
+    def draft_token(self, q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Sampling: the draft token at one position, a draw from q [R, V] with the uniforms u [R]."""
+        return sample(q, u)
 
     def accept_greedy(self, drafts: torch.Tensor, logits: torch.Tensor, k_row: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,9 @@ from pydantic import (
 )
 
 from gate.errors import ConfigError, Problem
+from gate.inputs.checks_config import ChecksConfig
 from gate.inputs.config_errors import dotted, problems_from_validation
+from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict
 from gate.inputs.yaml_text import line_index, screen_yaml
 from gate.io.files import read_input
 
@@ -37,21 +39,6 @@ RESERVED_ENGINE_NAMES = (REFERENCE, "gate", "base", "head")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # gate/
 DEMO_CONFIG = PACKAGE_DIR / "demo" / "specguard.yaml"  # `specguard demo`'s config (out and cache in the working dir)
 BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specguard:demo/target
-
-Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-# Every number has a stated range: NaN and infinities are refused (allow_inf_nan), and so is an integer beyond
-# any real batch size, token budget or count, which would only hang the planner.
-MAX_BATCH_SIZE = 4096
-MAX_COUNT = 1 << 20
-MAX_SECONDS = 7 * 86400.0
-PositiveInt = Annotated[StrictInt, Field(gt=0, le=MAX_COUNT)]
-BatchSize = Annotated[StrictInt, Field(gt=0, le=MAX_BATCH_SIZE)]
-Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
-Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(Strict):
@@ -72,7 +59,17 @@ class ModelsConfig(Strict):
     draft: ModelSpec
     device: str = "auto"
     trust_remote_code: StrictBool = False
-    local_weights: StrictBool = True  # false: only configs and tokenizers load; the models run behind servers
+    # false: only configs and tokenizers load, the models run behind servers; "draft": the draft loads here too (a
+    # small one fits beside any runner), for the draft-aware distribution tests of a served target
+    local_weights: StrictBool | Literal["draft"] = True
+
+    @property
+    def target_is_local(self) -> bool:
+        return self.local_weights is True
+
+    @property
+    def draft_is_local(self) -> bool:
+        return self.local_weights in (True, "draft")
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
 
     @field_validator("device")
@@ -262,11 +259,33 @@ class EngineConfig(Strict):
         reference answers the same trace."""
         return False
 
+    @property
+    def scores_continuations(self) -> bool:
+        """The reference it serves gives the target's log-probabilities of a given continuation, teacher-forced
+        (vLLM's ``prompt_logprobs``): the distribution test can run without the target's weights here."""
+        return False
+
+    @property
+    def why_no_scoring(self) -> str | None:
+        """Why the reference it serves cannot score a given continuation, when it serves one (None: it can, or it
+        serves none)."""
+        return None
+
     def endpoints(self) -> list[tuple[str, Any]]:
         """(field under the engine, endpoint) of every server this engine names (``http.server``,
         ``http.reference``): the gate launches the ones with a ``launch`` line; the field's last part is the
         server's role (``server``: the engine under test; ``reference``: the stack with speculation off)."""
         return []
+
+    def memory_shares(self) -> list[tuple[str, float, bool, str]]:
+        """(field of a launch line, the share of a GPU's memory it claims, whether the line says so or it is the
+        stack's default, the flag that sets it) for each launched server that claims a fixed share."""
+        return []
+
+    @property
+    def prefix_cache_off(self) -> str | None:
+        """The flag that turns its stack's prefix cache off (None: it has none the gate knows of)."""
+        return None
 
     def import_paths(self) -> list[str]:
         """Folders its modules import from, relative to the config's folder (a plug-in's ``pythonpath``)."""
@@ -279,105 +298,6 @@ class EngineConfig(Strict):
     def problems(self, config: Config, index: int) -> list[tuple[tuple, str, str]]:
         """Rules that relate this engine to the rest of the config: (location under the engine, message, hint)."""
         return []
-
-
-class EquivalenceCheck(Strict):
-    logit_tolerance: float | Literal["auto"] = "auto"
-    max_confident_divergences: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
-    max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
-    min_exact_match: Fraction = 0.0
-
-    @field_validator("logit_tolerance")
-    @classmethod
-    def _tol(cls, v):
-        if v != "auto" and not v > 0:
-            raise ValueError(f"expected 'auto' or a number > 0, got {v!r}")
-        return v
-
-
-class ReproducibilityCheck(Strict):
-    repeat_batch_size: BatchSize | None = None
-    require_bitwise: StrictBool = False
-
-
-class DistributionCheck(Strict):
-    num_samples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
-    alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
-    power_trials: Annotated[StrictInt, Field(ge=0, le=1000)] = 40
-
-
-class SpeedupCheck(Strict):
-    min_speedup: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
-    ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
-    time_budget_s: Seconds = 120.0
-    warmup: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
-    min_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 3
-    max_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 30
-    max_batches_per_cell: PositiveInt | None = 4
-    bootstrap_resamples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
-    context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
-    # timed forwards per step cost (draft step, target step, verification) and batch size; the median is kept
-    calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
-
-    @model_validator(mode="after")
-    def _repeats(self) -> SpeedupCheck:
-        if self.max_repeats < self.min_repeats:
-            raise ValueError(f"max_repeats ({self.max_repeats}) must be >= min_repeats ({self.min_repeats})")
-        if sorted(set(self.context_buckets)) != list(self.context_buckets):
-            raise ValueError(f"context_buckets must be strictly increasing, got {self.context_buckets}")
-        return self
-
-
-MAX_TRACE_S = 3600.0  # the longest arrival trace one replay may take
-
-
-class TrafficSLO(Strict):
-    """A request meets the SLO when every bound given here holds; goodput counts those per second."""
-
-    ttft_s: Seconds | None = None  # time to first token
-    tpot_s: Seconds | None = None  # time per output token after the first
-    e2e_s: Seconds | None = None  # end-to-end latency
-
-
-class TrafficCheck(Strict):
-    """Sustained request-rate load (docs/serving.md): an open-loop arrival trace per rate, replayed to each http
-    engine and to its reference in interleaved repeats, so both see identical traffic."""
-
-    rates: list[Annotated[float, Field(gt=0.0, le=10_000.0)]] = Field(min_length=1, max_length=32)
-    arrival: Literal["poisson", "constant"] = "poisson"
-    requests: Annotated[StrictInt, Field(ge=4, le=100_000)] = 32  # per rate and replay
-    repeats: Annotated[StrictInt, Field(ge=1, le=100)] = 2  # replays per side and rate, in ABBA order
-    seed: Annotated[StrictInt, Field(ge=0, lt=1 << 63)] = 0
-    slo: TrafficSLO = TrafficSLO()
-    max_in_flight: Annotated[StrictInt, Field(ge=1, le=1024)] = 256  # past it a replay is cut short (a thread each)
-
-    @field_validator("rates")
-    @classmethod
-    def _increasing(cls, v: list[float]) -> list[float]:
-        if sorted(set(v)) != list(v):
-            raise ValueError(f"rates must be strictly increasing requests per second, got {v}")
-        return v
-
-    def trace_span_s(self, rate: float) -> float:
-        """How long one replay's arrivals take at ``rate`` (the expected span of a Poisson trace, a constant one's)."""
-        return (self.requests - 1) / rate
-
-    @model_validator(mode="after")
-    def _bounded(self) -> TrafficCheck:
-        slowest = self.trace_span_s(self.rates[0])
-        if slowest > MAX_TRACE_S:
-            raise ValueError(f"at {self.rates[0]:g} req/s, {self.requests} requests take about {slowest:,.0f} s per "
-                             f"replay (at most {MAX_TRACE_S:.0f}): raise the lowest rate or lower 'requests'")
-        return self
-
-
-class ChecksConfig(Strict):
-    equivalence: EquivalenceCheck = EquivalenceCheck()
-    reproducibility: ReproducibilityCheck = ReproducibilityCheck()
-    distribution: DistributionCheck = DistributionCheck()
-    speedup: SpeedupCheck = SpeedupCheck()
-    # off unless given; left out of the digest while unset, so configs written before it keep theirs
-    traffic: TrafficCheck | None = Field(None, exclude_if=lambda v: v is None)
 
 
 HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
@@ -450,6 +370,23 @@ class Config(Strict):
         """The batch size the logit noise is measured at (alone vs batched): the largest one, where batching moves
         the numbers most."""
         return max(self.batching.batch_sizes)
+
+    def distribution_scoring(self) -> tuple[str | None, str]:
+        """Where the distribution test gets the target's distribution at each sampled token: ``local`` (the loaded
+        target), ``server`` (the reference server scores the sampled continuations), or None, with the reason."""
+        if self.models.target_is_local:
+            return "local", "the target and the draft are loaded here"
+        if not any(e.scores_continuations for e in self.engines):
+            gaps = sorted({e.why_no_scoring for e in self.engines if e.why_no_scoring})
+            return None, ("the distribution tests need the target's distribution at each sampled token: load the "
+                          "target here (models.local_weights: true), or serve the reference with a stack that scores "
+                          "a given continuation (preset: vllm, prompt_logprobs)" + "".join(f"; {g}" for g in gaps))
+        if self.generation.sampling is not None and self.generation.sampling.temperature != 1.0:
+            return None, (f"the reference server's prompt logprobs are the target's distribution at T=1, and this "
+                          f"run samples at T={self.generation.sampling.temperature:g} (its top-k cannot be rescaled "
+                          "exactly): sample at temperature 1.0, or load the target here")
+        return "server", ("the reference server scores each sampled continuation, teacher-forced (its top "
+                          "prompt_logprobs and the rest of the vocabulary as one outcome)")
 
     @property
     def repeat_batch_size(self) -> int:
@@ -567,14 +504,14 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
     for i in refs[1:]:
         at(("engines", i, "http", "reference"), "only one engine may serve the gate's reference (the gate has one "
            "reference)", hint=f"keep the reference on engines[{refs[0]}] only")
-    if not cfg.models.local_weights:
+    if not cfg.models.target_is_local:
         if not refs:
             at(("models", "local_weights"), "without local weights the reference must be a server",
                hint="add http.reference (the stack with speculation off) to the http engine")
         for i, e in enumerate(cfg.engines):
             if e.runs_local_models:
-                at(("engines", i, "type"), f"a {e.type} engine runs the local models, but local_weights is false",
-                   hint="remove it, or load the weights")
+                at(("engines", i, "type"), f"a {e.type} engine runs the local models, but local_weights is "
+                   f"{str(cfg.models.local_weights).lower()}", hint="remove it, or load the weights")
     s = cfg.generation.sampling
     if s is not None and s.batch_sizes is not None:
         extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))

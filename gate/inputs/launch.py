@@ -136,4 +136,78 @@ def mismatches(preset: str, argv: list[str], k: int, draft: str, role: str) -> l
     return out
 
 
-__all__ = ["LaunchSpeculation", "mismatches", "read_launch"]
+# The share of a GPU's memory a server takes, by its flag, and the stack's default when the line gives none.
+MEMORY_FLAGS = {"vllm": ("--gpu-memory-utilization", 0.9), "sglang": ("--mem-fraction-static", 0.88)}
+MEMORY_BUDGET = 0.95  # what servers sharing a GPU may claim together (the rest: CUDA context, the gate's own copy)
+
+
+def memory_fraction(preset: str, argv: list[str]) -> tuple[float | None, bool]:
+    """(the share of the GPU a ``vllm`` or ``sglang`` launch line claims, whether the line says it); (None, False)
+    for a stack that claims no fixed share."""
+    if preset not in MEMORY_FLAGS:
+        return None, False
+    flag, default = MEMORY_FLAGS[preset]
+    value = _flags(argv).get(flag) or _flags(argv).get(flag.replace("-", "_").replace("__", "--"))
+    try:
+        return (float(value), True) if value is not None else (default, False)
+    except ValueError:
+        return default, False
+
+
+# --- ports: paired mode gives the base's launched server a port of its own -----------------------
+
+PORT_PLACEHOLDER = "{port}"  # in a launch line: the port of the endpoint's url, filled in at launch
+_PORT_FLAGS = ("--port", "-p")
+
+
+def url_port(url: str) -> int:
+    """The port a url names (its scheme's default when it names none)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return u.port or (443 if u.scheme == "https" else 80)
+
+
+def with_port(url: str, port: int) -> str:
+    """``url`` on another port (same scheme, host and path)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(url)
+    host = f"[{u.hostname}]" if u.hostname and ":" in u.hostname else (u.hostname or "")
+    return urlunsplit((u.scheme, f"{host}:{port}", u.path, u.query, u.fragment))
+
+
+def fill_port(argv: list[str], url: str) -> list[str]:
+    """The launch line with ``{port}`` replaced by the url's port."""
+    port = str(url_port(url))
+    return [a.replace(PORT_PLACEHOLDER, port) for a in argv]
+
+
+def moved_launch(argv: list[str], old: int, new: int) -> list[str] | None:
+    """The launch line serving on ``new`` instead of ``old``: ``{port}`` stays (it follows the url), ``--port N`` /
+    ``--port=N`` / ``-p N`` with N = ``old`` is rewritten; None when the line names its port neither way (the gate
+    cannot move a server whose port it cannot see)."""
+    if any(PORT_PLACEHOLDER in a for a in argv):
+        return list(argv)
+    out, moved = list(argv), False
+    for i, a in enumerate(out):
+        if a in _PORT_FLAGS and i + 1 < len(out) and out[i + 1] == str(old):
+            out[i + 1], moved = str(new), True
+        elif any(a == f"{f}={old}" for f in _PORT_FLAGS):
+            out[i], moved = f"{a.split('=', 1)[0]}={new}", True
+    return out if moved else None
+
+
+def without_port(argv: list[str]) -> list[str]:
+    """The launch line with its port written as ``{port}`` (a baseline's record: a free port is no change)."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a in _PORT_FLAGS and i + 1 < len(out):
+            out[i + 1] = PORT_PLACEHOLDER
+        elif "=" in a and a.split("=", 1)[0] in _PORT_FLAGS:
+            out[i] = f"{a.split('=', 1)[0]}={PORT_PLACEHOLDER}"
+    return out
+
+
+__all__ = ["MEMORY_BUDGET", "MEMORY_FLAGS", "PORT_PLACEHOLDER", "LaunchSpeculation", "fill_port", "memory_fraction",
+           "mismatches", "moved_launch", "read_launch", "url_port", "with_port", "without_port"]

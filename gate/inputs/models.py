@@ -273,9 +273,14 @@ def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target"
 
 def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
     device = device or resolve_device(loaded.config.models.device)
-    if not loaded.config.models.local_weights:  # the models run behind servers: tokenizer and configs only
+    models = loaded.config.models
+    if not models.target_is_local:  # the target runs behind a server: its tokenizer and config only
         target = config_only(loaded, "target", device)
-        draft = config_only(loaded, "draft", device)
+        if models.draft_is_local:  # local_weights: draft (the distribution test's draft-aware statistics)
+            check_architectures(loaded, ("draft",))
+            draft = _load_one(loaded, "draft", device)
+        else:
+            draft = config_only(loaded, "draft", device)
         return ModelPair(target, draft, load_tokenizer(loaded, target.location, "target"), device)
     check_architectures(loaded)
     target = _load_one(loaded, "target", device)

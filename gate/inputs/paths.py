@@ -41,7 +41,7 @@ def check_paths(source: str | Path) -> list[Problem]:
     base = LoadedConfig(config=Config.model_construct(), source=source.resolve(), raw=raw)
     problems = []
     models = raw.get("models") if isinstance(raw.get("models"), dict) else {}
-    weights_needed = models.get("local_weights", True) is not False
+    weights = models.get("local_weights", True)
     for role in ("target", "draft"):
         spec = models.get(role) if isinstance(models.get(role), dict) else {}
         value = spec.get("path")
@@ -63,7 +63,8 @@ def check_paths(source: str | Path) -> list[Problem]:
         elif p.is_dir() and not (p / "config.json").is_file():
             problems.append(Problem(str(source), f"{str(p)!r} has no config.json",
                                     hint="is this a transformers model directory?", **at))
-        elif p.is_dir() and weights_needed and not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
+        elif p.is_dir() and (weights is True or (weights == "draft" and role == "draft")) \
+                and not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
             problems.append(Problem(str(source), f"{str(p)!r} holds no weights ({', '.join(WEIGHT_FILES)})",
                                     hint="are the weights in Git LFS and not pulled (check out with lfs: true)? "
                                          "or set models.local_weights: false when the models run behind servers",

@@ -9,8 +9,10 @@ engine and batch size in that run, times this plan's tokens, plus that run's fix
 calibration, analysis, report).  Timing repeats are adaptive, so the estimate is a range: every cell at
 ``min_repeats``, up to the timing phase's ``time_budget_s`` where that is longer (repeats stop at the budget or
 at ``max_repeats``); request-rate replays (``checks.traffic``) at their traces' expected spans, scaled by the
-earlier run's own ratio of its traffic phase to its traces' spans.  Without such
-a run there is no estimate, and the plan says why.
+earlier run's own ratio of its traffic phase to its traces' spans.  ``--hardware-key KEY`` takes the earlier
+run from another machine made under KEY (a GPU runner's artifact, planned on a laptop); ``--tokens-per-s N``
+estimates from a stated rate instead, with the assumption printed (a GPU runner before its first run).  Without
+either there is no estimate, and the plan says why.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class PlanReport:
     traffic_s: float = 0.0  # the arrival traces' expected spans, summed over every replay
     estimate_s: tuple[float, float] | None = None
     estimate_from: str = ""
+    warnings: list[str] = field(default_factory=list)  # what the run will do that measures less than it seems
+    servers: list[str] = field(default_factory=list)  # every server the run names (paired mode: both sides), in words
 
     def lines(self) -> list[str]:
         out = [f"plan for {self.config}: {self.summary}"]
@@ -81,6 +85,7 @@ class PlanReport:
                        f"{self.warmup} warm-up")
         if self.traffic:
             out.append(f"request-rate traffic: {self.traffic}")
+        out += [f"server: {line}" for line in self.servers]
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
@@ -89,6 +94,7 @@ class PlanReport:
         else:
             lo, hi = self.estimate_s
             out.append(f"estimate: {_duration(lo)} to {_duration(hi)} on this runner ({self.estimate_from})")
+        out += [f"warning: {w}" for w in self.warnings]
         return out
 
     def to_json(self) -> dict:
@@ -100,7 +106,8 @@ class PlanReport:
                                              for (e, b), t in sorted(self.timing_tokens.items())],
                 "calibration": self.calibration, "traffic": self.traffic, "traffic_s": self.traffic_s,
                 "cache": self.cache,
-                "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from}
+                "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from,
+                "warnings": self.warnings, "servers": self.servers}
 
 
 def _duration(seconds: float) -> str:
@@ -144,7 +151,8 @@ def _budget(job_members, prompts) -> int:
     return sum(prompts[i].max_new_tokens for i in job_members)
 
 
-def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir: Path | None) -> PlanReport:
+def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir: Path | None, *,
+             tokens_per_s: float | None = None, hardware_key: str | None = None) -> PlanReport:
     """The plan of a run of ``loaded`` (``pair``: configs and tokenizer, no weights needed)."""
     from gate.run.cache import ReferenceCache
     from gate.run.execute import reference_cache_key
@@ -216,20 +224,90 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
     cacheable = sum(1 for j in p.jobs() if j.cacheable)
     report.cache = ("not used (output.cache_dir is null, or the reference is a server)" if cache is None else
                     f"{cached} of {cacheable} reference batches already in {cache_dir}")
-    _estimate(report, out_dir, pair)
+    _estimate(report, out_dir, pair, tokens_per_s, hardware_key)
+    report.warnings += warnings(loaded, prompts, p)
     return report
 
 
-def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
-    """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware."""
+def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
+    """What a run of this config will do that measures less than it seems: rows repeated in a batch (a stack's
+    prefix cache then serves the repeats), sampled tokens no test can read, servers that cannot fit on one GPU
+    together, launch lines whose executable is not on this runner."""
+    import os
+    import shutil
+
+    from gate.inputs.launch import MEMORY_BUDGET
+
+    cfg, out = loaded.config, []
+    repeated = sorted({b.batch_size for b in p.batches if b.duplicates}
+                      | {b.batch_size for lvl in p.timing for c in lvl.cells for b in c.batches
+                         if len(set(b.members)) < len(b.members)})
+    # serving stacks whose prefix cache may be on: not every server's launch line turns it off
+    cached = [e for e in cfg.engines if e.endpoints() and not (e.prefix_cache_off and all(
+        ep.launch and e.prefix_cache_off in ep.launch for _, ep in e.endpoints()))]
+    if repeated and cached:
+        off = sorted({e.prefix_cache_off for e in cached if e.prefix_cache_off})
+        out.append(f"batch size {'/'.join(map(str, repeated))} repeats prompts within a batch (the suite has "
+                   f"{len(prompts)} distinct prompts, or a timing cell fewer than the batch size): a stack with a "
+                   "prefix cache serves the repeats' prompts from it, which flatters the speedup; add prompts, or "
+                   "turn the cache off on both servers" + (f" ({', '.join(off)})" if off else ""))
+    how, why = cfg.distribution_scoring()
+    if cfg.generation.sampling is not None and how is None:
+        out.append(f"the run samples (generation.sampling), but the distribution test cannot read the tokens: {why}")
+    for i, e in enumerate(cfg.engines):
+        for where, ep in e.endpoints():
+            if ep.launch and shutil.which(ep.launch[0], path=ep.env.get("PATH", os.environ.get("PATH"))) is None:
+                out.append(f"engines[{i}].{where}.launch[0]: {ep.launch[0]!r} is not an executable on this runner: "
+                           "the gate cannot launch it here")
+    if cfg.models.device == "cpu":
+        return out
+    groups: dict[str, list[tuple[str, float, bool, str]]] = {}
+    for i, e in enumerate(cfg.engines):
+        for where, share, said, flag in e.memory_shares():
+            ep = dict(e.endpoints())[where.removesuffix(".launch")]
+            gpus = ep.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+            groups.setdefault(gpus, []).append((f"engines[{i}].{where}", share, said, flag))
+    for gpus, servers in groups.items():
+        total = sum(s for _, s, _, _ in servers)
+        unsaid = [w for w, _, said, _ in servers if not said]
+        if len(servers) > 1 and (total > MEMORY_BUDGET or unsaid):
+            flags = ", ".join(dict.fromkeys(f for _, _, _, f in servers))
+            out.append(f"{' and '.join(w for w, _, _, _ in servers)} share GPU(s) {gpus} and claim "
+                       f"{' + '.join(f'{s:g}' for _, s, _, _ in servers)} = {total:.2f} of their memory"
+                       + (f" ({', '.join(unsaid)}: the stack's default, the line sets none)" if unsaid else "")
+                       + f": give each line its share ({flags}) so that they add up to at most {MEMORY_BUDGET:g} "
+                       "(docs/serving.md, one GPU)")
+    return out
+
+
+def _stated(report: PlanReport, rate: float) -> None:
+    """The estimate at a stated rate: every budgeted token at ``rate`` tokens per second, whatever the engine and
+    batch size; timing repeats, warm-up and request-rate traces as the last-run estimate counts them."""
+    tokens = sum(w.tokens - w.cached_tokens for w in report.work.values()) + sum(report.warmup_tokens.values())
+    once = sum(report.timing_tokens.values())
+    lo, hi = report.timing_repeats
+    least = once * lo / rate
+    most = max(least, min(once * hi / rate, report.timing_budget_s))
+    base = tokens / rate + report.traffic_s
+    report.estimate_s = (base + least, base + most)
+    report.estimate_from = (f"assumed: every engine generates {rate:g} tokens per second at every batch size "
+                            "(--tokens-per-s); model load, server start-up, calibration and analysis not counted")
+
+
+def _estimate(report: PlanReport, out_dir: Path, pair, tokens_per_s: float | None = None,
+              hardware_key: str | None = None) -> None:
+    """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware (or
+    made under ``hardware_key``), or a stated rate."""
     from gate.io.documents import PhasesDoc
     from gate.io.rundir import load_document
     from gate.run.results import RESULTS_DOC
 
+    if tokens_per_s:
+        return _stated(report, tokens_per_s)
     results_path, phases_path = out_dir / "results.json", out_dir / "phases.json"
     if not results_path.is_file() or not phases_path.is_file():
         report.estimate_from = (f"no earlier run in {out_dir} (results.json and phases.json); the first run's "
-                                "timings make the next plan's estimate")
+                                "timings make the next plan's estimate, or state a rate with --tokens-per-s")
         return
     try:
         last = load_document(results_path, RESULTS_DOC)
@@ -237,10 +315,10 @@ def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
     except Exception as exc:  # an unreadable earlier run gives no estimate; it is not this command's input
         report.estimate_from = f"the run in {out_dir} cannot be read ({type(exc).__name__})"
         return
-    here = fp.hardware_key(fp.hardware(pair.device))
+    here = hardware_key or fp.hardware_key(fp.hardware(pair.device))
     if last.fingerprint.hardware_key != here and fp.hardware_key(last.fingerprint.hardware) != here:
-        report.estimate_from = (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on this "
-                                f"runner ({here})")
+        report.estimate_from = (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on "
+                                + (f"{here} (--hardware-key)" if hardware_key else f"this runner ({here})"))
         return
     budget = {pr.id: pr.max_new_tokens for pr in last.prompts}
     spent: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -284,11 +362,26 @@ def _estimate(report: PlanReport, out_dir: Path, pair) -> None:
     scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
     traffic = report.traffic_s * scale
     report.estimate_s = (fixed + work + warm + least + traffic, fixed + work + warm + most + traffic)
-    report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}), its fixed costs "
-                            f"{_duration(fixed)}")
+    report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}"
+                            + (f", made on {hardware_key}" if hardware_key else "")
+                            + f"), its fixed costs {_duration(fixed)}")
 
 
-def plan_config(config: str, out: str | None = None, against: str | None = None) -> PlanReport:
+def server_lines(loaded, prefix: str, only_server: bool = False) -> list[str]:
+    """Each server a config's engines name: where, and whether the gate launches it."""
+    out = []
+    for e in loaded.config.engines:
+        for where, ep in e.endpoints():
+            role = where.rsplit(".", 1)[-1]
+            if only_server and role != "server":
+                continue
+            how = "launched by the gate" if ep.launch else "already running (not launched by the gate)"
+            out.append(f"{prefix}{e.label} {role} at {ep.url}, {how}")
+    return out
+
+
+def plan_config(config: str, out: str | None = None, against: str | None = None, *,
+                tokens_per_s: float | None = None, hardware_key: str | None = None) -> PlanReport:
     """What ``specguard gate CONFIG`` will do and how long it will take here, with no weights loaded
     (:mod:`gate.run.estimate`)."""
     from gate.inputs.config import DEMO_CONFIG, load_config
@@ -304,13 +397,22 @@ def plan_config(config: str, out: str | None = None, against: str | None = None)
     cache_dir = loaded.resolve_path(cache) if cache else None
     if loaded.source.resolve() == DEMO_CONFIG:  # as `specguard demo` runs it: out and cache in the working directory
         out, cache_dir = out or "specguard-out", Path(".specguard-cache")
-    report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir)
-    if against:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
+    side = None
+    if against:  # refused here as `gate --against` refuses it, before any estimate
+        from gate.engines.paired import base_side
+
+        side = base_side(against, loaded)
+    report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir,
+                      tokens_per_s=tokens_per_s, hardware_key=hardware_key)
+    report.servers = server_lines(loaded, "")
+    if side is not None:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
         report.summary += f"; paired with {against}"
+        report.servers += server_lines(side.loaded, "base-", only_server=True)
+        report.servers += [f"{c} (a port free now: the gate picks one again when it launches)" for c in side.changes]
         for (engine, bs), tokens in list(report.timing_tokens.items()):
             if engine == REFERENCE:
                 report.timing_tokens[("base", bs)] = tokens
     return report
 
 
-__all__ = ["PlanReport", "Work", "describe", "plan_config"]
+__all__ = ["PlanReport", "Work", "describe", "plan_config", "server_lines"]

@@ -64,7 +64,11 @@ def reference_cache_key(context: dict, prompts, batch: PlannedBatch, repeat: int
 class Executor:
     def __init__(self, prompts: list[PromptInfo], decode: Callable[[list[int]], str], log: RecordLog,
                  seed: int = 0, cache: ReferenceCache | None = None, cache_context: dict | None = None,
-                 previous: dict[JobKey, Execution] | None = None, say: Callable[[str], None] = lambda m: None):
+                 previous: dict[JobKey, Execution] | None = None, say: Callable[[str], None] = lambda m: None,
+                 score: Callable[[tuple, list[int]], tuple[list[float], list[dict[int, float]]]] | None = None):
+        """``score``: the reference server's scoring of a sampled continuation (``HttpEngine.score``), where the
+        distribution test gets the target's distribution from it (``Config.distribution_scoring``): every sampled
+        row is scored as its execution finishes, before it is logged."""
         self.prompts = prompts
         self.decode = decode
         self.log = log
@@ -77,6 +81,7 @@ class Executor:
         self.current: dict | None = None  # the job in flight, for "stopped at"
         self.say = say
         self.timeouts: dict[str, int] = {}
+        self.score = score
 
     def requests(self, batch: PlannedBatch, repeat: int) -> list[Request]:
         return [Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens,
@@ -117,10 +122,30 @@ class Executor:
                 self.timeouts[engine.name] = self.timeouts.get(engine.name, 0) + 1
             if cache_key and rec.failure is None:
                 self.cache.put(cache_key, rec)
+        if self.score is not None and job.phase == Phase.SAMPLING and rec.failure is None:
+            rec = self._scored(rec)
         self.log.append(rec)
         self.records.append(rec)
         self.current = None
         return rec
+
+    def _scored(self, rec: Execution) -> Execution:
+        """Each real row of a sampled execution with the served target's scores of its tokens (a row the server
+        cannot score keeps none, and the distribution test says how many it lacks)."""
+        prompts = {p.id: p.prompt_ids for p in self.prompts}
+        rows = []
+        for s in rec.sequences:
+            if s.filler or not s.token_ids or s.served_logprobs is not None:
+                rows.append(s)
+                continue
+            try:
+                logprobs, top = self.score(prompts[s.prompt_id], list(s.token_ids))
+            except EngineFailure as exc:
+                self.say(f"the reference server could not score a sampled row of {rec.engine} ({exc.message})")
+                rows.append(s)
+                continue
+            rows.append(s.model_copy(update={"served_logprobs": logprobs, "served_top": top}))
+        return rec.model_copy(update={"sequences": rows})
 
     def _from_cache(self, cached: Execution | None, engine: Engine, job: Job) -> Execution | None:
         """A cached reference execution as this job's, or None (a miss).  The key is the batch's content (token

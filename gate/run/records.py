@@ -94,6 +94,10 @@ class SequenceOutput(Record):
     token_texts: list[str] | None = omitted_when_none()
     top_text_logprobs: list[dict[str, float]] | None = omitted_when_none()
     precision: str | None = omitted_when_none()  # what the engine says it computed in (None: the config's dtype)
+    # a sampled row scored by the reference server (the target behind it, T=1, teacher-forced: gate.engines.http
+    # HttpEngine.score): the logprob of each emitted token and the server's top-k at each position (None: not scored)
+    served_logprobs: list[float] | None = omitted_when_none()
+    served_top: list[dict[int, float]] | None = omitted_when_none()
 
     _counters = field_validator("counters")(_counters_not_negative)
 

@@ -66,6 +66,14 @@ class SuiteFingerprint(Record):
     slices: list[str]
 
 
+class StackIdentity(Record):
+    """A serving stack as the run found it: its version as it reports it (vLLM's ``/version``, llama.cpp's
+    ``/props``, TGI's ``/info``; None where it says none) and its launch line (None: the gate did not launch it)."""
+
+    version: str | None = None
+    launch: list[str] | None = None
+
+
 class Fingerprint(Record):
     """What a measurement depends on; resume, the cache and comparisons check it."""
 
@@ -75,6 +83,8 @@ class Fingerprint(Record):
     models: dict[str, ModelFingerprint]
     config: str  # digest of the validated config
     suite: SuiteFingerprint
+    # the serving stacks, by engine (and "reference" where a server is the reference); left out while none
+    stacks: dict[str, StackIdentity] = Field(default_factory=dict, exclude_if=lambda v: not v)
 
     def differences(self, other: Fingerprint) -> list[str]:
         """What differs from ``other``, one readable line each (empty: the same run setup)."""
@@ -93,6 +103,10 @@ class Fingerprint(Record):
                 out.append(f"{lib}: {other.libraries.get(lib)} -> {self.libraries.get(lib)}")
         if self.hardware_key != other.hardware_key:
             out.append(f"hardware: {other.hardware_key} -> {self.hardware_key}")
+        for name in sorted(set(self.stacks) | set(other.stacks)):
+            a, b = other.stacks.get(name), self.stacks.get(name)
+            if (a.version if a else None) != (b.version if b else None):
+                out.append(f"{name} server: {a.version if a else None} -> {b.version if b else None}")
         return out
 
 

@@ -62,6 +62,7 @@ from gate.run.results import (
     Results,
     RunHeader,
     Settings,
+    StackIdentity,
     StoppedAt,
     SuiteFingerprint,
     read_log,
@@ -77,6 +78,7 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
     suite opts in with ``suite.truncate_long_prompts``, cut to its last tokens)."""
     limit = getattr(pair.target.config, "max_position_embeddings", None)
     out, problems = [], []
+    unrendered: dict[str, list[str]] = {}  # why -> the chat prompts that failed so (said once, with a count)
     for i, p in enumerate(suite.prompts):
         if p.messages is None:
             ids = tuple(pair.encode(p.text))
@@ -85,10 +87,7 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
                 ids = tuple(pair.encode_chat(p.as_messages(), suite.chat_template))
             except Exception as exc:  # no template, or one that raises (jinja's TemplateError, its raise_exception)
                 why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                problems.append(Problem(suite.name, f"prompt {p.id!r} has chat messages, and rendering them failed: "
-                                        f"{why}",
-                                        field="messages", hint="set suite.chat_template to a Jinja chat template, or "
-                                        "use a target tokenizer that has one (tokenizer_config.json chat_template)"))
+                unrendered.setdefault(why, []).append(p.id)
                 continue
         budget = p.max_new_tokens or max_new_tokens
         if limit and len(ids) + budget > limit:
@@ -103,6 +102,12 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
                                              "suite.truncate_long_prompts: true"))
                 continue
         out.append(PromptInfo(i, p.id, p.slice, bucket_name(len(ids), bucket_edges), ids, budget))
+    for why, ids in unrendered.items():
+        which = f"prompt {ids[0]!r} has" if len(ids) == 1 else (
+            f"{len(ids)} prompts ({', '.join(map(repr, ids[:3]))}{', …' if len(ids) > 3 else ''}) have")
+        problems.insert(0, Problem(suite.name, f"{which} chat messages, and rendering them failed: {why}",
+                                   field="messages", hint="set suite.chat_template to a Jinja chat template, or use "
+                                   "a target tokenizer that has one (tokenizer_config.json chat_template)"))
     if problems:
         raise SuiteError(problems)
     return out
@@ -140,6 +145,7 @@ class Runner:
         if paired is not None:
             self.by_name[paired.engine.name] = paired.engine
         self.own_references = list(own_references)
+        self._stacks: dict | None = None
         self.by_name.update({e.name: e for e in self.own_references})
         self.out_dir = Path(out_dir)
         self.say = log
@@ -183,7 +189,19 @@ class Runner:
             libraries=fp.libraries(),
             models=models, config=self.cfg.digest(),
             suite=SuiteFingerprint(name=self.suite.name, fingerprint=self.suite.fingerprint(),
-                                   prompts=len(self.suite.prompts), slices=self.suite.slices))
+                                   prompts=len(self.suite.prompts), slices=self.suite.slices),
+            stacks=self.stacks())
+
+    def stacks(self) -> dict[str, StackIdentity]:
+        """Each serving stack's version (asked once) and launch line, by engine and for a served reference."""
+        if self._stacks is None:
+            launches = {}
+            for e in self.cfg.engines:
+                for where, ep in e.endpoints():
+                    launches[e.label if where.endswith(".server") else REFERENCE] = ep.launch
+            self._stacks = {engine.name: StackIdentity(version=engine.identity(), launch=launches.get(engine.name))
+                            for engine in [*self.engines, self.reference] if hasattr(engine, "identity")}
+        return self._stacks
 
     def header(self) -> RunHeader:
         cfg = self.cfg
@@ -355,8 +373,11 @@ class Runner:
             log.append(rec)  # keep them on disk even if this run stops before reusing them
         self.log = log
         seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
+        scoring, _ = self.cfg.distribution_scoring()
+        score = self.reference.score if scoring == "server" and hasattr(self.reference, "score") else None
         self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
-                                 cache_context=self.cache_context(), previous=previous, say=self.progress.note)
+                                 cache_context=self.cache_context(), previous=previous, say=self.progress.note,
+                                 score=score)
         for skip in self.plan.skips:
             self.progress.note(f"skip {skip.engine} at batch size {skip.batch_size} ({skip.mode}): {skip.reason}")
         status, stopped, calibration, timing = "complete", None, {}, {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gate.inputs.config import SpeedupCheck
+from gate.inputs.checks_config import SpeedupCheck
 from gate.run.plan import PlannedBatch, TimingCell
 from gate.stats import bootstrap_median_ci
 

@@ -78,7 +78,8 @@ class Models:
     own_references: list = field(default_factory=list)  # plug-ins' own plain decoding (engines[].reference)
 
 
-def load_models(session: Session, inputs: Inputs, against: str | None = None) -> Models:
+def load_models(session: Session, inputs: Inputs, base=None) -> Models:
+    """The model pair and the engines; ``base``: paired mode's base side (:func:`gate.engines.paired.base_side`)."""
     from gate.engines import build_engine, build_own_reference
     from gate.engines.paired import paired_engine
     from gate.inputs.models import load_pair
@@ -90,11 +91,11 @@ def load_models(session: Session, inputs: Inputs, against: str | None = None) ->
         pair = load_pair(loaded)
         engines = [build_engine(e, pair, loaded, log_dir=inputs.out.path, callable_=inputs.workers.get(e.label))
                    for e in loaded.config.engines]
-        base = paired_engine(against, loaded, pair, log_dir=inputs.out.path) if against else None
+        paired = paired_engine(base, loaded, pair, log_dir=inputs.out.path) if base is not None else None
         own = [build_own_reference(spec, engine, pair, loaded, log_dir=inputs.out.path,
                                    callable_=inputs.workers.get(spec.own_reference_name))
                for spec, engine in zip(loaded.config.engines, engines, strict=True)]
-    return Models(pair, engines, base, [e for e in own if e is not None])
+    return Models(pair, engines, paired, [e for e in own if e is not None])
 
 
 def load_pair(session: Session, loaded):

@@ -1,5 +1,8 @@
-"""``specguard validate``: every problem of a config at once, before any weight loads: its schema, its paths, its
-suite, what each engine's type checks before a run (a plug-in's callable, imported in its own worker)."""
+"""``specguard validate``: every problem of a config at once, before any weight loads, and nothing ``plan`` or
+``gate`` would refuse later: its schema, its paths, its suite, what each engine's type checks before a run (a
+plug-in's callable, imported in its own worker), and the plan itself (the models' configs and tokenizers, every
+prompt tokenized and every chat row rendered, exactly as ``plan`` does), with the plan's warnings (a launch line's
+executable missing here, servers that cannot share a GPU, repeated rows, sampled tokens no test reads)."""
 
 from __future__ import annotations
 
@@ -16,8 +19,7 @@ class Validation:
 
 
 def validate(config: str) -> Validation:
-    """Every problem of a config at once: its schema, its paths, its suite, its plug-ins (imported in their own
-    workers)."""
+    """Every problem of a config at once, and the notes and warnings ``plan`` would print."""
     from gate.engines import preflight_problems
     from gate.inputs.config import load_config
     from gate.inputs.paths import check_paths, model_notes
@@ -36,9 +38,17 @@ def validate(config: str) -> Validation:
             problems += exc.problems
     if loaded is not None:
         problems += preflight_problems(loaded)
+    notes = []
+    if loaded is not None and suite is not None and not problems:
+        from gate.run.estimate import plan_config
+
+        try:  # the plan's own path, so that validate and plan never disagree on a config
+            notes += [f"warning: {w}" for w in plan_config(config).warnings]
+        except SpecguardError as exc:
+            problems += exc.problems
     summary = (f"{len(suite.prompts)} prompts in {len(suite.slices)} slices: {', '.join(suite.slices)}"
                if suite is not None and not problems else "")
-    return Validation(problems, model_notes(config) if not problems else [], summary)
+    return Validation(problems, (model_notes(config) + notes) if not problems else [], summary)
 
 
 __all__ = ["Validation", "validate"]

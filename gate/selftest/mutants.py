@@ -68,6 +68,15 @@ class NoResidual(SpeculativeEngine):
         return p_n  # BUG: residual not used
 
 
+class GreedyDraft(SpeculativeEngine):
+    """Sampling: the draft proposes its argmax, but the acceptance test and the residual use its full
+    distribution q, as if the token had been drawn from q (a proposer and verifier that disagree on how drafts
+    are drawn): output leans hard towards the draft's top choice."""
+
+    def draft_token(self, q, u):
+        return q.argmax(-1)  # BUG: verified with q, so the proposal must be a draw from q (or q one-hot)
+
+
 class InvertedRatio(SpeculativeEngine):
     """Acceptance test uses q/p instead of p/q."""
 
@@ -132,6 +141,7 @@ MUTANTS: dict[str, type[SpeculativeEngine]] = {
     "bonus-wrong-position": BonusWrongPosition,
     "sampling-no-residual": NoResidual,
     "sampling-inverted-ratio": InvertedRatio,
+    "sampling-greedy-draft": GreedyDraft,
     "eos-ignored-in-block": EosIgnored,
     "length-mix-buffer": LengthMixBuffer,
     "stale-row-map": StaleRowMap,

@@ -7,8 +7,9 @@ vLLM's OpenAI-compatible server that the ``vllm`` preset expects:
 * ``POST /v1/completions`` with ``prompt`` as token ids, ``max_tokens``, ``temperature``, ``seed``,
   ``logprobs`` (top-k), ``stream`` (server-sent events), ``return_tokens_as_token_ids`` and
   ``stream_options.include_usage`` (a last chunk with ``"choices": []`` and the usage, as vLLM sends it; always,
-  with ``--force-include-usage``, as vLLM's ``--enable-force-include-usage``);
-* ``GET /health``, ``GET /v1/models``;
+  with ``--force-include-usage``, as vLLM's ``--enable-force-include-usage``), and ``prompt_logprobs`` (vLLM's: the
+  target's top-k and the actual token at each prompt position, teacher-forced; non-streaming);
+* ``GET /health``, ``GET /v1/models``, ``GET /version``;
 * ``GET /metrics``: Prometheus text with vLLM's counters ``vllm:spec_decode_num_drafts``,
   ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position}``.
 
@@ -96,7 +97,7 @@ class Batcher:
 
 
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
-             fault: str | None = None, force_include_usage: bool = False):
+             fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server"):
     """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -133,12 +134,36 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         with score_lock:
             return scorer.logits_rows([(tuple(prompt), tuple(out))], rows)[0] or []
 
+    def prompt_logprobs(prompt: list[int], k_top: int) -> list[dict | None]:
+        """vLLM's ``prompt_logprobs``: at each prompt position after the first, the target's top-k (by rank) and the
+        actual token (with its own rank, in the top-k or not), teacher-forced."""
+        def rows(_, logits):
+            lp = torch.log_softmax(logits.float(), -1)
+            order = lp.argsort(-1, descending=True)
+            out = []
+            for j, t in enumerate(prompt[1:]):
+                rank = {int(i): r + 1 for r, i in enumerate(order[j, :k_top].tolist())}
+                entry = {str(i): {"logprob": float(lp[j, i]), "rank": r, "decoded_token": pair.decode([i])}
+                         for i, r in rank.items()}
+                if t not in rank:
+                    entry[str(t)] = {"logprob": float(lp[j, t]), "rank": int((lp[j] > lp[j, t]).sum()) + 1,
+                                     "decoded_token": pair.decode([t])}
+                out.append(entry)
+            return out
+
+        with score_lock:
+            return [None] + (scorer.logits_rows([(tuple(prompt[:1]), tuple(prompt[1:]))], rows)[0] or [])
+
     def token_str(t: int, as_ids: bool) -> str:
         return f"token_id:{t}" if as_ids else pair.decode([t])
 
     @app.get("/health")
     def health():
         return {"status": "ok"}
+
+    @app.get("/version")
+    def version():
+        return {"version": f"specguard-stand-in-{mode_name}"}
 
     @app.get("/v1/models")
     def models():
@@ -178,8 +203,10 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
             if lps:
                 logprobs = {"tokens": [token_str(t, as_ids) for t in out], "token_logprobs": [c for _, c in lps],
                             "top_logprobs": [{token_str(t, as_ids): v for t, v in top.items()} for top, _ in lps]}
+            scored = prompt_logprobs(prompt, int(body["prompt_logprobs"])) if body.get("prompt_logprobs") else None
             return {"id": rid, "object": "text_completion", "model": model_name,
-                    "choices": [{"index": 0, "text": pair.decode(out), "logprobs": logprobs, "finish_reason": finish}],
+                    "choices": [{"index": 0, "text": pair.decode(out), "logprobs": logprobs, "finish_reason": finish,
+                                 "prompt_logprobs": scored}],
                     "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out)}}
 
         def events():
@@ -281,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault,
-                         force_include_usage=args.force_include_usage), host=args.host,
+                         force_include_usage=args.force_include_usage, mode_name=args.mode), host=args.host,
                 port=args.port, log_level="warning")
 
 

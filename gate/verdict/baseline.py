@@ -65,11 +65,20 @@ class SuiteId(_Doc):
     slice_fingerprints: dict[str, str] = Field(default_factory=dict)
 
 
+class StackId(_Doc):
+    """A serving stack as the baseline's run found it: its reported version and its launch line, with each
+    absolute path cut to its last part (no runner-local paths in a committed baseline)."""
+
+    version: str | None = None
+    launch: list[str] | None = None
+
+
 class BaselineFingerprint(_Doc):
     models: dict[str, ModelName]
     libraries: dict[str, str]
     config: str
     suite: SuiteId
+    stacks: dict[str, StackId] = Field(default_factory=dict, exclude_if=lambda v: not v)  # left out while none
 
 
 class EquivalenceFigures(_Doc):
@@ -202,6 +211,16 @@ def model_name(config_path: str, location: str) -> str:
     return f"local:{Path(location).name}"
 
 
+def _portable(argv: list[str] | None) -> list[str] | None:
+    """A launch line with each absolute path cut to its last part (``/opt/models/llama`` is ``…/llama``) and its
+    port written as ``{port}`` (paired mode moves a server to a free one: no change of the stack)."""
+    if argv is None:
+        return None
+    from gate.inputs.launch import without_port
+
+    return [f"…/{Path(a).name}" if a.startswith("/") and len(Path(a).parts) > 1 else a for a in without_port(argv)]
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -256,6 +275,7 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
     """Per engine and cell, the paired speedup samples and their CI.  The CI is the speedup check's own (from
     ``checks.json``) when there is one, so a report never shows two intervals for one cell; it is bootstrapped
     here, with the check's default resamples, only for a run that has no checks document."""
+    from gate.checks.speedup import beyond_acceptance
     from gate.stats import bootstrap_median_ci
 
     checked = checks.speedup.engines if checks and checks.speedup else {}
@@ -272,6 +292,8 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
         else:
             ci = bootstrap_median_ci(ratios)
         total = SpecCounters.total(p.execution.counters() for p in pairs if p.repeat == 0) or SpecCounters()
+        if beyond_acceptance(ci, total.tokens_per_target_forward or total.mean_accepted_length) is not None:
+            continue  # interference, not a speedup (gate.checks.speedup): never judged, never stored
         first = pairs[0]
         out.setdefault(engine, {})[key] = SpeedupCell(
             slice=first.slice, batch_size=first.batch_size, bucket=first.bucket,
@@ -358,6 +380,8 @@ def measure(results: Results, checks: ChecksDoc, config: Config) -> Measurements
             if dist.power else None)
     return Measurements(
         fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,
+                                        stacks={name: StackId(version=s.version, launch=_portable(s.launch))
+                                                for name, s in fpr.stacks.items()},
                                         suite=SuiteId(**{**fpr.suite.model_dump(),
                                                          "name": model_name(config.suite.path, fpr.suite.name),
                                                          "slice_fingerprints": slice_fingerprints(results)})),

@@ -43,6 +43,14 @@ def what_changed(head: RunSummary, baseline: Baseline | None) -> list[Changed]:
         b, h = baseline.fingerprint.libraries.get(lib), head.measured.fingerprint.libraries.get(lib)
         if b != h:
             out.append(Changed(what=lib, base=str(b), head=str(h)))
+    stacks_b, stacks_h = baseline.fingerprint.stacks, head.measured.fingerprint.stacks
+    for name in sorted(set(stacks_b) & set(stacks_h)):  # a stack upgrade explains a speed (or output) change
+        b, h = stacks_b[name], stacks_h[name]
+        if b.version != h.version:
+            out.append(Changed(what=f"{name} server version", base=str(b.version), head=str(h.version)))
+        if b.launch != h.launch and b.launch is not None and h.launch is not None:
+            out.append(Changed(what=f"{name} server launch line", base=" ".join(b.launch),
+                               head=" ".join(h.launch)))
     return out
 
 

@@ -4,6 +4,7 @@ with the same stack with speculation off as the gate's reference where the confi
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -11,7 +12,17 @@ from pydantic import Field, StrictInt, field_validator
 
 from gate.engines.base import Capabilities
 from gate.engines.registry import EngineType, base_engine_of, register
-from gate.inputs.config import REFERENCE, EngineConfig, Seconds, Strict
+from gate.inputs.config import REFERENCE, EngineConfig
+from gate.inputs.fields import Seconds, Strict
+
+# What each preset's server lacks for scoring a given continuation teacher-forced (vLLM has prompt_logprobs).
+NO_SCORING = {
+    "sglang": "preset sglang: its input-token logprobs are not wired into the gate yet",
+    "llamacpp": "preset llamacpp: llama-server gives probabilities only for the tokens it generates (n_probs), "
+                "never for a given continuation",
+    "tgi": "preset tgi: its OpenAI route returns text, not token ids to score",
+    "openai": "preset openai: an OpenAI-compatible completions route scores only what it generates",
+}
 
 
 class EndpointConfig(Strict):
@@ -33,6 +44,20 @@ class EndpointConfig(Strict):
             raise ValueError("credentials in the URL would end up in logs and reports: put the key in an "
                              "environment variable and name it in http.api_key_env")
         return v.rstrip("/")
+
+    @field_validator("launch", mode="before")
+    @classmethod
+    def _one_string(cls, v):
+        if isinstance(v, str):  # a shell line: the gate runs no shell (nothing of the config reaches one)
+            import shlex
+
+            try:
+                words = shlex.split(v)
+            except ValueError:
+                words = v.split()
+            raise ValueError(f"expected the command as a list of strings, got one string; write it as "
+                             f"{json.dumps(words)}")
+        return v
 
     @field_validator("launch")
     @classmethod
@@ -92,9 +117,31 @@ class HttpEngineConfig(EngineConfig):
     def takes_traffic(self) -> bool:
         return self.http.reference is not None
 
+    @property
+    def scores_continuations(self) -> bool:
+        return self.http.reference is not None and self.http.preset not in NO_SCORING
+
+    @property
+    def why_no_scoring(self) -> str | None:
+        return NO_SCORING.get(self.http.preset) if self.http.reference is not None else None
+
     def endpoints(self) -> list[tuple[str, EndpointConfig]]:
         return [(f"http.{role}", ep) for role, ep in (("server", self.http.server), ("reference", self.http.reference))
                 if ep is not None]
+
+    def memory_shares(self):
+        from gate.inputs.launch import MEMORY_FLAGS, memory_fraction
+
+        out = []
+        for where, ep in self.endpoints():
+            share, said = memory_fraction(self.http.preset, ep.launch or [])
+            if ep.launch and share is not None:
+                out.append((f"{where}.launch", share, said, MEMORY_FLAGS[self.http.preset][0]))
+        return out
+
+    @property
+    def prefix_cache_off(self) -> str | None:
+        return {"vllm": "--no-enable-prefix-caching", "sglang": "--disable-radix-cache"}.get(self.http.preset)
 
     def problems(self, config, index):
         from gate.inputs.launch import mismatches
@@ -149,6 +196,41 @@ class HttpType(EngineType):
             return None
         return http_engine(spec, spec.http.reference.url, pair, loaded, speculative=False, name=REFERENCE)
 
+    def paired_side(self, head, head_config, base):
+        """The base's server on a port of its own when it would share one with any of the head's servers: one
+        config file for both sides (the Action's paired mode) then names the same url twice.  A server the gate
+        launches moves to a free port (its url, and ``--port`` or ``{port}`` in its launch line); one it does not
+        launch cannot be moved: exit 2 before anything starts."""
+        from gate.errors import Problem, SpecguardError
+        from gate.inputs.launch import moved_launch, url_port, with_port
+
+        base_spec = base_engine_of(head, base, self.noun)
+        taken = {_where(ep.url) for e in head_config.config.engines for _, ep in e.endpoints()}
+        ep = base_spec.http.server
+        if _where(ep.url) not in taken:
+            return base, []
+        index = base.config.engines.index(base_spec)
+        field = f"engines[{index}].http.server"
+        if not ep.launch:
+            raise SpecguardError(Problem(str(base.source), f"the base's server is the head's ({ep.url}) and the gate "
+                                         "does not launch it, so it cannot give it a port of its own: paired mode "
+                                         "needs both running side by side", field=f"{field}.url",
+                                         hint="give the base config's server its own url, or a launch line the gate "
+                                              "starts it with (--port N or {port})"))
+        old, new = url_port(ep.url), _free_port(taken)
+        launch = moved_launch(list(ep.launch), old, new)
+        if launch is None:
+            raise SpecguardError(Problem(str(base.source), f"the base's server is the head's ({ep.url}), and its "
+                                         f"launch line names no port the gate can move (--port {old}, --port={old}, "
+                                         "or {port})", field=f"{field}.launch",
+                                         hint="write the port as --port {port}: the gate fills in the url's port"))
+        url = with_port(ep.url, new)
+        moved_ep = ep.model_copy(update={"url": url, "launch": launch})
+        moved = base_spec.model_copy(update={"http": base_spec.http.model_copy(update={"server": moved_ep})})
+        engines = [moved if e is base_spec else e for e in base.config.engines]
+        base = base.model_copy(update={"config": base.config.model_copy(update={"engines": engines})})
+        return base, [f"base-{head.label} server: {ep.url} is the head's, moved to {url}"]
+
     def paired_base(self, head, base, pair, *, log_dir=None):
         """The base config's server, launched beside the head's and the reference (gate.run.servers)."""
         from gate.errors import Problem, SpecguardError
@@ -161,6 +243,29 @@ class HttpType(EngineType):
                                          hint="give the base config's server its own port (and its launch line)"))
         return http_engine(base_spec, base_spec.http.server.url, pair, base, speculative=True,
                            name=f"base-{head.label}")
+
+
+def _where(url: str) -> tuple[str, int]:
+    """(host, port) of a url, every name of this machine one host."""
+    from urllib.parse import urlsplit
+
+    from gate.inputs.launch import url_port
+
+    host = urlsplit(url).hostname or ""
+    return ("local" if host in ("127.0.0.1", "localhost", "0.0.0.0", "::1", "") else host, url_port(url))
+
+
+def _free_port(taken: set[tuple[str, int]]) -> int:
+    """A port nothing listens on now and no server of the run names."""
+    import socket
+
+    for _ in range(64):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if ("local", port) not in taken:
+            return port
+    raise RuntimeError("no free port found for the base's server")
 
 
 HTTP = register(HttpType())

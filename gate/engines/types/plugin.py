@@ -12,7 +12,8 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 
 from gate.engines.base import Capabilities
 from gate.engines.registry import EngineType, base_engine_of, register
-from gate.inputs.config import OWN_REFERENCE_SUFFIX, BatchSize, EngineConfig, Seconds, Strict
+from gate.inputs.config import OWN_REFERENCE_SUFFIX, EngineConfig
+from gate.inputs.fields import BatchSize, Seconds, Strict
 
 CALLABLE = re.compile(r"(entrypoint:[\w.-]+|[\w.]+:[\w.]+)")
 

@@ -1,0 +1,109 @@
+"""The ``checks:`` section of ``specguard.yaml``: each check's thresholds and budgets (docs/config.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
+
+from gate.inputs.fields import MAX_COUNT, BatchSize, Fraction, PositiveInt, Seconds, Strict
+
+
+class EquivalenceCheck(Strict):
+    logit_tolerance: float | Literal["auto"] = "auto"
+    max_confident_divergences: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
+    max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
+    min_exact_match: Fraction = 0.0
+
+    @field_validator("logit_tolerance")
+    @classmethod
+    def _tol(cls, v):
+        if v != "auto" and not v > 0:
+            raise ValueError(f"expected 'auto' or a number > 0, got {v!r}")
+        return v
+
+
+class ReproducibilityCheck(Strict):
+    repeat_batch_size: BatchSize | None = None
+    require_bitwise: StrictBool = False
+
+
+class DistributionCheck(Strict):
+    num_samples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
+    alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
+    power_trials: Annotated[StrictInt, Field(ge=0, le=1000)] = 40
+
+
+class SpeedupCheck(Strict):
+    min_speedup: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
+    ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
+    time_budget_s: Seconds = 120.0
+    warmup: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
+    min_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 3
+    max_repeats: Annotated[StrictInt, Field(ge=2, le=100_000)] = 30
+    max_batches_per_cell: PositiveInt | None = 4
+    bootstrap_resamples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
+    context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
+    # timed forwards per step cost (draft step, target step, verification) and batch size; the median is kept
+    calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
+
+    @model_validator(mode="after")
+    def _repeats(self) -> SpeedupCheck:
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be >= min_repeats ({self.min_repeats})")
+        if sorted(set(self.context_buckets)) != list(self.context_buckets):
+            raise ValueError(f"context_buckets must be strictly increasing, got {self.context_buckets}")
+        return self
+
+
+MAX_TRACE_S = 3600.0  # the longest arrival trace one replay may take
+
+
+class TrafficSLO(Strict):
+    """A request meets the SLO when every bound given here holds; goodput counts those per second."""
+
+    ttft_s: Seconds | None = None  # time to first token
+    tpot_s: Seconds | None = None  # time per output token after the first
+    e2e_s: Seconds | None = None  # end-to-end latency
+
+
+class TrafficCheck(Strict):
+    """Sustained request-rate load (docs/serving.md): an open-loop arrival trace per rate, replayed to each http
+    engine and to its reference in interleaved repeats, so both see identical traffic."""
+
+    rates: list[Annotated[float, Field(gt=0.0, le=10_000.0)]] = Field(min_length=1, max_length=32)
+    arrival: Literal["poisson", "constant"] = "poisson"
+    requests: Annotated[StrictInt, Field(ge=4, le=100_000)] = 32  # per rate and replay
+    repeats: Annotated[StrictInt, Field(ge=1, le=100)] = 2  # replays per side and rate, in ABBA order
+    seed: Annotated[StrictInt, Field(ge=0, lt=1 << 63)] = 0
+    slo: TrafficSLO = TrafficSLO()
+    max_in_flight: Annotated[StrictInt, Field(ge=1, le=1024)] = 256  # past it a replay is cut short (a thread each)
+
+    @field_validator("rates")
+    @classmethod
+    def _increasing(cls, v: list[float]) -> list[float]:
+        if sorted(set(v)) != list(v):
+            raise ValueError(f"rates must be strictly increasing requests per second, got {v}")
+        return v
+
+    def trace_span_s(self, rate: float) -> float:
+        """How long one replay's arrivals take at ``rate`` (the expected span of a Poisson trace, a constant one's)."""
+        return (self.requests - 1) / rate
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TrafficCheck:
+        slowest = self.trace_span_s(self.rates[0])
+        if slowest > MAX_TRACE_S:
+            raise ValueError(f"at {self.rates[0]:g} req/s, {self.requests} requests take about {slowest:,.0f} s per "
+                             f"replay (at most {MAX_TRACE_S:.0f}): raise the lowest rate or lower 'requests'")
+        return self
+
+
+class ChecksConfig(Strict):
+    equivalence: EquivalenceCheck = EquivalenceCheck()
+    reproducibility: ReproducibilityCheck = ReproducibilityCheck()
+    distribution: DistributionCheck = DistributionCheck()
+    speedup: SpeedupCheck = SpeedupCheck()
+    # off unless given; left out of the digest while unset, so configs written before it keep theirs
+    traffic: TrafficCheck | None = Field(None, exclude_if=lambda v: v is None)
+

