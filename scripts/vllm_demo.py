@@ -106,8 +106,9 @@ def config(args) -> None:
                 else "")
     distribution = (f"\n  distribution: {{num_samples: {args.samples}, alpha: 0.01, power_trials: 20}}" if args.sampling
                     else "")
-    speedup = ("{min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 10, max_batches_per_cell: 1}" if args.quick
-               else "{min_repeats: 3, max_repeats: 6, warmup: 1, time_budget_s: 60,\n            max_batches_per_cell: 2}")
+    speedup = ("{min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 10, max_batches_per_cell: 1}"
+               if args.quick else
+               "{min_repeats: 3, max_repeats: 6, warmup: 1, time_budget_s: 60,\n            max_batches_per_cell: 2}")
     traffic = (f"\n  traffic: {{rates: [{args.traffic}], requests: {args.traffic_requests}, repeats: 2, "
                "slo: {ttft_s: 0.5, tpot_s: 0.05}}" if args.traffic else "")
     weights = {"true": "true", "false": "false", "draft": "draft"}[args.local_weights]
