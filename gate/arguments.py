@@ -33,6 +33,12 @@ HELP = {
     "refresh-pr": "commit the refreshed baseline files (written and pruned, one commit) through the REST API, to "
                   "the dispatched branch or to a refresh branch with a pull request",
     "selftest": "prove the checks catch deliberately broken engines and pass the correct one (on the demo pair)",
+    "repro": "shrink each failing equivalence and distribution check of a run to its smallest replayable case: "
+             "RUN_DIR/repro/<check>-<n>/ with case.json, replay.py and REPORT.md (the engines re-run, the reference "
+             "confirming every candidate)",
+    "repro --config": "the config the run was made with (its engines are rebuilt, its servers launched)",
+    "repro --budget-s": "seconds for all the shrinking (default: checks.repro.budget_s from the config)",
+    "selftest --repro": "also shrink each caught mutant's failing checks to minimal cases, into DIR/<mutant>/",
     "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
             "reference batches already cached) and, from the last run in the output directory on this runner, how "
             "long it will take; no weights load",
@@ -147,6 +153,8 @@ def cores() -> int:
 
 # more threads than cores only spin against each other (5000 held two cores for minutes; 100000 segfaulted libgomp)
 threads = count(1, max(cores(), 1), " (this machine's cores)")
+seconds = typed(lambda t: (lambda v: v if v is not None and 0 <= v <= 86400 else None)(
+    float(t) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", t.strip()) else None), "seconds from 0 to 86400")
 tokens_per_s = typed(lambda t: (lambda v: v if v is not None and 0 < v <= 1e9 else None)(
     float(t) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", t.strip()) else None), "a rate above 0 tokens per second")
 hardware_key = typed(lambda t: t if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,99}", t) else None,

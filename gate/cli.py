@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from gate import __version__, pipeline
-from gate.arguments import HELP, count, hardware_key, run_id, shard, threads, tokens_per_s
+from gate.arguments import HELP, count, hardware_key, run_id, seconds, shard, threads, tokens_per_s
 from gate.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -155,9 +155,17 @@ def cmd_selftest(args, session: Session) -> int:
     session.quiet_libraries()
     report = speed_selftest(runs=args.runs, repeats=args.repeats, say=session.say) if args.speed else \
         selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,
-                 detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype)
+                 detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype, repro=args.repro)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK if report.passed else 1
+
+
+def cmd_repro(args, session: Session) -> int:
+    from gate.inputs.config import load_config
+    from gate.repro import repro_command
+
+    budget = args.budget_s if args.budget_s is not None else load_config(args.config).config.checks.repro.budget_s
+    return repro_command(session, args.run_dir, args.config, budget, args.threads)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, kw in (("config", {}), ("--out", {"help": HELP["check --out"]}), ("--threads", {"type": threads})):
         arg(c, name, **kw)
     talk(c)
+    rp = command(sub, "repro", cmd_repro)
+    arg(rp, "run_dir", metavar="RUN_DIR")
+    arg(rp, "--config", required=True, help=HELP["repro --config"])
+    arg(rp, "--budget-s", type=seconds, metavar="S", help=HELP["repro --budget-s"])
+    arg(rp, "--threads", type=threads)
+    talk(rp)
     m = command(sub, "compare", cmd_compare)
     arg(m, "run_dir", metavar="RUN_DIR")
     for name in ("--baseline", "--baselines-dir", "--config"):
@@ -254,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     arg(s, "--samples", type=count(100, 1_000_000), default=600)
     arg(s, "--mutant", action="append")
     arg(s, "--dtype", choices=("float32", "bfloat16"), default="float32")
+    arg(s, "--repro", metavar="DIR", help=HELP["selftest --repro"])
     for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 16)):
         arg(s, name, type=count(low, 1000), default=default)
     arg(s, "--threads", type=threads)

@@ -79,6 +79,7 @@ def check(session: Session, loaded, pair, out: RunDir) -> Checked:
     """Analyse results.json: checks.json and checks.md (the checks' full text)."""
     from gate.checks.analysis import run_checks
     from gate.report.render import render_text
+    from gate.repro import clear as clear_cases
     from gate.run.results import load_results
 
     results = load_results(out / RESULTS)
@@ -86,6 +87,7 @@ def check(session: Session, loaded, pair, out: RunDir) -> Checked:
     if bad is not None:  # an id the target cannot score would be an IndexError deep in re-scoring
         raise SpecguardError(bad)
     out.clear()  # after the results loaded: a refused input leaves the earlier outputs alone
+    clear_cases(out.path)  # an earlier run's minimal cases too (gate.repro)
     session.say("analysing: re-scoring with the target, statistics, power simulations")
     checks = run_checks(results, pair, loaded.config, say=session.say)
     phases = session.phases
@@ -121,6 +123,8 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     from gate.checks.doc import load_checked, retokenized_note
     from gate.ci.github import run_links
     from gate.report.render import build_page, print_terminal, render_comment, render_details, render_summary, write_png
+    from gate.repro import REPRO_DIR
+    from gate.repro.case import read_index
     from gate.verdict.judge import judge, run_baseline_name
     from gate.verdict.store import is_baseline_file, lookup
     from gate.verdict.summary import summarize
@@ -139,7 +143,9 @@ def compare(session: Session, out: RunDir, config, baseline_name: str | None, ba
     verdict = verdict.model_copy(update={"results_digest": results.digest, "checks_digest": checks.digest})
     commit = (stored.baseline.source or {}).get("commit") if stored.baseline is not None else None
     links = run_links(stored.path if stored.baseline is not None else None, commit)  # the repository's path
-    page = build_page(results, checks, verdict, stored.baseline, name, links=links)
+    index = read_index(out.path / REPRO_DIR)  # this run's minimal cases (gate.repro), when it wrote them
+    page = build_page(results, checks, verdict, stored.baseline, name, links=links,
+                      cases=index["cases"] if index and index.get("run") == results.run_id else None)
     dest.write_text(SUMMARY, render_summary(page, details=render_details(results, checks)))
     note = write_png(checks, dest / PNG)
     if note:
@@ -217,13 +223,19 @@ def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | 
     for change in base.changes if base else ():
         session.say(f"paired mode: {change}")
     base_config = base.loaded if base else None
-    with serving(session.say, inputs.loaded, inputs.out.path, base_config) as servers:  # torn down after the run
+    loaded, out = inputs.loaded, inputs.out
+    with serving(session.say, loaded, out.path, base_config) as servers:  # torn down after the minimal cases
         models = load_models(session, inputs, base)
         ran = run_engines(session, inputs, models, opts.run, servers)
-    if ran is not Ran.COMPLETE:
-        return exit_code(ran), None
-    loaded, out = inputs.loaded, inputs.out
-    checked = check(session, loaded, models.pair, out)
+        if ran is not Ran.COMPLETE:
+            return exit_code(ran), None
+        checked = check(session, loaded, models.pair, out)
+        budget = loaded.config.checks.repro.budget_s
+        if checked.failing and budget > 0 and not opts.refresh:  # the engines re-run while they are still up
+            from gate.repro import reproduce
+
+            with session.phases("minimal cases"):
+                reproduce(out, loaded, models, budget, session.say)
     baselines = baselines_root(opts.baselines_dir, loaded=loaded)
     if opts.refresh:
         # The checks of this run, not a judgement against the old baseline, decide; equivalence and distribution

@@ -35,7 +35,7 @@ def test_the_diagram_goes_from_the_config_through_every_stage_to_the_posted_comm
     diagram = block("mermaid")
     stages = sorted(p.name for p in (ROOT / "gate").iterdir() if (p / "__init__.py").exists()
                     and p.name not in ("selftest", "testing", "schemas"))  # tools beside the flow, not stages of it
-    assert stages == ["checks", "ci", "engines", "inputs", "io", "report", "run", "verdict"]
+    assert stages == ["checks", "ci", "engines", "inputs", "io", "report", "repro", "run", "verdict"]
     shown = [s for s in stages if f"gate/{s}/" in diagram]
     assert set(stages) - set(shown) == {"io"}, "every stage but io (under all of them) is in the diagram"
     assert "specguard.yaml" in diagram and "PR comment" in diagram and "baselines/" in diagram

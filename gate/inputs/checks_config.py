@@ -99,6 +99,13 @@ class TrafficCheck(Strict):
         return self
 
 
+class ReproCheck(Strict):
+    """A failing gate shrinks each failing equivalence and distribution check to its smallest replayable case
+    (gate.repro, ``specguard repro``) within this many seconds in all; 0: off."""
+
+    budget_s: Annotated[float, Field(ge=0.0, le=86_400.0)] = 180.0
+
+
 class ChecksConfig(Strict):
     equivalence: EquivalenceCheck = EquivalenceCheck()
     reproducibility: ReproducibilityCheck = ReproducibilityCheck()
@@ -106,4 +113,6 @@ class ChecksConfig(Strict):
     speedup: SpeedupCheck = SpeedupCheck()
     # off unless given; left out of the digest while unset, so configs written before it keep theirs
     traffic: TrafficCheck | None = Field(None, exclude_if=lambda v: v is None)
+    # how long a failing gate may spend on minimal cases: what it measures is unchanged, so never in the digest
+    repro: ReproCheck = Field(default_factory=ReproCheck, exclude=True)
 

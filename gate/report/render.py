@@ -88,20 +88,22 @@ def _safe_links(links: dict[str, str]) -> Inert | None:
 
 
 def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baseline: Baseline | None, name: str,
-               examples_limit: int = 20, links: dict[str, str] | None = None) -> Page:
+               examples_limit: int = 20, links: dict[str, str] | None = None, cases: list[dict] | None = None) -> Page:
     """``links``: the workflow run, its artifact, the baseline file and the commit it came from (``gate.ci`` reads
-    them off the job's environment; none outside CI)."""
+    them off the job's environment; none outside CI).  ``cases``: the minimal cases of the run's failing checks
+    (``repro/index.json``'s, gate.repro)."""
     env = environment()
     ctx = {"results": results, "checks": checks, "verdict": verdict, "baseline": baseline, "name": name,
            "marker": marker(name), "levels": _load_levels(verdict), "links": _safe_links(links or {}),
            "examples": _examples(checks, examples_limit), "chart": _chart(checks),
-           "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline),
+           "repro": _repro(checks), "eq_rows": _eq_rows(checks, verdict, baseline), "cases": cases or [],
            "retokenized": retokenized_note(checks),
            "traffic_changes": {(t.engine, t.rate): t for t in verdict.traffic},
            "slo": ", ".join(f"{k.removesuffix('_s').upper()} ≤ {v * 1000:g} ms"
                             for k, v in (checks.traffic.slo if checks.traffic else {}).items())}
     page = Page()
-    for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("reproducibility", 70),
+    for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("cases", 78),
+                              ("reproducibility", 70),
                               ("distribution", 60), ("speedup", 75), ("traffic", 74), ("acceptance", 50), ("chart", 30),
                               ("examples", 20), ("verdicts", 10), (FOOTER, KEEP)):
         text = env.get_template(f"report/{section}.md.j2").render(**ctx)

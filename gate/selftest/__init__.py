@@ -111,16 +111,31 @@ class SelftestReport:
             + [f"correct engine: {self.false_alarms} false alarm(s) in {len(self.correct)} run(s)"]
 
 
+def _shrink(run_dir: Path, results, checks: ChecksDoc, loaded, pair, engine, into: Path, budget_s: float,
+            say) -> None:
+    """A caught mutant's minimal cases, as `specguard repro` writes them for a failing run (its replay.py rebuilds
+    the mutant by name)."""
+    from gate.io.rundir import RunDir
+    from gate.repro import reproduce
+    from gate.repro.equivalence import engine_description
+    from gate.run.setup import Models
+
+    reproduce(RunDir(run_dir), loaded, Models(pair, [engine]), budget_s, say, root=into, checked=(results, checks),
+              describe=lambda label, spec, e: engine_description(None, e, loaded, pair, label, mutant=engine.name))
+
+
 def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
     return sorted({v.check for v in checks.failing() if v.engine == engine})
 
 
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
              say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None,
-             dtype: str = "float32") -> SelftestReport:
+             dtype: str = "float32", repro: Path | None = None, repro_budget_s: float = 120.0) -> SelftestReport:
     """Run the self-test.  ``say`` gets one line per mutant and per seed; ``detail`` (``-v``), when given, also
     each run's phase lines, prefixed with the run's name.  ``dtype``: the pair's (bfloat16 flips near-ties, as
-    GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught)."""
+    GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught).  ``repro``: each
+    caught mutant's failing checks shrunk to minimal cases (gate.repro) in ``repro/<mutant>/``, within
+    ``repro_budget_s`` per mutant."""
     unknown = sorted(set(mutants or ()) - set(MUTANTS))
     if unknown:
         raise SpecguardError(Problem("specguard selftest", f"no mutant named {', '.join(map(repr, unknown))}",
@@ -147,8 +162,12 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
             engine.name = name
             runner = Runner(base, pair, suite, reference, [engine], Path(tmp) / name, log=log_for(name),
                             cache=cache, timed=False, repeat_runs=False)
-            checks = run_checks(runner.run(), pair, base.config)
+            results = runner.run()
+            checks = run_checks(results, pair, base.config)
             caught_by = _alarms(checks, name)
+            if repro is not None and caught_by:
+                _shrink(Path(tmp) / name, results, checks, base, pair, engine, Path(repro) / name, repro_budget_s,
+                        log_for(name))
             out.mutants.append(MutantResult(name, bool(caught_by), caught_by, (MUTANTS[name].__doc__ or "").strip()))
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
         for seed in range(seeds):

@@ -1,0 +1,173 @@
+"""A failing equivalence check, shrunk to its smallest replayable case.
+
+The start is the run's own failing batch: among the batches of the failing engine at the batch size the check
+failed, the first whose recorded output the check judged a bug (at the smallest such batch size), re-run as it
+ran (the same rows in the same order, fillers included).  It must fail on two replays in a row, else it is
+reported as not reproduced and no case is kept.  Then :class:`gate.repro.shrink.Shrinker` shrinks it, the engine
+re-run and the reference and the target confirming every candidate (:class:`gate.repro.probe.EquivalenceProbe`).
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate.engines.base import GenerationSettings
+from gate.repro.case import CASE_SCHEMA, Written, curl_lines, tokens_line, write_folder
+from gate.repro.probe import EquivalenceProbe, Finding
+from gate.repro.shrink import Case, Shrinker, Shrunk
+
+
+@dataclass
+class Target:
+    """What to shrink: the engine (as built for the run), how to describe it in case.json, the batch to start from."""
+
+    engine: object
+    label: str
+    batch_size: int
+    case: Case
+    describe: dict  # case.json's "engine": what replay.py needs to rebuild it (see engine_description)
+    plain: object | None = None  # its own plain decoding, where it has one
+
+
+def failing_batches(ctx, engine: str, batch_size: int) -> list[Case]:
+    """The engine's batches at ``batch_size`` whose recorded output the equivalence check judged a bug, as they
+    ran (rows in order, fillers included), the first failing ones first."""
+    failing = {c.output.prompt_id for c in ctx.compared(engine, batch_size) if _bug(c.verdict)}
+    res = ctx.results
+    out = []
+    for ex in res.executions:
+        if (ex.engine != engine or ex.batch_size != batch_size or ex.mode != "greedy" or ex.repeat != 0
+                or ex.phase.value not in ("outputs", "canonical") or ex.failure is not None):
+            continue
+        if any(s.prompt_id in failing and not s.filler for s in ex.sequences[:ex.n_real]):
+            prompts = tuple(tuple(res.prompt(s.prompt_id).prompt_ids) for s in ex.sequences)
+            budget = max(res.prompt(s.prompt_id).max_new_tokens for s in ex.sequences)
+            out.append(Case(prompts, tuple(s.prompt_id for s in ex.sequences), budget))
+    return out
+
+
+def _bug(v) -> bool:
+    return bool(v.inconsistent or v.signatures or (v.divergence is not None and v.divergence.kind == "confident"))
+
+
+def shrink_one(target: Target, probe: EquivalenceProbe, budget_s: float, say) -> tuple[Shrunk | None, Finding | None]:
+    """(the shrunk case, None) or (None, None) when the run's failing batch does not fail again on two replays."""
+    shrinker = Shrinker(probe, budget_s, say=say)
+    first = shrinker.confirmed(target.case, "start", f"the run's failing batch ({target.case.describe()})")
+    if first is None:
+        return None, None
+    return shrinker.shrink(target.case, first), first
+
+
+def trigger(case: Case, f: Finding, greedy_k: int) -> str:
+    """The case in one sentence."""
+    rows = "one prompt alone" if case.batch_size == 1 else (
+        f"{case.batch_size} prompts in one batch (of {', '.join(str(len(p)) for p in case.prompts)} tokens)")
+    where = (f"row {f.row} (a {len(case.prompts[f.row])}-token prompt)" if case.batch_size > 1
+             else f"a {len(case.prompts[0])}-token prompt")
+    what = {"confident divergence": f"emits token {f.actual[f.position]} where the target's greedy choice is "
+                                    f"{f.expected[f.position]} ({f.gap:.3g} nats apart, tolerance {f.tolerance:.3g})",
+            "token below the target's argmax": f"emits token {f.actual[f.position]}, {f.gap:.3g} nats below the "
+                                               f"target's argmax {f.argmax} given its own prefix"}.get(f.kind, f.detail)
+    return (f"{rows}, greedy, k={greedy_k}, {case.max_new_tokens} new token(s): {where} {what} at new token "
+            f"{f.position}")
+
+
+def write_case(folder: Path, rel: str, target: Target, shrunk: Shrunk, probe: EquivalenceProbe, results, decode,
+               say) -> Written:
+    """case.json, replay.py and REPORT.md for a shrunk equivalence failure."""
+    case, f = shrunk.case, shrunk.finding
+    settings = probe.settings
+    rank = probe.rank(case.prompts[f.row], f.actual, f.position)
+    sentence = trigger(case, f, settings.num_draft_tokens)
+    describe = dict(target.describe)
+    if describe.get("type") == "http":
+        describe["bodies"] = [target.engine.body(r, settings) for r in probe.requests(case)]
+    elif describe.get("type") == "plugin":
+        describe["settings"] = {**describe["settings"], "max_new_tokens": [case.max_new_tokens] * case.batch_size,
+                                "seeds": [probe.seed] * case.batch_size, "temperature": settings.temperature,
+                                "num_draft_tokens": settings.num_draft_tokens,
+                                "eos_token_ids": list(settings.eos_token_ids)}
+    doc = {"schema": CASE_SCHEMA, "check": "equivalence", "engine": describe,
+           "settings": {"temperature": settings.temperature, "num_draft_tokens": settings.num_draft_tokens,
+                        "eos_token_ids": list(settings.eos_token_ids), "max_new_tokens": case.max_new_tokens,
+                        "seed": probe.seed},
+           "prompts": [list(p) for p in case.prompts], "prompt_names": list(case.names),
+           "expected": [list(probe.expected(p, case.max_new_tokens)) for p in case.prompts],
+           "finding": f.to_dict(), "evidence": {"gap": f.gap, "tolerance": f.tolerance, "rank": rank,
+                                                "argmax": f.argmax},
+           "trigger": sentence, "reproduced": True, "runs": shrunk.runs,
+           "shrunk_from": {"batch_size": target.case.batch_size, "max_new_tokens": target.case.max_new_tokens,
+                           "prompt_lengths": [len(p) for p in target.case.prompts], "prompt_names":
+                           list(target.case.names)},
+           "stopped": shrunk.stopped, "log": [s.line() for s in shrunk.log]}
+    write_folder(folder, doc, report(doc, results, decode, rank))
+    say(f"repro: {folder.name}: {sentence}")
+    return Written("equivalence", target.label, rel, True, sentence, case.batch_size)
+
+
+def report(doc: dict, results, decode, rank: int | None) -> str:
+    """REPORT.md: what an upstream issue needs."""
+    f, e = doc["finding"], doc["engine"]
+    fp = results.fingerprint
+    libs = ", ".join(f"{k} {v}" for k, v in sorted(fp.libraries.items()))
+    stacks = "; ".join(f"{name}: {s.version or 'version not reported'}" for name, s in (fp.stacks or {}).items())
+    lines = [f"# Minimal case: {doc['check']} of `{results_engine(doc)}`", "",
+             f"**Trigger:** {doc['trigger']}.", "",
+             "## What was expected and what came out", "",
+             f"- expected (the non-speculative reference, the prompt alone): {tokens_line(f['expected'], decode)}",
+             f"- actual (row {f['row']}): {tokens_line(f['actual'], decode)}",
+             f"- evidence: {f['detail']}" + (f"; the emitted token is the target's number {rank} choice there "
+                                             "given the engine's own prefix" if rank else ""), "",
+             "## Replay", "", "```sh", "python replay.py          # prints 'reproduced' or 'not reproduced'"]
+    if e["type"] == "speculative":
+        lines.append("python replay.py --engine speculative   # the correct engine: 'not reproduced'")
+    lines.append("```")
+    if e["type"] == "http":
+        lines += ["", "The same requests with curl (the rows in flight together):", "", "```sh",
+                  *curl_lines(e["url"], e["route"], e["bodies"]), "```"]
+    shrunk = doc["shrunk_from"]
+    lines += ["", "## Versions", "", f"- hardware: {fp.hardware_key} ({platform.platform()})", f"- {libs}"]
+    if stacks:
+        lines.append(f"- serving stacks: {stacks}")
+    lines += ["", "## How it was found", "",
+              f"Shrunk from the run's failing batch of {shrunk['batch_size']} prompt(s) "
+              f"({', '.join(shrunk['prompt_names'])}; {', '.join(map(str, shrunk['prompt_lengths']))} tokens) "
+              f"with {shrunk['max_new_tokens']} new tokens, in {doc['runs']} engine runs; a candidate counted as "
+              "failing only when it failed on two replays in a row." + (f" {doc['stopped']}." if doc["stopped"]
+                                                                          else ""), "", "```text",
+              *doc["log"], "```", ""]
+    return "\n".join(lines)
+
+
+def results_engine(doc: dict) -> str:
+    e = doc["engine"]
+    return e.get("label") or e["type"]
+
+
+def engine_description(spec, engine, loaded, pair, label: str, mutant: str | None = None) -> dict:
+    """case.json's ``engine``: what replay.py needs to rebuild the engine alone."""
+    kind = getattr(spec, "type", "speculative")
+    models = loaded.config.models if loaded is not None else None
+    if kind == "plugin":
+        base = engine.base
+        return {"type": "plugin", "label": label, "callable": spec.callable,
+                "pythonpath": [str(r) for r in loaded.import_roots(spec)],
+                "settings": {"target": base.target, "draft": base.draft, "dtype": base.dtype, "device": base.device,
+                             "draft_dtype": base.draft_dtype, "extra": dict(base.extra)}}
+    if kind == "http":
+        return {"type": "http", "label": label, "url": engine.url, "route": engine.preset.route,
+                "preset": engine.preset.name}
+    return {"type": kind, "label": label, "mutant": mutant, "target": pair.target.location,
+            "draft": pair.draft.location, "dtype": models.target.dtype if models else "float32",
+            "draft_dtype": models.draft.dtype if models else "float32", "device": str(pair.device)}
+
+
+def settings_of(results) -> GenerationSettings:
+    s = results.settings
+    return GenerationSettings(0.0, s.num_draft_tokens, tuple(s.eos_token_ids))
+
+
+__all__ = ["Target", "engine_description", "failing_batches", "settings_of", "shrink_one", "trigger", "write_case"]

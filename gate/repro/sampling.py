@@ -1,0 +1,168 @@
+"""A failing distribution check as a case a maintainer can recompute: the run's own sampled batches (prompts and
+per-row seeds, so the engine draws the same), the smallest number of them at which the gate's test still rejects
+at alpha, where the excess concentrates, and one simple count anyone can redo: how often the emitted token is the
+draft's argmax against the count the target's distribution expects (the sum of p(draft's argmax) over positions,
+variance the sum of p(1 - p)), with its z-score, for the engine and for the plain reference as the control.
+
+Nothing is re-sampled here: the run's tokens are re-scored (the target and the draft, teacher-forced, at the run's
+temperature, as the check does), so this needs the target and the draft loaded locally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+
+from gate.checks.distribution import analyze, pvalues, rejects
+from gate.inputs.config import REFERENCE
+from gate.repro.case import CASE_SCHEMA, Written, no_case, write_folder
+
+STEP = 8  # the smallest rejecting n is searched on a grid of this many tokens, then token by token below it
+
+
+def _head(x, n: int):
+    return type(x)(*(getattr(x, f.name)[:n] for f in dataclasses.fields(x)))
+
+
+def count(a, n: int | None = None) -> dict:
+    """The draft-argmax count over the first ``n`` tokens: hits, the expected count under the target, z."""
+    s, m = (_head(a.observed, n), _head(a.moments, n)) if n else (a.observed, a.moments)
+    hits, expected = float(s.top_hit.sum()), float(m.top_mean.sum())
+    var = float((m.top_mean * (1 - m.top_mean)).sum())
+    return {"tokens": int(s.top_hit.shape[0]), "draft_argmax_hits": int(hits), "expected": round(expected, 2),
+            "z": round((hits - expected) / math.sqrt(var), 2) if var > 0 else None}
+
+
+def smallest_rejecting(a, alpha: float, seed: int) -> int | None:
+    """The fewest of the engine's sampled tokens (in run order) from which on the combined test rejects at
+    ``alpha`` at every longer prefix (on a grid of STEP tokens, then token by token below the grid point): a
+    single small prefix that happens to reject is no such point, since the search looks at many."""
+    u = np.random.default_rng(seed).random(a.n)
+
+    def fails(n: int) -> bool:
+        return rejects(pvalues(_head(a.observed, n), _head(a.moments, n), u[:n]), alpha)
+
+    grid = sorted({*range(STEP, a.n, STEP), a.n})
+    held = None
+    for n in reversed(grid):  # the longest prefixes first: walk down while every one rejects
+        if not fails(n):
+            break
+        held = n
+    if held is None:
+        return None
+    for n in range(held - 1, max(held - STEP, 1), -1):
+        if not fails(n):
+            break
+        held = n
+    return held
+
+
+def by_position(a, lengths: list[int], k: int) -> list[dict]:
+    """Excess draft-argmax hits by position in the output: the first new token, new tokens 1..k, and later ones
+    (engines report no per-token provenance, so a step's accepted drafts, rejections and bonus tokens are not told
+    apart here)."""
+    pos = np.concatenate([np.arange(n) for n in lengths]) if lengths else np.zeros(0, dtype=int)
+    out = []
+    for name, sel in (("first new token", pos == 0), (f"new tokens 1-{k}", (pos >= 1) & (pos <= k)),
+                      (f"new tokens {k + 1}+", pos > k)):
+        idx = np.nonzero(sel[:a.n])[0]
+        if not len(idx):
+            continue
+        hit, mean = a.observed.top_hit[idx], a.moments.top_mean[idx]
+        var = float((mean * (1 - mean)).sum())
+        excess = float((hit - mean).sum())
+        out.append({"positions": name, "tokens": len(idx), "excess": round(excess, 2),
+                    "z": round(excess / math.sqrt(var), 2) if var > 0 else None})
+    return out
+
+
+def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: int, engine: dict, say,
+                        http=None) -> Written:
+    """The sampling case's folder (case.json, replay.py, REPORT.md) from the run's own sampled tokens."""
+    if not ctx.local or ctx.pair.draft.model is None:
+        return no_case(folder, rel, "distribution", label, bs, "the run's tokens are re-scored with the target "
+                           "and the draft, which are not both loaded here (models.local_weights: true)", say)
+    dcfg = ctx.config.checks.distribution
+    temperature = ctx.config.generation.sampling.temperature
+    target, draft = ctx.scorer_for(ctx.pair.target.model), ctx.scorer_for(ctx.pair.draft.model)
+    vocab = ctx.pair.target.vocab_size
+    found: dict[str, tuple] = {}
+    for name in (label, REFERENCE):
+        seqs = results.sampled(name, bs)
+        items = [(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs]
+        found[name] = (analyze(target, draft, items, temperature, vocab), seqs)
+    a, seqs = found[label]
+    n = smallest_rejecting(a, dcfg.alpha, bs)
+    k = results.settings.num_draft_tokens
+    engine_count, control = count(a), count(found[REFERENCE][0]) if found[REFERENCE][0].n else None
+    batches = []
+    for ex in results.executions:
+        if ex.engine == label and ex.batch_size == bs and ex.phase.value == "sampling" and ex.failure is None:
+            batch = {"prompts": [list(results.prompt(s.prompt_id).prompt_ids) for s in ex.sequences],
+                     "seeds": [s.seed for s in ex.sequences],
+                     "max_new_tokens": max(results.prompt(s.prompt_id).max_new_tokens for s in ex.sequences)}
+            if http is not None:  # the server's own requests, seeds included
+                from gate.engines.base import GenerationSettings, Request
+
+                settings = GenerationSettings(temperature, k, tuple(results.settings.eos_token_ids))
+                batch["bodies"] = [http.body(Request(tuple(p), batch["max_new_tokens"], seed), settings)
+                                   for p, seed in zip(batch["prompts"], batch["seeds"])]
+            batches.append(batch)
+    where = by_position(a, [len(s.token_ids) for s in seqs], k)
+    pv = pvalues(a.observed, a.moments, np.random.default_rng(bs).random(a.n)) if a.n else {}
+    strongest = min(pv, key=pv.get) if pv else None
+    sentence = (f"sampling at T={temperature:g}, batch size {bs}, k={k}"
+                + (f": over {a.n} sampled tokens the gate's {strongest} test gives p={pv[strongest]:.2g}" if pv else "")
+                + "; the emitted token is the draft's argmax "
+                f"{engine_count['draft_argmax_hits']} times in {engine_count['tokens']} tokens where the target's "
+                f"distribution expects {engine_count['expected']:.1f} (z = {engine_count['z']})"
+                + (f"; the plain reference's count is z = {control['z']}" if control else "")
+                + (f"; the gate's test rejects at alpha={dcfg.alpha:g} at every prefix of {n} tokens or more"
+                   if n else ""))
+    models = ctx.config.models
+    doc = {"schema": CASE_SCHEMA, "check": "distribution", "engine_label": label, "engine": engine,
+           "settings": {"temperature": temperature, "num_draft_tokens": k,
+                        "eos_token_ids": list(results.settings.eos_token_ids), "alpha": dcfg.alpha},
+           "models": {"target": ctx.pair.target.location, "draft": ctx.pair.draft.location,
+                      "dtype": models.target.dtype, "draft_dtype": models.draft.dtype},
+           "batches": batches, "emitted": [list(s.token_ids) for s in seqs],
+           "smallest_rejecting_tokens": n, "count": {"engine": engine_count, "control": control},
+           "by_position": where, "trigger": sentence, "reproduced": True}
+    write_folder(folder, doc, _report(doc, results))
+    say(f"repro: {folder.name}: {sentence}")
+    return Written("distribution", label, rel, True, sentence, bs)
+
+
+def _report(doc: dict, results) -> str:
+    c, ctl = doc["count"]["engine"], doc["count"]["control"]
+    fp = results.fingerprint
+    rows = [f"| {doc['engine_label']} | {c['tokens']} | {c['draft_argmax_hits']} | {c['expected']} | {c['z']} |"]
+    if ctl:
+        rows.append(f"| reference (control) | {ctl['tokens']} | {ctl['draft_argmax_hits']} | {ctl['expected']} | "
+                    f"{ctl['z']} |")
+    lines = [f"# Minimal case: distribution of `{doc['engine_label']}`", "", f"**Trigger:** {doc['trigger']}.", "",
+             "## The count anyone can redo", "",
+             "Re-score each emitted token with the target and the draft (teacher-forced, at the run's temperature): "
+             "count how often it is the draft's argmax, and compare with the sum over positions of the target's "
+             "probability of the draft's argmax (variance: the sum of p(1 - p)).", "",
+             "| engine | tokens | emitted = draft's argmax | expected under the target | z |", "|---|---|---|---|---|",
+             *rows, "", "Where the excess is (by position in the output):", "",
+             "| positions | tokens | excess hits | z |", "|---|---|---|---|",
+             *[f"| {w['positions']} | {w['tokens']} | {w['excess']} | {w['z']} |" for w in doc["by_position"]], "",
+             f"The gate's test (Bonferroni over its tests at alpha={doc['settings']['alpha']:g}) rejects on every "
+             f"prefix of {doc['smallest_rejecting_tokens']} or more of the engine's sampled tokens (in run order)." if
+             doc["smallest_rejecting_tokens"] else "The gate's test does not reject on any prefix of these tokens.",
+             "", "## Replay", "",
+             "`case.json` holds each sampled batch (prompt token ids and the per-row seeds the engine was given) and "
+             "what it emitted; `python replay.py` runs the engine on the same batches with the same seeds, recounts "
+             "as above and prints 'reproduced' or 'not reproduced' (it needs torch and transformers to re-score).",
+             "", "## Versions", "",
+             f"- hardware: {fp.hardware_key}", f"- {', '.join(f'{k} {v}' for k, v in sorted(fp.libraries.items()))}",
+             ""]
+    return "\n".join(lines)
+
+
+__all__ = ["by_position", "count", "smallest_rejecting", "write_sampling_case"]

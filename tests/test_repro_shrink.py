@@ -1,0 +1,91 @@
+"""The shrinker alone (gate/repro/shrink.py), on engines simulated in a few lines: which rows must share the batch,
+the fewest new tokens, the shortest prompts, two replays per candidate, and the budget.  No weights load here; the
+real engines and mutants are in tests/test_repro.py (slow tier)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from gate.repro.shrink import Case, Shrinker
+
+
+@dataclass(frozen=True)
+class Found:
+    position: int
+
+
+def batch(lengths: list[int], max_new: int = 32) -> Case:
+    prompts = tuple(tuple(range(i * 1000, i * 1000 + n)) for i, n in enumerate(lengths))
+    return Case(prompts, tuple(f"p{i}" for i in range(len(lengths))), max_new)
+
+
+def split_prefill_bug(case: Case) -> Found | None:
+    """The shape of OpenVINO GenAI's batched bug: a short prompt beside a prompt of 500+ tokens goes wrong at its
+    first new token, whatever else is in the batch; the long prompt needs 500 of its tokens for it."""
+    long_ = any(len(p) >= 500 for p in case.prompts)
+    short = any(len(p) < 50 for p in case.prompts)
+    return Found(0) if long_ and short and case.max_new_tokens >= 1 else None
+
+
+def test_the_rows_a_bug_needs_are_found_and_the_rest_dropped():
+    start = batch([12, 30, 600, 20, 9, 640, 15, 11])
+    shrinker = Shrinker(split_prefill_bug, budget_s=60)
+    done = shrinker.shrink(start, split_prefill_bug(start))
+    assert done.case.batch_size == 2, done.case.describe()
+    assert sorted(len(p) for p in done.case.prompts) == [1, 500], "one long prompt cut to 500, one short cut to 1"
+    assert done.case.max_new_tokens == 1, "up to the failing position"
+    assert done.stopped is None and done.log and all(s.seconds >= 0 for s in done.log)
+    assert split_prefill_bug(done.case) is not None, "the case still fails"
+
+
+def test_every_candidate_must_fail_twice_in_a_row():
+    """A candidate that fails once and passes on its replay is noise: it is never kept."""
+    calls = {"n": 0}
+
+    def flaky(case: Case) -> Found | None:
+        calls["n"] += 1
+        if case.batch_size == 1:  # alone, it fails only every other run
+            return Found(3) if calls["n"] % 2 else None
+        return Found(3)
+
+    start = batch([10, 20, 30, 40])
+    done = Shrinker(flaky, budget_s=60).shrink(start, Found(3))
+    assert done.case.batch_size == 2, "no single row was confirmed, so two remain"
+    assert any(not s.failed and "alone" in s.tried for s in done.log)
+
+
+def test_a_budget_spent_keeps_the_smallest_case_confirmed_so_far():
+    clock = {"t": 0.0}
+
+    def slow(case: Case) -> Found | None:
+        clock["t"] += 1.0  # a second per engine run
+        return Found(0)
+
+    start = batch([100, 100, 100, 100, 100, 100, 100, 100])
+    done = Shrinker(slow, budget_s=5.5, clock=lambda: clock["t"]).shrink(start, Found(0))
+    assert done.stopped and "budget" in done.stopped
+    assert done.runs <= 7 and done.case.batch_size < 8 and slow(done.case) is not None
+
+
+def test_a_row_order_the_bug_needs_is_kept():
+    """Rows keep their order in the batch: the bug here needs a long row before a short one."""
+    def ordered(case: Case) -> Found | None:
+        lengths = [len(p) for p in case.prompts]
+        return Found(0) if any(a >= 100 > b for a, b in itertools.pairwise(lengths)) else None
+
+    start = batch([5, 120, 7, 8, 130])
+    done = Shrinker(ordered, budget_s=60).shrink(start, ordered(start))
+    first, second = (len(p) for p in done.case.prompts)
+    assert first >= 100 > second
+    assert done.case.batch_size == 2
+
+
+def test_the_token_budget_is_bisected_when_the_failing_position_alone_passes():
+    """A bug that shows only once the batch has run 10 steps (rows finishing early, say) though it is seen at
+    position 2 of a row: the budget goes down to 10, not to 3."""
+    def late(case: Case) -> Found | None:
+        return Found(2) if case.max_new_tokens >= 10 else None
+
+    done = Shrinker(late, budget_s=60).shrink(batch([4]), Found(2))
+    assert done.case.max_new_tokens == 10
