@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from gate.checks.equivalence import analyze_sequence, first_divergence, score_outputs
-from gate.engines.base import GenerationSettings, Request
+from gate.engines.base import EngineFailure, GenerationSettings, Request
 from gate.engines.scoring import Scorer
 from gate.engines.tolerance import Tolerance
 from gate.repro.shrink import Case
@@ -65,8 +65,11 @@ class EquivalenceProbe:
         return self._expected[key]
 
     def __call__(self, case: Case) -> Finding | None:
-        outs = self.outputs(self.engine, case)
-        plain = self.outputs(self.plain, case) if self.plain is not None else None
+        try:
+            outs = self.outputs(self.engine, case)
+            plain = self.outputs(self.plain, case) if self.plain is not None else None
+        except EngineFailure:  # a crash, a timeout or a broken contract on this candidate: not the failure shrunk
+            return None
         refs = [self.expected(p, case.max_new_tokens) for p in case.prompts]
         items, others = [], []
         for prompt, out, ref in zip(case.prompts, outs, refs):

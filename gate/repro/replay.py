@@ -24,13 +24,35 @@ import argparse
 import json
 import sys
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 
 
 _LOADED: dict = {}
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """What specguard passes a plug-in (gate.engines.contract.PluginSettings, the same fields), so that a plug-in
+    replays here as the gate called it, ``dataclasses.replace`` included."""
+
+    max_new_tokens: list
+    seeds: list
+    temperature: float
+    num_draft_tokens: int
+    eos_token_ids: list
+    target: str
+    draft: str
+    dtype: str
+    device: str
+    draft_dtype: str = "float32"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
 
 
 def builtin(case: dict, engine: str | None, prompts: list, seeds: list, max_new: int) -> list[list[int]]:
@@ -67,10 +89,9 @@ def plugin(case: dict, prompts: list, seeds: list, max_new: int) -> list[list[in
     fn = importlib.import_module(module)
     for part in attr.split("."):
         fn = getattr(fn, part)
-    fields = {**e["settings"], "max_new_tokens": [max_new] * len(prompts), "seeds": list(seeds),
-              "temperature": s["temperature"], "num_draft_tokens": s["num_draft_tokens"],
-              "eos_token_ids": list(s["eos_token_ids"])}
-    settings = SimpleNamespace(**fields, greedy=fields["temperature"] == 0.0)
+    settings = PluginSettings(**{**e["settings"], "max_new_tokens": [max_new] * len(prompts), "seeds": list(seeds),
+                                 "temperature": s["temperature"], "num_draft_tokens": s["num_draft_tokens"],
+                                 "eos_token_ids": list(s["eos_token_ids"])})
     out = fn([list(p) for p in prompts], len(prompts), settings)
     return [list(r["token_ids"] if isinstance(r, dict) else r.token_ids) for r in out]
 

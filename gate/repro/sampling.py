@@ -21,6 +21,8 @@ from gate.inputs.config import REFERENCE
 from gate.repro.case import CASE_SCHEMA, Written, no_case, write_folder
 
 STEP = 8  # the smallest rejecting n is searched on a grid of this many tokens, then token by token below it
+FEWEST = 100  # no smaller prefix is tried: the check's own minimum of num_samples (its z-tests are normal
+# approximations, and a handful of tokens that all hit a rare draft token would "reject" on the approximation alone)
 
 
 def _head(x, n: int):
@@ -37,15 +39,17 @@ def count(a, n: int | None = None) -> dict:
 
 
 def smallest_rejecting(a, alpha: float, seed: int) -> int | None:
-    """The fewest of the engine's sampled tokens (in run order) from which on the combined test rejects at
-    ``alpha`` at every longer prefix (on a grid of STEP tokens, then token by token below the grid point): a
-    single small prefix that happens to reject is no such point, since the search looks at many."""
+    """The fewest of the engine's sampled tokens (in run order, at least FEWEST) from which on the combined test
+    rejects at ``alpha`` at every longer prefix (on a grid of STEP tokens, then token by token below the grid
+    point): a single small prefix that happens to reject is no such point, since the search looks at many."""
     u = np.random.default_rng(seed).random(a.n)
 
     def fails(n: int) -> bool:
         return rejects(pvalues(_head(a.observed, n), _head(a.moments, n), u[:n]), alpha)
 
-    grid = sorted({*range(STEP, a.n, STEP), a.n})
+    if a.n < FEWEST:
+        return None
+    grid = sorted({*range(FEWEST, a.n, STEP), a.n})
     held = None
     for n in reversed(grid):  # the longest prefixes first: walk down while every one rejects
         if not fails(n):
@@ -53,7 +57,7 @@ def smallest_rejecting(a, alpha: float, seed: int) -> int | None:
         held = n
     if held is None:
         return None
-    for n in range(held - 1, max(held - STEP, 1), -1):
+    for n in range(held - 1, max(held - STEP, FEWEST - 1), -1):
         if not fails(n):
             break
         held = n
@@ -115,7 +119,7 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
     pv = pvalues(a.observed, a.moments, np.random.default_rng(bs).random(a.n)) if a.n else {}
     strongest = min(pv, key=pv.get) if pv else None
     sentence = (f"sampling at T={temperature:g}, batch size {bs}, k={k}"
-                + (f": over {a.n} sampled tokens the gate's {strongest} test gives p={pv[strongest]:.2g}" if pv else "")
+                + (f": over {a.n} sampled tokens the gate's {strongest} test gives p={_p(pv[strongest])}" if pv else "")
                 + "; the emitted token is the draft's argmax "
                 f"{engine_count['draft_argmax_hits']} times in {engine_count['tokens']} tokens where the target's "
                 f"distribution expects {engine_count['expected']:.1f} (z = {engine_count['z']})"
@@ -134,6 +138,10 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
     write_folder(folder, doc, _report(doc, results))
     say(f"repro: {folder.name}: {sentence}")
     return Written("distribution", label, rel, True, sentence, bs)
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p > 0 else "< 1e-300"
 
 
 def _report(doc: dict, results) -> str:
