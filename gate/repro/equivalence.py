@@ -67,10 +67,14 @@ def trigger(case: Case, f: Finding, greedy_k: int) -> str:
         f"{case.batch_size} prompts in one batch (of {', '.join(str(len(p)) for p in case.prompts)} tokens)")
     where = (f"row {f.row} (a {len(case.prompts[f.row])}-token prompt)" if case.batch_size > 1
              else f"a {len(case.prompts[0])}-token prompt")
-    what = {"confident divergence": f"emits token {f.actual[f.position]} where the target's greedy choice is "
-                                    f"{f.expected[f.position]} ({f.gap:.3g} nats apart, tolerance {f.tolerance:.3g})",
-            "token below the target's argmax": f"emits token {f.actual[f.position]}, {f.gap:.3g} nats below the "
-                                               f"target's argmax {f.argmax} given its own prefix"}.get(f.kind, f.detail)
+    if f.kind == "confident divergence":
+        what = (f"emits token {f.actual[f.position]} where the target's greedy choice is {f.expected[f.position]} "
+                f"({f.gap:.3g} nats apart, tolerance {f.tolerance:.3g})")
+    elif f.kind == "token below the target's argmax":
+        what = (f"emits token {f.actual[f.position]}, {f.gap:.3g} nats below the target's argmax {f.argmax} given "
+                "its own prefix")
+    else:  # a corruption signature
+        what = f"shows {f.kind} ({f.detail})"
     return (f"{rows}, greedy, k={greedy_k}, {case.max_new_tokens} new token(s): {where} {what} at new token "
             f"{f.position}")
 

@@ -9,13 +9,13 @@ Copied by specguard into each case folder beside its ``case.json``; it needs not
     python replay.py --show               # also print every row's tokens
 
 An equivalence case prints ``reproduced`` when the failing row's greedy tokens depart from the reference's expected
-tokens at or before the failing position, else ``not reproduced``.  A sampling case re-runs every sampled batch with
-its seeds and re-scores the tokens with the target and the draft (torch and transformers): ``reproduced`` when the
-draft-argmax count, the draft's log-probability, the draft-target ratio or the randomized PIT departs from what the
-target's distribution gives, at the case's alpha (Bonferroni over the four).  Exit 0 either way (2: it could not
-run).  What each engine type needs: a server, the standard library (the equivalent ``curl`` lines are in
-REPORT.md); a plug-in, its own package (imported from ``pythonpath``); specguard's built-in engine, specguard, torch
-and transformers.
+tokens at or before the failing position (anywhere, for a corruption signature), else ``not reproduced``.  A
+sampling case re-runs every sampled batch with its seeds and re-scores the tokens with the target and the draft
+(torch and transformers): ``reproduced`` when the draft-argmax count, the draft's log-probability, the draft-target
+ratio or the randomized PIT departs from what the target's distribution gives, at the case's alpha (Bonferroni over
+the four).  Exit 0 either way (2: it could not run).  What each engine type needs: a server, the standard library
+(the equivalent ``curl`` lines are in REPORT.md); a plug-in, its own package (imported from ``pythonpath``);
+specguard's built-in engine, specguard, torch and transformers.
 """
 
 from __future__ import annotations
@@ -155,12 +155,14 @@ def equivalence(case: dict, args) -> None:
             print(f"row {i}: {o}")
     departs = next((t for t, (a, b) in enumerate(zip(got, expected)) if a != b),
                    None if len(got) == len(expected) else min(len(got), len(expected)))
-    if departs is not None and departs <= position:
+    # a corruption signature (tokens after EOS, a loop, a truncation) may show only after its position: any departure
+    within = len(expected) if f["kind"].startswith("signature") else position
+    if departs is not None and departs <= within:
         print(f"reproduced: row {row} departs from the expected tokens at new token {departs} "
               f"(expected {expected[departs] if departs < len(expected) else 'end'}, "
               f"got {got[departs] if departs < len(got) else 'end'})")
     else:
-        print(f"not reproduced: row {row} matches the expected tokens up to new token {position}")
+        print(f"not reproduced: row {row} matches the expected tokens up to new token {within}")
 
 
 def ks_pvalue(u: list[float]) -> float:
