@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test test-fast lint lock selftest clean llamacpp openvino vllm
+.PHONY: demo demo-full demo-baseline test test-fast test-vllm lint lock selftest clean llamacpp openvino vllm
 
 # .ci/constraints.txt locks every other package too: a new PyPI release (transformers 5.25.0 did) must not change
 # what a CI run of an unchanged commit prints.  Users installing the package get pyproject.toml's ranges.
@@ -87,6 +87,11 @@ openvino: $(VENV)/.installed
 vllm: $(VENV)/.installed
 	$(BIN)/python scripts/vllm_demo.py install
 	$(BIN)/python scripts/vllm_demo.py config specguard-vllm/specguard.yaml --sampling 4 --traffic "2, 8"
+
+# The real-vLLM test alone (after make vllm): its two servers take minutes to start and spin while idle, so it stays
+# out of make test, where it starved the other worker (tests/test_vllm.py); about 6 minutes here.
+test-vllm: $(VENV)/.installed
+	SPECGUARD_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/test_vllm.py
 
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2

