@@ -78,11 +78,11 @@ def reproduce(out, loaded, models, budget_s: float, say: Callable[[str], None] =
             written.append(_not_shrunk(root.parent / rel, rel, "equivalence", label, bs, why, say))
             continue
         plain = plains.get(spec.own_reference_name) if spec is not None and spec.own_reference_name else None
-        target = eq.Target(engine, label, bs, starts[0], info(label), plain)
+        target = eq.Target(engine, label, starts[0], info(label), plain)
         probe = eq.EquivalenceProbe(engine, reference, ctx.scorer, ctx.tolerances.get(label, ctx.tolerance),
                                     eq.settings_of(results), plain)
         say(f"repro: shrinking {label}'s equivalence failure at batch size {bs} ({left():.0f} s left)")
-        shrunk, _ = eq.shrink_one(target, probe, left(), say)
+        shrunk = eq.shrink_one(target, probe, left(), say)
         if shrunk is None:
             written.append(_not_shrunk(root.parent / rel, rel, "equivalence", label, bs,
                                        "the run's failing batch did not fail again on two replays in a row (a flaky "

@@ -17,6 +17,7 @@ from gate.engines.base import GenerationSettings
 from gate.repro.case import CASE_SCHEMA, Written, curl_lines, tokens_line, write_folder
 from gate.repro.probe import EquivalenceProbe, Finding
 from gate.repro.shrink import Case, Shrinker, Shrunk
+from gate.run.records import Phase
 
 
 @dataclass
@@ -25,7 +26,6 @@ class Target:
 
     engine: object
     label: str
-    batch_size: int
     case: Case
     describe: dict  # case.json's "engine": what replay.py needs to rebuild it (see engine_description)
     plain: object | None = None  # its own plain decoding, where it has one
@@ -39,7 +39,7 @@ def failing_batches(ctx, engine: str, batch_size: int) -> list[Case]:
     out = []
     for ex in res.executions:
         if (ex.engine != engine or ex.batch_size != batch_size or ex.mode != "greedy" or ex.repeat != 0
-                or ex.phase.value not in ("outputs", "canonical") or ex.failure is not None):
+                or ex.phase not in (Phase.OUTPUTS, Phase.CANONICAL) or ex.failure is not None):
             continue
         if any(s.prompt_id in failing and not s.filler for s in ex.sequences[:ex.n_real]):
             prompts = tuple(tuple(res.prompt(s.prompt_id).prompt_ids) for s in ex.sequences)
@@ -52,13 +52,11 @@ def _bug(v) -> bool:
     return bool(v.inconsistent or v.signatures or (v.divergence is not None and v.divergence.kind == "confident"))
 
 
-def shrink_one(target: Target, probe: EquivalenceProbe, budget_s: float, say) -> tuple[Shrunk | None, Finding | None]:
-    """(the shrunk case, None) or (None, None) when the run's failing batch does not fail again on two replays."""
+def shrink_one(target: Target, probe: EquivalenceProbe, budget_s: float, say) -> Shrunk | None:
+    """The shrunk case, or None when the run's failing batch does not fail again on two replays."""
     shrinker = Shrinker(probe, budget_s, say=say)
     first = shrinker.confirmed(target.case, "start", f"the run's failing batch ({target.case.describe()})")
-    if first is None:
-        return None, None
-    return shrinker.shrink(target.case, first), first
+    return shrinker.shrink(target.case, first) if first is not None else None
 
 
 def trigger(case: Case, f: Finding, greedy_k: int) -> str:
@@ -118,7 +116,7 @@ def report(doc: dict, results, decode, rank: int | None) -> str:
     fp = results.fingerprint
     libs = ", ".join(f"{k} {v}" for k, v in sorted(fp.libraries.items()))
     stacks = "; ".join(f"{name}: {s.version or 'version not reported'}" for name, s in (fp.stacks or {}).items())
-    lines = [f"# Minimal case: {doc['check']} of `{results_engine(doc)}`", "",
+    lines = [f"# Minimal case: {doc['check']} of `{doc['engine'].get('label') or doc['engine']['type']}`", "",
              f"**Trigger:** {doc['trigger']}.", "",
              "## What was expected and what came out", "",
              f"- expected (the non-speculative reference, the prompt alone): {tokens_line(f['expected'], decode)}",
@@ -144,11 +142,6 @@ def report(doc: dict, results, decode, rank: int | None) -> str:
                                                                           else ""), "", "```text",
               *doc["log"], "```", ""]
     return "\n".join(lines)
-
-
-def results_engine(doc: dict) -> str:
-    e = doc["engine"]
-    return e.get("label") or e["type"]
 
 
 def engine_description(spec, engine, loaded, pair, label: str, mutant: str | None = None) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 from gate.checks.distribution import analyze, pvalues, rejects
 from gate.inputs.config import REFERENCE
 from gate.repro.case import CASE_SCHEMA, Written, no_case, write_folder
+from gate.run.records import Phase
 
 STEP = 8  # the smallest rejecting n is searched on a grid of this many tokens, then token by token below it
 FEWEST = 100  # no smaller prefix is tried: the check's own minimum of num_samples (its z-tests are normal
@@ -104,7 +105,7 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
     engine_count, control = count(a), count(found[REFERENCE][0]) if found[REFERENCE][0].n else None
     batches = []
     for ex in results.executions:
-        if ex.engine == label and ex.batch_size == bs and ex.phase.value == "sampling" and ex.failure is None:
+        if ex.engine == label and ex.batch_size == bs and ex.phase == Phase.SAMPLING and ex.failure is None:
             batch = {"prompts": [list(results.prompt(s.prompt_id).prompt_ids) for s in ex.sequences],
                      "seeds": [s.seed for s in ex.sequences],
                      "max_new_tokens": max(results.prompt(s.prompt_id).max_new_tokens for s in ex.sequences)}
