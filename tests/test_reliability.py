@@ -310,7 +310,8 @@ def test_hostile_yaml_is_refused_fast(tmp_path, capsys, text, message):
     path.write_text(text)
     t0 = time.monotonic()
     assert main(["validate", str(path)]) == 2
-    assert message in capsys.readouterr().err and time.monotonic() - t0 < 1
+    # a refusal takes milliseconds: 5 s is loose for a loaded machine
+    assert message in capsys.readouterr().err and time.monotonic() - t0 < 5
 
 
 @pytest.mark.slow
@@ -1086,12 +1087,13 @@ def test_a_disk_that_fills_while_the_chart_is_written_names_the_chart(tmp_path, 
     assert not list(out.glob(".speedup.png.*")), "no temp file left behind"
 
 
-# Every test that sends or expects SIGINT (or SIGTERM) to a gate, a self-test or a plug-in call.
+# Every test that sends or expects SIGINT to a gate, a self-test or a plug-in call.  The SIGTERM ones
+# (test_cli.py's resume, the self-test's SIGTERM case) are left out: an ignored SIGINT does not change how SIGTERM
+# is delivered, and each of them starts its child with the default dispositions too (helpers.default_signals).
 SIGNAL_TESTS = [
     "tests/test_fuzz.py::test_a_signal_during_a_plugin_call_interrupts_and_the_next_call_is_clean",
     "tests/test_reliability.py::test_an_interrupt_while_a_plugin_runs_exits_130",
-    "tests/test_reliability.py::test_an_interrupt_stops_the_whole_selftest",
-    "tests/test_cli.py::test_sigterm_keeps_finished_work_and_resume_completes",
+    f"tests/test_reliability.py::test_an_interrupt_stops_the_whole_selftest[{int(signal.SIGINT)}]",
 ]
 
 
@@ -1110,4 +1112,4 @@ def test_the_signal_tests_pass_when_the_suite_starts_with_sigint_ignored():
                           cwd=ROOT, preexec_fn=ignored, capture_output=True, text=True, timeout=900)
     tail = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
-    assert f"{len(SIGNAL_TESTS) + 1} passed" in proc.stdout.splitlines()[-1], tail  # the selftest test runs twice
+    assert f"{len(SIGNAL_TESTS)} passed" in proc.stdout.splitlines()[-1], tail

@@ -299,10 +299,13 @@ def scripted_app(tokens_per_event: int, step_s: float, extra: int = 0):
 def test_the_http_sender_replays_a_trace_to_a_real_server_in_real_time():
     from gate.engines.base import GenerationSettings
     from gate.engines.http import PRESETS, HttpEngine
-    from gate.run.traffic import http_sender
+    from gate.run.traffic import BURST_S, http_sender
     from gate.testing.server import in_thread
 
-    with in_thread(scripted_app(3, 0.002), free_port()) as url:
+    # Three events of three tokens, 30 ms apart: two gaps between bursts, never eight token-to-token ones.  Under
+    # load the client's thread can read two events in one go (CI once saw one gap of 2.6 ms where two were sent
+    # 2 ms apart): each request sees at most two gaps, and most see both.
+    with in_thread(scripted_app(3, 0.03), free_port()) as url:
         engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None)
         trace = make_trace([P(p.id, p.slice, p.prompt_ids, 9) for p in PROMPTS], 50.0, 10, "poisson", 1)
         reqs, duration, cut = replay(trace, http_sender(engine, GenerationSettings(0.0, 4, ())))
@@ -310,7 +313,8 @@ def test_the_http_sender_replays_a_trace_to_a_real_server_in_real_time():
     for a, r in zip(trace, reqs):
         assert r.error is None and r.tokens == 9 and r.prompt_id == a.prompt.id
         assert r.sent_s >= r.scheduled_s - 1e-3 and r.sent_s < r.first_token_s <= r.end_s <= duration
-        assert len(r.gaps_s) == 2  # three events of three tokens: two gaps
+        assert 1 <= len(r.gaps_s) <= 2 and min(r.gaps_s) >= BURST_S, r.gaps_s
+    assert sum(len(r.gaps_s) == 2 for r in reqs) >= len(reqs) // 2, [r.gaps_s for r in reqs]
 
 
 def test_tokens_streamed_microseconds_apart_are_one_burst_for_the_inter_token_latency():
@@ -378,8 +382,9 @@ def test_an_interrupt_cuts_off_http_streams_in_flight_at_their_next_chunk():
         stopped = time.monotonic() - began
         while any(t.name.startswith("traffic") for t in threading.enumerate()) and time.monotonic() - began < 10:
             time.sleep(0.02)
-        assert stopped < 1 and not any(t.name.startswith("traffic") for t in threading.enumerate())
-        assert time.monotonic() - began < 2  # the two requests in flight stopped at their next chunk, not after 10 s
+        # bounds far from the 10 s a request takes, and loose for a loaded machine
+        assert stopped < 3 and not any(t.name.startswith("traffic") for t in threading.enumerate())
+        assert time.monotonic() - began < 5  # the two requests in flight stopped at their next chunk, not after 10 s
 
 
 def test_paired_mode_replays_the_same_traces_to_the_base_and_judges_head_against_it():
