@@ -35,7 +35,7 @@ suite: {max_prompts_per_slice: 1}
 engines:
   - type: speculative
 checks:
-  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 5}
+  speedup: {enabled: false}  # the anchor is what this gates: no timing
 output: {dir: out, cache_dir: cache}
 """
 

@@ -97,6 +97,14 @@ def config(engine: tuple, reference: tuple | None = None, local_weights: bool = 
 """
 
 
+def untimed(text: str) -> str:
+    """The config without timing (checks.speedup.enabled: false): for a test of what the gate compares, not of
+    what it times."""
+    line = "  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, calibration_trials: 3}\n"
+    assert line in text
+    return text.replace(line, "  speedup: {enabled: false}\n")
+
+
 def gate_here(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
     """`gate` in this process: its exit code and what it printed, without an interpreter to start."""
     cfg = tmp_path / "specguard.yaml"
@@ -212,7 +220,7 @@ def test_paired_mode_times_the_base_configs_server_beside_the_heads(tmp_path, se
 @pytest.mark.slow
 def test_a_planted_batching_bug_is_caught_over_http_and_classified_from_server_logprobs(tmp_path, served):
     with serving(served, ("mutant:positions-batch-max", {}), ("reference", {})) as (e, r):
-        proc = gate_here(tmp_path, config((e, None), (r, None), local_weights=False), "gate")
+        proc = gate_here(tmp_path, untimed(config((e, None), (r, None), local_weights=False)), "gate")
     assert proc.returncode == 1, proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     assert checks["equivalence_method"] == "server logprobs"
@@ -235,7 +243,7 @@ def test_usage_only_chunks_and_logprobs_0_give_a_correct_engine_a_pass(tmp_path,
         cfg = config((e, None), (r, None)).replace(
             "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      logprobs: 0\n")
         assert "logprobs: 0" in cfg
-        proc = gate_here(tmp_path, cfg, "gate")
+        proc = gate_here(tmp_path, untimed(cfg), "gate")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     assert checks["equivalence"]["served"]["4"]["exact_match"] == 1.0
@@ -269,7 +277,7 @@ def test_text_only_answers_are_compared_as_text_and_said_so_on_the_first_line(tm
     used to re-score those ids and fail a correct engine.  Now: texts compared, the first line says so."""
     with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
         cfg = config((e, None), (r, None)).replace("preset: vllm", "preset: openai")
-        proc = gate_here(tmp_path, cfg, "gate")
+        proc = gate_here(tmp_path, untimed(cfg), "gate")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     method = checks["equivalence_method"]
@@ -297,7 +305,7 @@ def test_a_text_only_engine_that_diverges_is_failed_on_the_evidence_a_text_stack
         cfg = config((e, None), (r, None)).replace("preset: vllm", "preset: openai").replace(
             "      request_timeout_s: 60\n", f"      request_timeout_s: 60\n      logprobs: {logprobs}\n").replace(
             "max_prompts_per_slice: 1", "max_prompts_per_slice: 3")
-        proc = gate_here(tmp_path, cfg, "gate")
+        proc = gate_here(tmp_path, untimed(cfg), "gate")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
     checks = json.loads((tmp_path / "out" / "checks.json").read_text())
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())

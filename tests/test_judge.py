@@ -145,3 +145,21 @@ def test_no_cell_whose_whole_interval_is_a_drop_is_a_pass(speedups, accepted, sc
         if c.explanation is not None and c.explanation.change is not None:
             e = c.explanation
             assert abs(e.acceptance + (e.draft_cost or 0) + (e.verify_cost or 0) + e.unexplained - e.change) < 1e-9
+
+
+def test_the_headline_says_unproven_for_an_equivalence_warning_and_breaks_for_a_failure():
+    """A warning (divergences the gate cannot tell from noise) is never headlined as "equivalent"; a failure at any
+    batch size is "breaks", whatever else warned."""
+    speedups, accepted = (1.5,) * len(CELLS), (3,) * len(CELLS)
+    head = head_of(speedups, accepted)
+
+    def planted(*lines):
+        return head.model_copy(update={"checks": [*head.checks, *lines]})
+
+    warn = VerdictLine(check="equivalence", engine="speculative", batch_size=4, status="warn", why="planted")
+    fail = VerdictLine(check="equivalence", engine="speculative", batch_size=8, status="fail", why="planted")
+    stored = stored_of(speedups, accepted)
+    assert judge(head, stored, RULES).headline.startswith("Merging keeps outputs equivalent at bs ")
+    assert judge(planted(warn), stored, RULES).headline.startswith(
+        "Merging leaves output equivalence unproven at bs 4 (divergences the gate cannot tell from noise)")
+    assert judge(planted(warn, fail), stored, RULES).headline.startswith("Merging breaks output equivalence at bs 8")

@@ -134,3 +134,17 @@ def _free() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_paired_mode_is_refused_where_the_config_turns_timing_off(tmp_path):
+    """checks.speedup.enabled: false and --against: paired mode is timing, so `plan` and `gate` refuse it (exit 2)
+    before any weight loads, naming the field."""
+    text = ('version: 1\nmodels: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}}\n'
+            "checks: {speedup: {enabled: false}}\n")
+    head = _loaded(tmp_path, text)
+    for command in ("plan", "gate"):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main([command, str(head.source), "--against", str(head.source)])
+        assert code == 2 and "checks.speedup.enabled" in err.getvalue(), (command, err.getvalue())
+        assert "this config turns timing off" in err.getvalue()

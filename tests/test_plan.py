@@ -98,6 +98,31 @@ def test_plan_uses_mixed_batches_for_outputs_and_cells_for_timing():
     assert p.calibrate == [1, 4] and p.calibrated_engines == ["speculative"]
 
 
+def test_a_correctness_only_gate_plans_no_calibration_no_timing_and_repeats_the_outputs():
+    """checks.speedup.enabled: false: what the self-test plans (the outputs at the repeat batch size twice, for
+    run-to-run reproducibility), in a gate; the config keeps its digest while the flag is left at true."""
+    import pytest
+
+    from gate.errors import ConfigError
+
+    on = demo_config(extra="batching: {batch_sizes: [1, 4], compositions: 1}\n")
+    off = demo_config(extra="batching: {batch_sizes: [1, 4], compositions: 1}\n"
+                            "checks: {speedup: {enabled: false}}\n")
+    prompts = prompts_of([20] * 10, slices=2)
+    engines = [EngineInfo("speculative", Capabilities(steppable=True))]
+    timed, untimed = plan(on.config, prompts, engines), plan(off.config, prompts, engines)
+    assert timed.timing and timed.calibrate and not untimed.timing and not untimed.calibrate
+    repeats = Counter((j.engine, j.batch.batch_size, j.repeat) for j in untimed.outputs)
+    assert repeats[("speculative", 4, 1)] == repeats[("speculative", 4, 0)] > 0 and not repeats[("speculative", 1, 1)]
+    assert not any(j.repeat for j in timed.outputs)
+    explicit = demo_config(extra="batching: {batch_sizes: [1, 4], compositions: 1}\n"
+                                 "checks: {speedup: {enabled: true}}\n")
+    assert explicit.config.digest() == on.config.digest() != off.config.digest()
+    with pytest.raises(ConfigError) as err:
+        demo_config(extra="checks: {speedup: {enabled: false, min_speedup: 1.2}}\n")
+    assert "checks.speedup" in str(err.value) and "min_speedup (1.2) needs the timing" in str(err.value)
+
+
 def test_equivalence_batches_at_batch_size_1_have_one_composition():
     prompts = prompts_of([3, 4, 5])
     assert len(equivalence_batches(prompts, 1, compositions=4, stress_mix=True)) == 3

@@ -52,7 +52,7 @@ batching: {batch_sizes: [1], compositions: 1}
 generation: {max_new_tokens: 16, greedy: true}
 suite: {max_prompts_per_slice: 1}
 checks:
-  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, calibration_trials: 3}
+  speedup: {enabled: false}  # a correctness failure: no timing
   repro: {budget_s: 90}
 output: {dir: out, cache_dir: null}
 engines:
@@ -102,7 +102,7 @@ def test_selftest_shrinks_mutants_to_cases_that_replay_against_the_mutant_and_no
     rejection breaks greedy output and sampling alike): a greedy case and a sampling case."""
     into = tmp_path / "cases"
     with contextlib.redirect_stdout(io.StringIO()):
-        code = main(["selftest", "--seeds", "0", "--samples", "300", "--mutant", "kv-no-rollback", "--repro",
+        code = main(["selftest", "--seeds", "0", "--samples", "100", "--mutant", "kv-no-rollback", "--repro",
                      str(into), "--threads", "1"])
     assert code == 0
     for mutant, check in (("kv-no-rollback", "equivalence"), ("kv-no-rollback", "distribution")):

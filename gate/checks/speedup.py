@@ -281,9 +281,12 @@ def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[VerdictLi
 
 
 def run(results: Results, ctx) -> tuple[Speedup | None, list[VerdictLine]]:
+    sp = ctx.config.checks.speedup
+    if not sp.enabled:
+        return None, [VerdictLine.of("speedup", None, "info", "not measured: checks.speedup.enabled is false (a "
+                                     "correctness-only gate: no calibration, no timing)")]
     if not results.has_timing():
         return None, []
-    sp = ctx.config.checks.speedup
     analysis = analyze_speedup(results, sp.bootstrap_resamples)
     return analysis, verdicts_for(analysis, sp.min_speedup)
 

@@ -56,6 +56,10 @@ def base_side(against: str, loaded: LoadedConfig) -> BaseSide:
     from gate.inputs.config import load_config
 
     base = load_config(against)
+    if not loaded.config.checks.speedup.enabled:
+        raise SpecguardError(Problem(str(loaded.source), "paired mode times the head beside its base, and this "
+                                     "config turns timing off", field="checks.speedup.enabled",
+                                     hint="drop --against, or set checks.speedup.enabled: true"))
     head = paired_head(loaded)
     if head is None:
         raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine, a plug-in or an "

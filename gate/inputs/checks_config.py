@@ -35,6 +35,10 @@ class DistributionCheck(Strict):
 
 
 class SpeedupCheck(Strict):
+    # false: a correctness-only gate (equivalence, reproducibility run to run, distribution), with no calibration
+    # and no timing, for a runner whose times mean nothing (shared, or not the serving hardware).  Left out of the
+    # config's digest while true, so configs written before it keep theirs.
+    enabled: StrictBool = Field(True, exclude_if=lambda v: v)
     min_speedup: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
     ci_half_width: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.03
     time_budget_s: Seconds = 120.0
@@ -49,6 +53,9 @@ class SpeedupCheck(Strict):
 
     @model_validator(mode="after")
     def _repeats(self) -> SpeedupCheck:
+        if not self.enabled and self.min_speedup is not None:
+            raise ValueError(f"min_speedup ({self.min_speedup}) needs the timing that enabled: false turns off; "
+                             "drop one of them")
         if self.max_repeats < self.min_repeats:
             raise ValueError(f"max_repeats ({self.max_repeats}) must be >= min_repeats ({self.min_repeats})")
         if sorted(set(self.context_buckets)) != list(self.context_buckets):

@@ -53,6 +53,7 @@ class PlanReport:
     warmup: int = 0
     timing_tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (engine, bs) -> tokens per repeat
     timing_budget_s: float = 0.0  # checks.speedup.time_budget_s: the adaptive repeats stop there
+    timing_off: bool = False  # checks.speedup.enabled: false
     warmup_tokens: dict[tuple[str, int], int] = field(default_factory=dict)  # (engine, bs) -> warm-up tokens
     calibration: str | None = None
     cache: str = ""
@@ -83,6 +84,9 @@ class PlanReport:
             out.append(f"timing: {', '.join(engines)}, interleaved; {per} tokens per repeat of every cell, "
                        f"{lo} to {hi} repeats (adaptive, while the phase is within {self.timing_budget_s:g} s) after "
                        f"{self.warmup} warm-up")
+        elif self.timing_off:
+            out.append("timing: none (checks.speedup.enabled: false); outputs at the repeat batch size run twice, "
+                       "for run-to-run reproducibility")
         if self.traffic:
             out.append(f"request-rate traffic: {self.traffic}")
         out += [f"server: {line}" for line in self.servers]
@@ -208,7 +212,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
             report.timing_tokens[(engine, level.batch_size)] = per_repeat
             report.warmup_tokens[(engine, level.batch_size)] = first * speed.warmup  # one batch, unrecorded
     report.timing_repeats, report.warmup = (speed.min_repeats, speed.max_repeats), speed.warmup
-    report.timing_budget_s = speed.time_budget_s
+    report.timing_budget_s, report.timing_off = speed.time_budget_s, not speed.enabled
     tc = cfg.checks.traffic
     stacks = [e.label for e in cfg.engines if e.takes_traffic]
     if tc is not None and stacks:

@@ -247,7 +247,7 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
          own_references: list[EngineInfo] | None = None) -> Plan:
     """Which batches, which phases, which engines; every skip with its reason.
 
-    ``timed=False`` (the self-test) plans no calibration and no timing, and, with
+    ``timed=False`` (the self-test, or ``checks.speedup.enabled: false``) plans no calibration and no timing, and, with
     ``repeat_runs``, a second outputs pass at the repeat batch size for run-to-run
     repeatability (timed runs get that from the timing repeats).  ``timing_only``
     engines (paired mode's base) run in the timing phase only.  ``own_references`` (plug-ins' own plain decoding,
@@ -257,6 +257,7 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
     out = Plan()
     sizes = config.batching.batch_sizes
     gen = config.generation
+    timed = timed and config.checks.speedup.enabled  # off: as the self-test, outputs repeated instead of timed
 
     def able(batch_size: int, mode: str) -> list[str]:
         ok = []
