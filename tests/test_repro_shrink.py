@@ -106,3 +106,31 @@ def test_only_failing_equivalence_and_distribution_lines_are_shrunk_at_their_sma
     checks = SimpleNamespace(failing=lambda: [v for v in lines if v.status == "fail"])
     assert failing(checks) == {"equivalence": [("e", 4)], "distribution": [("e", 4)]}
     assert failing(SimpleNamespace(failing=list)) == {}
+
+
+def test_the_start_is_the_batch_whose_own_output_failed_not_another_batch_holding_the_prompt():
+    """Bug (OpenVINO, 2026-12-04): a long prompt failed beside some neighbours (composition 1) and not beside others
+    (composition 0); the start was the first batch holding the prompt, which passed on replay, so no case was
+    written ("did not fail again on two replays")."""
+    from types import SimpleNamespace as NS
+
+    from gate.repro.equivalence import failing_batches
+    from gate.run.records import Phase
+
+    def batch(composition, names):
+        return NS(engine="e", batch_size=2, mode="greedy", repeat=0, phase=Phase.OUTPUTS, failure=None,
+                  composition=composition, n_real=len(names),
+                  sequences=[NS(prompt_id=n, filler=False) for n in names])
+
+    ok, bad = NS(inconsistent=[], signatures=[], divergence=None), \
+        NS(inconsistent=[], signatures=[], divergence=NS(kind="confident"))
+    prompts = {"long": (1, 2, 3), "a": (4,), "b": (5,), "c": (6,)}
+    results = NS(executions=[batch(0, ["long", "a"]), batch(0, ["b", "c"]), batch(1, ["b", "long"]),
+                             batch(1, ["a", "c"])],
+                 prompt=lambda pid: NS(prompt_ids=prompts[pid], max_new_tokens=8))
+    compared = [NS(composition=0, output=NS(prompt_id="long"), verdict=ok),
+                NS(composition=1, output=NS(prompt_id="long"), verdict=bad),
+                NS(composition=0, output=NS(prompt_id="a"), verdict=ok)]
+    ctx = NS(results=results, compared=lambda engine, bs: compared)
+    starts = failing_batches(ctx, "e", 2)
+    assert [s.names for s in starts] == [("b", "long")] and starts[0].prompts == ((5,), (1, 2, 3))

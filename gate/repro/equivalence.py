@@ -34,14 +34,16 @@ class Target:
 def failing_batches(ctx, engine: str, batch_size: int) -> list[Case]:
     """The engine's batches at ``batch_size`` whose recorded output the equivalence check judged a bug, as they
     ran (rows in order, fillers included), the first failing ones first."""
-    failing = {c.output.prompt_id for c in ctx.compared(engine, batch_size) if _bug(c.verdict)}
+    # A prompt fails in one composition and not in another (a batched bug needs the right neighbours): the batch to
+    # start from is the one whose own output of the prompt failed, never another batch that holds the prompt.
+    failing = {(c.composition, c.output.prompt_id) for c in ctx.compared(engine, batch_size) if _bug(c.verdict)}
     res = ctx.results
     out = []
     for ex in res.executions:
         if (ex.engine != engine or ex.batch_size != batch_size or ex.mode != "greedy" or ex.repeat != 0
                 or ex.phase not in (Phase.OUTPUTS, Phase.CANONICAL) or ex.failure is not None):
             continue
-        if any(s.prompt_id in failing and not s.filler for s in ex.sequences[:ex.n_real]):
+        if any((ex.composition, s.prompt_id) in failing and not s.filler for s in ex.sequences[:ex.n_real]):
             prompts = tuple(tuple(res.prompt(s.prompt_id).prompt_ids) for s in ex.sequences)
             budget = max(res.prompt(s.prompt_id).max_new_tokens for s in ex.sequences)
             out.append(Case(prompts, tuple(s.prompt_id for s in ex.sequences), budget))
