@@ -43,12 +43,12 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  15 min 32 s on 2 AMD cores from a fresh clone (745 tests, 2026-12-04).
+# 4 minutes instead of 19 s).  13 to 16 minutes on 2 AMD cores from a fresh clone (746 tests, 2026-12-04).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act); about a minute on 2 cores (541 tests). tests/conftest.py fails a fast test that does any of those.
+# act); about a minute on 2 cores (542 tests). tests/conftest.py fails a fast test that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
 
