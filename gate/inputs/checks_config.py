@@ -52,7 +52,7 @@ class SpeedupCheck(Strict):
     calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
 
     @model_validator(mode="after")
-    def _repeats(self) -> SpeedupCheck:
+    def _consistent(self) -> SpeedupCheck:
         if not self.enabled and self.min_speedup is not None:
             raise ValueError(f"min_speedup ({self.min_speedup}) needs the timing that enabled: false turns off; "
                              "drop one of them")
