@@ -84,6 +84,8 @@ HELP = {
     "--verbose": "also show the libraries' own output (weight-loading bars)",
     "--shard": "run only this shard's part (equivalence batches, whole timing cells, sampling groups), for a job "
                "matrix; combine with `merge`",
+    "--timing-only": "calibration and timing alone (no outputs, no sampling): one more timing pass of a baseline, in "
+                     "a process of its own (a refresh runs baseline.timing_passes of them)",
     "dirs": "the shards' output directories",
     "run_dir": "directory holding results.json and checks.json",
     "--baseline": "a baseline file, or a baseline name looked up in --baselines-dir for this run's hardware "

@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = command(sub, "run", cmd_run)
     generating(r)
     arg(r, "--shard", type=shard, metavar="INDEX/COUNT")
+    arg(r, "--timing-only", action="store_true")
     mg = command(sub, "merge", cmd_merge)
     arg(mg, "dirs", nargs="+", metavar="SHARD_DIR")
     arg(mg, "--out", required=True, help=HELP["merge --out"])

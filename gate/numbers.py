@@ -20,6 +20,11 @@ def pct(value, missing: str = MISSING) -> str:
     return missing if value is None else f"{value:.0%}"
 
 
+def pct1(value, missing: str = MISSING) -> str:
+    """A share to a tenth of a percent: 0.0523 → ``5.2%``."""
+    return missing if value is None else f"{value:.1%}"
+
+
 def signed_pct(value, fmt: str = "+.0%", missing: str = MISSING) -> str:
     """A relative change as a signed percentage: -0.12 → ``-12%`` (``fmt="+.1%"``: ``-12.0%``); a change that
     rounds to nothing is ``+0%``, never ``-0%`` (the ``z`` format option, without needing Python 3.11)."""
@@ -44,4 +49,4 @@ def mib(value) -> str:
     return MISSING if not value else f"{value / 2**20:.0f} MiB"
 
 
-__all__ = ["MISSING", "mib", "ms", "num", "pct", "signed_pct", "times"]
+__all__ = ["MISSING", "mib", "ms", "num", "pct", "pct1", "signed_pct", "times"]

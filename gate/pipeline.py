@@ -65,10 +65,15 @@ def exit_code(*outcomes: Ran | Checked | Compared | Path | None) -> int:
 
 def run_command(session: Session, config: str, out: str | None, threads: int | None, opts: RunOptions) -> int:
     """``specguard run``: inputs, servers, models, the run."""
-    inputs = load_inputs(session, config, out, threads)
+    import os
+
+    from gate.run.passes import SERVERS_UP
     from gate.run.servers import serving
 
-    with serving(session.say, inputs.loaded, inputs.out.path) as servers:
+    inputs = load_inputs(session, config, out, threads)
+    # A refresh's timing pass times the servers its parent launched, and launches none of its own.
+    up = opts.timing_only and os.environ.get(SERVERS_UP)
+    with contextlib.nullcontext([]) if up else serving(session.say, inputs.loaded, inputs.out.path) as servers:
         return exit_code(run_engines(session, inputs, load_models(session, inputs), opts, servers))
 
 
@@ -230,6 +235,12 @@ def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | 
         if ran is not Ran.COMPLETE:
             return exit_code(ran), None
         checked = check(session, loaded, models.pair, out)
+        passes = loaded.config.baseline.timing_passes
+        if opts.refresh and passes > 1 and loaded.config.checks.speedup.enabled:  # while the servers are up
+            from gate.run.passes import run_passes
+
+            with session.phases("timing passes"):
+                run_passes(config, out.path, passes - 1, opts.threads, opts.run.hardware_key, session.say)
         budget = loaded.config.checks.repro.budget_s
         if checked.failing and budget > 0 and not opts.refresh:  # the engines re-run while they are still up
             from gate.repro import reproduce

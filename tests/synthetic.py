@@ -165,14 +165,15 @@ def checks_json(doc: ChecksDoc) -> str:
 
 
 def judge(results: Results, checks: ChecksDoc, cfg: Config, baseline=None, baseline_path: str = "",
-          same_hardware: bool = True, others: tuple = (), name: str = "demo"):
-    """The judge as the pipeline calls it: the run summarized once, then held against ``baseline``."""
+          same_hardware: bool = True, others: tuple = (), name: str = "demo", rules=None):
+    """The judge as the pipeline calls it: the run summarized once, then held against ``baseline`` (under
+    ``rules``, else the config's ``baseline.*``)."""
     from gate.verdict.judge import judge as judge_
     from gate.verdict.store import Stored
     from gate.verdict.summary import summarize
 
     stored = Stored(baseline, baseline_path, name, same_hardware, tuple(others))
-    return judge_(summarize(results, checks, cfg, name), stored, cfg.baseline)
+    return judge_(summarize(results, checks, cfg, name), stored, rules or cfg.baseline)
 
 
 def baseline_of(results: Results, checks: ChecksDoc, cfg: Config, name: str = "demo",

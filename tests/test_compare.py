@@ -52,7 +52,7 @@ def base_run():
 def test_pass_against_its_own_baseline(base_run):
     v, text = verdict_and_comment(base_run, syn.checks_for(base_run), base_of(base_run))
     assert v.outcome == "pass" and v.exit_code == 0
-    assert v.headline == "Merging keeps outputs equivalent at bs 1/4; speedup holds"
+    assert v.headline == "Merging keeps outputs equivalent at bs 1/4"  # speed is named only when it moved
     golden("pass", text)
 
 
@@ -338,24 +338,61 @@ def test_the_step_summary_is_bounded_as_a_whole_page_in_bytes():
 # --- issue 32: a speed section a reviewer can trust ------------------------------------------------------------
 
 
-def test_a_real_drop_within_the_tolerance_is_never_shown_as_a_pass(base_run):
-    """The demo's comment showed ✅ beside -18% (-25% to -10%): a drop whose whole CI is below zero, within the
-    25% tolerance. It is a warning now, with the tolerance beside it, and the headline does not say it holds."""
-    head = syn.run(speedup={("code", 4): 1.5 * 0.95})  # -5%, CI about -7% to -3%: real, within the 10% tolerance
+def test_a_drop_inside_the_spread_between_runs_is_not_named_and_one_beyond_it_warns(base_run):
+    """Issue 46: an unchanged demo headlined "speedup 16% lower … within the tolerance" and warned on 6 of 18 cells.
+    A drop inside the spread between runs (baseline.between_run_sd, 5% here) is a pass and no headline news; one
+    beyond baseline.min_effect that stays significant over the run's cells and load levels warns, within the 10%
+    tolerance, and the headline names it."""
+    head = syn.run(speedup={("code", 4): 1.5 * 0.95})  # -5%: real in this run, inside the spread between runs
     v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
     cell = next(c for c in v.speedup if (c.slice, c.batch_size) == ("code", 4))
-    assert cell.ratio.high < 1 and cell.ratio.low > 0.9 and cell.status == "warn" and not cell.significant
-    assert v.outcome == "pass" and "speedup holds" not in v.headline
-    assert "speedup 5% lower on code at bs 4, within the tolerance" in v.headline
+    assert cell.status == "pass" and cell.ratio.low < 0.9 < 1.0 < cell.ratio.high
+    assert v.outcome == "pass" and v.headline == "Merging keeps outputs equivalent at bs 1/4"
+    assert "per cell: baseline.between_run_sd; the baseline has one timing pass" in text
+
+    quiet = syn.config().baseline.model_copy(update={"between_run_sd": 0.01})  # a runner measured to move 1%
+    head = syn.run(speedup={("code", 4): 1.5 * 0.92})
+    v = syn.judge(head, syn.checks_for(head), syn.config(), baseline=base_of(base_run), rules=quiet)
+    cell = next(c for c in v.speedup if (c.slice, c.batch_size) == ("code", 4))
+    assert cell.status == "warn" and not cell.significant and 0.9 < cell.ratio.high < 1 and cell.p_adjusted < 0.05
+    assert "speedup 8% lower on code at bs 4 (significant, within the tolerance)" in v.headline
+    assert any(c.check == "speedup" and c.status == "warn" and "within the 10% tolerance" in c.why
+               and "Holm" in c.why for c in v.checks)
+    text = render_comment(build_page(head, syn.checks_for(head), v, base_of(base_run), "demo"))
     row = next(line for line in text.splitlines() if line.startswith("| speculative | code | 4 "))
-    assert "⚠️ -5%" in row and "✅" not in row
-    assert "whole 95% CI lies below -10% (`baseline.speedup_drop`)" in text
-    assert any(c.check == "speedup" and c.status == "warn" and "within the 10% tolerance" in c.why for c in v.checks)
+    assert "⚠️ -8%" in row and "✅" not in row
+    assert "⚠️ marks a drop beyond 5% (`baseline.min_effect`)" in text
+    head = syn.run(speedup={("code", 4): 1.5 * 0.97})  # -3%: significant here, but below the minimum effect
+    v = syn.judge(head, syn.checks_for(head), syn.config(), baseline=base_of(base_run), rules=quiet)
+    assert all(c.status == "pass" for c in v.speedup + v.speedup_levels) and "speedup" not in v.headline
+
+
+def test_a_small_drop_in_every_slice_is_carried_by_its_load_level_in_paired_mode(base_run):
+    """No single cell of a small consistent drop is significant after the correction; the load level, the mean over
+    its slices, is (paired mode: the shared noise of stored mode cannot hide it)."""
+    from gate.verdict.speed import paired_changes
+    from gate.verdict.summary import PairedCell, PairedSummary
+
+    rng = __import__("random").Random(0)
+    cells = {f"{s}|{bs}|0-127": PairedCell(slice=s, batch_size=bs, bucket="0-127",
+                                           ratios=[0.94 * math.exp(rng.gauss(0, 0.06)) for _ in range(6)],
+                                           batches=[0, 0, 0, 1, 1, 1])
+             for s in ("code", "prose", "questions", "grammar") for bs in (1, 4)}
+    paired = PairedSummary(engine="base-speculative", head_engine="speculative", num_draft_tokens=4, cells=cells)
+    changes, levels, noise = paired_changes(base_run_measured(base_run), paired, syn.config().baseline)
+    assert noise.between_sd == 0 and "one process" in noise.between_source
+    assert {c.status for c in levels} == {"warn"} and sum(c.status == "warn" for c in changes) < len(changes)
+
+
+def base_run_measured(run):
+    from gate.verdict.baseline import measure
+
+    return measure(run, syn.checks_for(run), syn.config())
 
 
 def test_runner_drift_is_named_when_every_cell_moves_alike_and_the_step_costs_moved(base_run):
-    """Every cell 17% slower, acceptance unchanged, the verification cost moved: the runner, not the PR."""
-    head = syn.run(speedup={cell: 1.5 * 0.83 for cell in [(s, b) for s in syn.SLICES for b in syn.SIZES]},
+    """Every cell 30% slower, acceptance unchanged, the verification cost moved: the runner, not the PR."""
+    head = syn.run(speedup={cell: 1.5 * 0.7 for cell in [(s, b) for s in syn.SLICES for b in syn.SIZES]},
                    verify_ratio=1.45)
     v, text = verdict_and_comment(head, syn.checks_for(head), base_of(base_run))
     drift = [c for c in v.checks if c.check == "runner"]
@@ -364,7 +401,7 @@ def test_runner_drift_is_named_when_every_cell_moves_alike_and_the_step_costs_mo
     assert all(c.status == "fail" for c in v.speedup)  # the cells' own verdicts stand
     golden("runner-drift", text)
     # the same drop with the step costs unchanged is not blamed on the runner: it may be the engine
-    same_costs = syn.run(speedup={cell: 1.5 * 0.83 for cell in [(s, b) for s in syn.SLICES for b in syn.SIZES]})
+    same_costs = syn.run(speedup={cell: 1.5 * 0.7 for cell in [(s, b) for s in syn.SLICES for b in syn.SIZES]})
     v2, _ = verdict_and_comment(same_costs, syn.checks_for(same_costs), base_of(base_run))
     assert not [c for c in v2.checks if c.check == "runner"]
     # nor is a drop in one slice only

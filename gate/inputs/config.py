@@ -313,6 +313,14 @@ class BaselineConfig(Strict):
     # Which baseline this runner compares with (Bencher's "testbed"): default, read off the hardware.
     hardware_key: str | None = None
     on_missing: Literal["neutral", "fail"] = "neutral"  # no baseline for this hardware key yet
+    # The speed rule's family (docs/baselines.md): a cell or load level warns only when its drop is beyond this and
+    # significant after Holm's correction over every cell and load level of the run.
+    min_effect: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.05, exclude_if=lambda v: v == 0.05)
+    # How far a cell's mean log speedup moves between two jobs on this hardware key at least (a day, a process, a
+    # machine of the same key apart): a floor under what a baseline's own passes measure, which share one job.
+    between_run_sd: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.05, exclude_if=lambda v: v == 0.05)
+    # A refresh times each cell in this many passes, each in a process of its own (gate.run.passes).
+    timing_passes: Annotated[StrictInt, Field(ge=1, le=10)] = Field(2, exclude_if=lambda v: v == 2)
 
     @field_validator("hardware_key")
     @classmethod

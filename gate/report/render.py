@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from gate.checks.doc import ChecksDoc, retokenized_note
-from gate.numbers import mib, ms, num, pct, signed_pct, times
+from gate.numbers import mib, ms, num, pct, pct1, signed_pct, times
 from gate.report.inert import Inert, code, finalize, markdown, terminal
 from gate.report.page import COMMENT_LIMIT, FOOTER, KEEP, SUMMARY_LIMIT, Page, Section, comment_marker, utf8_size
 from gate.run.results import Results, anchor_line
@@ -42,7 +42,8 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("gate.report", "templates"), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                       finalize=finalize)  # every {{ }} is escaped for Markdown unless already inert
-    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, mib=mib, signed=signed_pct, x=times)
+    env.filters.update(untrusted=untrusted, inline=inline, num=num, pct=pct, pct1=pct1, mib=mib, signed=signed_pct,
+                       x=times)
     from gate.checks.stack_noise import sentence as stack_sentence
     from gate.checks.traffic import crossover_sentence
 
@@ -69,8 +70,9 @@ def _load_levels(verdict: VerdictDoc) -> list[dict]:
         base = [c.base.estimate for c in cells if c.base.estimate is not None]
         head = [c.head.estimate for c in cells if c.head.estimate is not None]
         e = next((c.explanation for c in cells if c.explanation and c.explanation.cost_base is not None), None)
+        change = next((c for c in verdict.speedup_levels if c.engine == engine and c.batch_size == bs), None)
         out.append({"engine": engine, "batch_size": bs, "base": statistics.median(base) if base else None,
-                    "head": statistics.median(head) if head else None, "costs": e})
+                    "head": statistics.median(head) if head else None, "costs": e, "change": change})
     return out
 
 

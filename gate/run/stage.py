@@ -27,12 +27,14 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     hardware_key: str | None = None
     run_id: str | None = None
+    timing_only: bool = False  # a baseline's extra timing pass (gate.run.passes): calibration and timing alone
 
     @classmethod
     def of(cls, args) -> RunOptions:
         """From the command line's options (``run``, ``gate``, ``demo``)."""
         return cls(resume=args.resume, no_cache=args.no_cache, cache_dir=getattr(args, "demo_cache_dir", None),
-                   shard=getattr(args, "shard", None), hardware_key=args.hardware_key, run_id=args.run_id)
+                   shard=getattr(args, "shard", None), hardware_key=args.hardware_key, run_id=args.run_id,
+                   timing_only=getattr(args, "timing_only", False))
 
 
 def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> Ran:
@@ -58,10 +60,16 @@ def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptio
         # Every input loaded and every server answers: from here no output of an earlier run may be judged as
         # this one's.  (A model that fails to load, or a server that never starts, leaves them as they were.)
         out.clear(JUDGED + RUN)
+        if not (opts.resume or opts.timing_only):
+            from gate.run.passes import clear as clear_passes
+
+            clear_passes(out.path)  # an earlier run's timing passes are not this run's
         runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
                         out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
                         progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
                         run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references)
+        if opts.timing_only:  # what a timing pass measures: no outputs, no sampling, nothing to re-score
+            runner.plan.outputs, runner.plan.canonical, runner.plan.sampling = [], [], []
         if opts.shard is not None and runner.plan.empty and not (loaded.config.checks.traffic and opts.shard[0] == 0):
             session.say(f"shard {opts.shard[0]}/{opts.shard[1]} has no work: this run's batches, timing cells and "
                         f"sampling groups all fall to other shards (fewer shards give each some); its results.json "

@@ -103,11 +103,22 @@ class AcceptanceFigures(_Doc):
     acceptance_per_pos: list[float | None] = Field(default_factory=list)
 
 
+class TimingPass(_Doc):
+    """One more timing pass of a baseline's cell, run in a process of its own (``baseline.timing_passes``)."""
+
+    samples: list[float]
+    batches: list[int]
+
+
 class SpeedupCell(_Doc):
     slice: str | None
     batch_size: int
     bucket: str | None
     samples: list[float]  # paired reference/engine wall-time ratios
+    # the timed batch of each sample (a batch's repeats share one); absent in baselines written before it was kept,
+    # whose samples then count as one group (gate.verdict.noise)
+    batches: list[int] | None = omitted_when_none()
+    passes: list[TimingPass] | None = omitted_when_none()  # a refresh's further passes (gate.run.passes)
     estimate: float | None = None
     low: float | None = None
     high: float | None = None
@@ -280,11 +291,8 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
 
     checked = checks.speedup.engines if checks and checks.speedup else {}
 
-    groups: dict[tuple[str, str], list] = {}
-    for p in results.judged_timing_pairs():  # a plug-in with its own reference: against it
-        groups.setdefault((p.engine, cell_key(p.slice, p.batch_size, p.bucket)), []).append(p)
     out: dict = {}
-    for (engine, key), pairs in sorted(groups.items()):
+    for (engine, key), pairs in sorted(timing_groups(results).items()):
         ratios = [r for r in (p.ratio for p in pairs) if r is not None]
         cell = checked[engine].cells.get(key) if engine in checked else None
         if cell and cell.speedup.n == len(ratios):
@@ -297,10 +305,35 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
         first = pairs[0]
         out.setdefault(engine, {})[key] = SpeedupCell(
             slice=first.slice, batch_size=first.batch_size, bucket=first.bucket,
-            samples=[_round(r) for r in ratios], estimate=ci.estimate if ratios else None,
+            samples=[_round(r) for r in ratios], batches=[p.execution.batch for p in pairs if p.ratio is not None],
+            estimate=ci.estimate if ratios else None,
             low=ci.low if len(ratios) > 1 else None, high=ci.high if len(ratios) > 1 else None,
             tokens_per_target_forward=total.tokens_per_target_forward, acceptance_rate=total.acceptance_rate)
     return out
+
+
+def timing_groups(results: Results) -> dict[tuple[str, str], list]:
+    """Per engine and cell key, its timing pairs as judged (a plug-in with its own reference: against it)."""
+    groups: dict[tuple[str, str], list] = {}
+    for p in results.judged_timing_pairs():
+        groups.setdefault((p.engine, cell_key(p.slice, p.batch_size, p.bucket)), []).append(p)
+    return groups
+
+
+def with_passes(cells: dict[str, dict[str, SpeedupCell]], passes: list[Results]) -> dict[str, dict[str, SpeedupCell]]:
+    """The run's cells with each further timing pass's samples of the same cell (a pass's cell the run lacks, or an
+    interference-flagged one, is left out: the run decides which cells a baseline holds)."""
+    if not passes:
+        return cells
+    extra: dict[tuple[str, str], list[TimingPass]] = {}
+    for run in passes:
+        for (engine, key), pairs in timing_groups(run).items():
+            kept = [p for p in pairs if p.ratio is not None]
+            if kept:
+                extra.setdefault((engine, key), []).append(TimingPass(
+                    samples=[_round(p.ratio) for p in kept], batches=[p.execution.batch for p in kept]))
+    return {engine: {key: cell.model_copy(update={"passes": extra.get((engine, key))}) for key, cell in rows.items()}
+            for engine, rows in cells.items()}
 
 
 def slice_fingerprints(results: Results) -> dict[str, str]:

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from gate.checks.doc import VerdictLine
-from gate.io.documents import Document, RunRef
+from gate.io.documents import Document, RunRef, omitted_when_none
 
 SCHEMA = "specguard.verdict/3"
 Status = Literal["pass", "fail", "warn", "neutral"]
@@ -60,6 +60,19 @@ class SpeedupChange(_Doc):
     status: Status
     significant: bool
     explanation: Explanation | None = None
+    # the one-sided p-value of a drop, Holm-adjusted over every cell and load level of the run (gate.verdict.
+    # speed_rule); absent in verdicts written before the family rule
+    p_adjusted: float | None = omitted_when_none()
+
+
+class TimingNoise(_Doc):
+    """The spread the speed rule judged against (gate.verdict.noise): within a run, per side, and between runs."""
+
+    within_sd_head: float  # a sample's log speedup about its batch's mean, pooled over the head's (or pair's) cells
+    within_sd_base: float | None = None  # the stored baseline's (stored mode)
+    between_sd: float = 0.0  # a cell's mean, between runs (stored mode; 0 in paired mode: one process, interleaved)
+    between_source: str = "none"  # where between_sd came from
+    passes: int = 1  # the baseline's timing passes
 
 
 class TrafficChange(_Doc):
@@ -128,6 +141,11 @@ class Rules(_Doc):
     crossover_move: float  # a crossover rate below this share of the baseline's warns
     drift_min: float  # a runner drift is named only when the cells' median moved at least this much
     drift_share: float  # ... and this share of the cells moved the median's way
+    # the speed rule's family (absent in verdicts written before it): a drop warns beyond min_effect when its
+    # Holm-adjusted p-value is below family_alpha; between_run_sd is baseline.between_run_sd, the floor
+    min_effect: float | None = omitted_when_none()
+    family_alpha: float | None = omitted_when_none()
+    between_run_sd: float | None = omitted_when_none()
 
 
 class VerdictDoc(_Doc):
@@ -142,6 +160,9 @@ class VerdictDoc(_Doc):
     equivalence: list[EquivalenceChange] = Field(default_factory=list)
     acceptance: list[AcceptanceChange] = Field(default_factory=list)
     speedup: list[SpeedupChange] = Field(default_factory=list)
+    # per engine and batch size, the mean change over its cells (slice and bucket None), judged in the same family
+    speedup_levels: list[SpeedupChange] = Field(default_factory=list, exclude_if=lambda v: not v)
+    timing_noise: TimingNoise | None = omitted_when_none()
     # request-rate load against the baseline; left out while empty (verdicts without it keep their documents)
     traffic: list[TrafficChange] = Field(default_factory=list, exclude_if=lambda v: not v)
     changed: list[Changed] = Field(default_factory=list)
@@ -159,4 +180,4 @@ class VerdictDoc(_Doc):
 
 __all__ = ["EXIT_FAIL", "EXIT_PASS", "SCHEMA", "AcceptanceChange", "BaselineRef", "Changed",
            "EquivalenceChange", "Explanation", "Interval", "Rules", "RunRef", "SpeedupChange", "Status",
-           "TrafficChange", "VerdictDoc"]
+           "TimingNoise", "TrafficChange", "VerdictDoc"]

@@ -39,7 +39,7 @@ from gate.inputs.config import REFERENCE, BaselineConfig, Config, baseline_name
 from gate.numbers import signed_pct, times
 from gate.run.results import Results
 from gate.stats import alpha_from_mean_accepted
-from gate.verdict.baseline import Baseline, Comparability, Measurements, SpeedupCell, comparability
+from gate.verdict.baseline import Baseline, Comparability, Measurements, comparability
 from gate.verdict.changes import what_changed
 from gate.verdict.doc import (
     EXIT_FAIL,
@@ -51,10 +51,13 @@ from gate.verdict.doc import (
     Interval,
     Rules,
     SpeedupChange,
+    TimingNoise,
     TrafficChange,
     VerdictDoc,
 )
 from gate.verdict.explain import Cost, explain, main_cause
+from gate.verdict.speed import paired_changes, speedup_verdicts, stored_changes
+from gate.verdict.speed_rule import FAMILY_ALPHA
 from gate.verdict.store import Stored
 from gate.verdict.summary import PairedSummary, RunSummary
 
@@ -87,12 +90,6 @@ def paired_ratio_ci(ratios: list[float], resamples: int = 2000) -> Interval:
                     high=ci.high if len(ratios) > 1 else None)
 
 
-def _interval(cell: SpeedupCell | None) -> Interval:
-    if cell is None:
-        return Interval(estimate=None)
-    return Interval(estimate=cell.estimate, low=cell.low, high=cell.high)
-
-
 # --- the comparison -------------------------------------------------------------------------
 
 
@@ -114,6 +111,8 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
     eq_changes: list[EquivalenceChange] = []
     acc_changes: list[AcceptanceChange] = []
     sp_changes: list[SpeedupChange] = []
+    sp_levels: list[SpeedupChange] = []
+    noise: TimingNoise | None = None
     if baseline is None:
         verdicts.append(_missing_baseline(rules, hw, stored, paired is not None))
     if baseline is not None:
@@ -130,15 +129,15 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
         verdicts += _acceptance_verdicts(acc_changes, rules.acceptance_drop, comp)
         if paired is None:
             if stored.same_hardware:
-                sp_changes = _stored_speedup_changes(measured, baseline, rules.speedup_drop, comp)
+                sp_changes, sp_levels, noise = stored_changes(measured, baseline, rules, comp)
             else:
                 verdicts.append(VerdictLine(
                     check="speedup", status="warn",
                     why=f"not comparable: the baseline was measured on {baseline.hardware_key}, this run on {hw}; "
                         "timing was not compared (equivalence and acceptance were)"))
     if paired is not None:
-        sp_changes = _paired_speedup_changes(measured, paired, rules.speedup_drop)
-    verdicts += _speedup_verdicts(sp_changes, rules.speedup_drop, paired is not None)
+        sp_changes, sp_levels, noise = paired_changes(measured, paired, rules)
+    verdicts += speedup_verdicts(sp_changes, sp_levels, rules, paired is not None)
     if paired is not None:
         tr_changes = _paired_traffic_changes(measured, paired, rules.speedup_drop)
     else:
@@ -160,8 +159,8 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
                           forced=baseline.forced is not None)
     doc = VerdictDoc(outcome=outcome, exit_code=EXIT_FAIL if failed else EXIT_PASS, headline="", mode=mode,
                      baseline=ref, hardware_key=hw, checks=verdicts, equivalence=eq_changes, acceptance=acc_changes,
-                     speedup=sp_changes, traffic=tr_changes, changed=what_changed(head, baseline),
-                     run_status=head.status, run=head.run, rules=applied(rules))
+                     speedup=sp_changes, speedup_levels=sp_levels, timing_noise=noise, traffic=tr_changes,
+                     changed=what_changed(head, baseline), run_status=head.status, run=head.run, rules=applied(rules))
     doc.headline = headline(doc, measured)
     return doc
 
@@ -170,7 +169,8 @@ def applied(rules: BaselineConfig) -> Rules:
     """The thresholds this judge applies, recorded in the verdict (the report reads them there)."""
     return Rules(acceptance_drop=rules.acceptance_drop, speedup_drop=rules.speedup_drop,
                  exact_match_drop=rules.exact_match_drop, on_missing=rules.on_missing, crossover_move=CROSSOVER_MOVE,
-                 drift_min=DRIFT_MIN, drift_share=DRIFT_SHARE)
+                 drift_min=DRIFT_MIN, drift_share=DRIFT_SHARE, min_effect=rules.min_effect,
+                 family_alpha=FAMILY_ALPHA, between_run_sd=rules.between_run_sd)
 
 
 def run_baseline_name(results: Results, config: Config) -> str:
@@ -280,13 +280,6 @@ def _acceptance_verdicts(changes: list[AcceptanceChange], tolerance: float,
     return out
 
 
-def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost | None:
-    if not tpf:
-        return None
-    row = (calibration or {}).get(str(bs))
-    return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
-
-
 def _speedup_status(ratio: Interval, tolerance: float) -> tuple[str, bool]:
     """The speedup rule, stored or paired: fail when the ratio's CI lies wholly below ``1 - tolerance``
     (significant); warn when only its estimate does, or when the CI lies wholly below 1 (a real drop, within the
@@ -295,51 +288,6 @@ def _speedup_status(ratio: Interval, tolerance: float) -> tuple[str, bool]:
     beyond = ratio.estimate is not None and ratio.estimate < 1 - tolerance
     real_drop = ratio.high is not None and ratio.high < 1
     return ("fail" if significant else ("warn" if beyond or real_drop else "pass")), significant
-
-
-def _stored_speedup_changes(head: Measurements, baseline: Baseline, tolerance: float,
-                            comp: Comparability | None = None) -> list[SpeedupChange]:
-    head_cells = head.speedup
-    k = head.settings.num_draft_tokens
-    out = []
-    for engine, cells in head_cells.items():
-        for key, now in cells.items():
-            if comp is not None and not comp.slice_ok(now.slice):
-                continue
-            base = baseline.speedup.get(engine, {}).get(key)
-            if base is None or not base.samples or not now.samples:
-                continue
-            ratio = ratio_ci(now.samples, base.samples)
-            status, significant = _speedup_status(ratio, tolerance)
-            head_cal = head.calibration if engine in head.calibrated_engines else None
-            base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
-            hc = _costs(now.batch_size, now.tokens_per_target_forward, head_cal, k)
-            bc = _costs(base.batch_size, base.tokens_per_target_forward, base_cal, baseline.settings.num_draft_tokens)
-            out.append(SpeedupChange(engine=engine, slice=now.slice, batch_size=now.batch_size, bucket=now.bucket,
-                                     base=_interval(base), head=_interval(now), ratio=ratio, status=status,
-                                     significant=significant,
-                                     explanation=explain(bc, hc, ratio.estimate) if hc and bc else None))
-    return out
-
-
-def _paired_speedup_changes(measured: Measurements, paired: PairedSummary, tolerance: float) -> list[SpeedupChange]:
-    """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat).  Both engines'
-    cells (estimate, acceptance) are the run's own measurements."""
-    out = []
-    for key, cell in sorted(paired.cells.items()):
-        ratio = paired_ratio_ci(cell.ratios)
-        status, significant = _speedup_status(ratio, tolerance)
-        head = measured.speedup.get(paired.head_engine, {}).get(key)
-        base = measured.speedup.get(paired.engine, {}).get(key)
-        hc = _costs(cell.batch_size, head.tokens_per_target_forward if head else None, measured.calibration,
-                    measured.settings.num_draft_tokens)
-        bc = _costs(cell.batch_size, base.tokens_per_target_forward if base else None, paired.calibration,
-                    paired.num_draft_tokens)
-        out.append(SpeedupChange(engine=paired.head_engine, slice=cell.slice, batch_size=cell.batch_size,
-                                 bucket=cell.bucket, base=_interval(base), head=_interval(head), ratio=ratio,
-                                 status=status, significant=significant,
-                                 explanation=explain(bc, hc, ratio.estimate) if hc and bc else None))
-    return out
 
 
 def _traffic_changes(head: Measurements, baseline: Baseline, tolerance: float) -> list[TrafficChange]:
@@ -428,40 +376,6 @@ def _traffic_verdicts(changes: list[TrafficChange], tolerance: float, head: Meas
     return out
 
 
-def _speedup_verdicts(changes: list[SpeedupChange], tolerance: float, paired: bool) -> list[VerdictLine]:
-    out = []
-    how = "paired with the base in this job" if paired else "against the baseline's samples"
-    for c in changes:
-        if c.status != "fail":
-            continue
-        why = (f"speedup on {c.slice} (context {c.bucket}) at batch size {c.batch_size}: "
-               f"{times(c.base.estimate)} → {times(c.head.estimate)} ({signed_pct(c.ratio.estimate - 1)}, 95% CI "
-               f"{signed_pct(c.ratio.low - 1)} to {signed_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} "
-               "tolerance")
-        if c.explanation:
-            why += f": {c.explanation.sentence}"
-        out.append(VerdictLine(check="speedup", status="fail", engine=c.engine, batch_size=c.batch_size,
-                                slice=c.slice, why=why))
-    warned = [c for c in changes if c.status == "warn"]
-    if warned:
-        worst = min(warned, key=lambda c: c.ratio.estimate)
-        out.append(VerdictLine(
-            check="speedup", status="warn", engine=worst.engine,
-            why=f"{len(warned)} cell(s) slower, within the {tolerance:.0%} tolerance or not significant ({how}; "
-                f"worst {worst.slice} at batch size {worst.batch_size}: {signed_pct(worst.ratio.estimate - 1)}"
-                + (f", 95% CI {signed_pct(worst.ratio.low - 1)} to {signed_pct(worst.ratio.high - 1)}"
-                   if worst.ratio.low is not None else "") + ")"))
-    if changes and not any(c.status in ("fail", "warn") for c in changes):
-        worst = min((c for c in changes if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate,
-                    default=None)
-        if worst is not None:
-            out.append(VerdictLine(check="speedup", status="pass", engine=worst.engine,
-                                    why=f"no significant drop in any cell ({how}; worst "
-                                        f"{worst.slice} at batch size {worst.batch_size}: "
-                                        f"{signed_pct(worst.ratio.estimate - 1)})"))
-    return out
-
-
 DRIFT_MIN = 0.05  # a median move under 5% is not worth naming
 DRIFT_SHARE = 0.8  # the share of cells that must move the median's way
 
@@ -534,20 +448,22 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
         worst = min(acc, key=lambda c: c.relative)
         where = "all slices" if worst.slice == "*" else worst.slice
         parts.append(f"acceptance drops {-worst.relative:.0%} on {where} at bs {worst.batch_size}")
-    drops = [c for c in doc.speedup if c.status == "fail"]
+    # Speed is named only where a cell or load level fails, or a warning survives the family's correction: a move
+    # inside the spread between runs is no news (gate.verdict.speed_rule).
+    every = doc.speedup + doc.speedup_levels
+    drops = [c for c in every if c.status == "fail"]
     if drops:
         worst = min(drops, key=lambda c: c.ratio.estimate)
         cause = main_cause(worst.explanation)
-        parts.append(f"speedup drops {1 - worst.ratio.estimate:.0%} on {worst.slice} at bs {worst.batch_size}"
-                     + (f" ({cause})" if cause else ""))
+        where = f"{worst.slice} at bs {worst.batch_size}" if worst.slice else f"all slices at bs {worst.batch_size}"
+        parts.append(f"speedup drops {1 - worst.ratio.estimate:.0%} on {where}" + (f" ({cause})" if cause else ""))
     elif any(c.check == "speedup" and c.status == "warn" and c.why.startswith("not comparable") for c in doc.checks):
         parts.append("speedup not compared (other hardware)")
-    elif any(c.status == "warn" for c in doc.speedup):
-        worst = min((c for c in doc.speedup if c.status == "warn"), key=lambda c: c.ratio.estimate)
-        parts.append(f"speedup {1 - worst.ratio.estimate:.0%} lower on {worst.slice} at bs {worst.batch_size}, "
-                     "within the tolerance")
-    elif doc.speedup:
-        parts.append("speedup holds")
+    elif any(c.status == "warn" for c in every):
+        worst = min((c for c in every if c.status == "warn"), key=lambda c: c.ratio.estimate)
+        where = f"{worst.slice} at bs {worst.batch_size}" if worst.slice else f"all slices at bs {worst.batch_size}"
+        parts.append(f"speedup {1 - worst.ratio.estimate:.0%} lower on {where} (significant, within the "
+                     "tolerance)")
     tr_drops = [c for c in doc.traffic if c.status == "fail"]
     if tr_drops:
         worst = min(tr_drops, key=lambda c: c.ratio.estimate)

@@ -19,7 +19,8 @@ def write_baseline(loaded, run_dir: RunDir, root: Path, force: bool, reason: str
     path.  The clock and the commit are read here, once, and given to the derivation."""
     from gate.checks.doc import load_checked
     from gate.inputs.identity import refuse_unless_made_with
-    from gate.verdict.baseline import derive, failing_checks, hardware_of, measure
+    from gate.run.passes import load_passes
+    from gate.verdict.baseline import derive, failing_checks, hardware_of, measure, with_passes
 
     if force and not reason:
         raise SpecguardError(Problem("specguard", "--force needs --reason: the baseline records why a failing "
@@ -29,7 +30,10 @@ def write_baseline(loaded, run_dir: RunDir, root: Path, force: bool, reason: str
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     source = {"specguard": results.fingerprint.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
               "run_id": os.environ.get("GITHUB_RUN_ID")}
-    baseline = derive(measure(results, checks, loaded.config), name=loaded.baseline_name,
+    measured = measure(results, checks, loaded.config)
+    passes = load_passes(run_dir.path, results, say=print)  # a refresh's further timing passes (gate.run.passes)
+    measured.speedup = with_passes(measured.speedup, passes)
+    baseline = derive(measured, name=loaded.baseline_name,
                       hardware_key=results.fingerprint.hardware_key, hardware=hardware_of(results),
                       status=results.status, failing=failing_checks(checks), created_utc=stamp, source=source,
                       force_reason=reason if force else None, reason=reason)
@@ -38,7 +42,8 @@ def write_baseline(loaded, run_dir: RunDir, root: Path, force: bool, reason: str
     if load_baseline(path).created_utc != baseline.created_utc:
         raise SpecguardError(Problem(str(path), "the baseline did not read back as written", hint="check the disk"))
     print(f"wrote {path}" + (f" (forced: {reason})" if baseline.forced else (f" (reason: {reason})" if reason
-                                                                             else "")))
+                                                                             else ""))
+          + (f"; each cell timed in {len(passes) + 1} passes" if passes else ""))
     return path
 
 

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from gate.checks.doc import ChecksDoc, VerdictLine
 from gate.inputs.config import Config
-from gate.io.documents import Document, RunRef
+from gate.io.documents import Document, RunRef, omitted_when_none
 from gate.run.results import Results
 from gate.verdict.baseline import Measurements, cell_key, measure
 
@@ -23,6 +23,7 @@ class PairedCell(Document):
     batch_size: int
     bucket: str | None
     ratios: list[float]
+    batches: list[int] | None = omitted_when_none()  # the timed batch of each ratio (its repeats share one)
 
 
 class PairedSummary(Document):
@@ -52,6 +53,14 @@ class RunSummary(Document):
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)  # role -> location, fingerprint, dtype
 
 
+def _paired_cell(cell: tuple, rows: dict[tuple, dict[str, float]], base: str, head: str) -> PairedCell:
+    """Base wall / head wall of each (batch, repeat) both timed, with its batch."""
+    kept = [(batch, r[base] / r[head]) for (batch, _), r in sorted(rows.items())
+            if base in r and head in r and r[head] > 0]
+    return PairedCell(slice=cell[0], batch_size=cell[1], bucket=cell[2], ratios=[x for _, x in kept],
+                      batches=[b for b, _ in kept])
+
+
 def summarize(results: Results, checks: ChecksDoc, config: Config, name: str) -> RunSummary:
     """The run as the judge sees it (derived once, from the run's documents alone)."""
     paired = None
@@ -78,9 +87,7 @@ def summarize(results: Results, checks: ChecksDoc, config: Config, name: str) ->
         paired = PairedSummary(
             engine=p.engine, head_engine=p.head_engine, num_draft_tokens=p.num_draft_tokens,
             calibration=p.calibration, config=p.config, traffic=traffic,
-            cells={key: PairedCell(slice=cells[key][0], batch_size=cells[key][1], bucket=cells[key][2],
-                                   ratios=[r[p.engine] / r[p.head_engine] for r in rows.values()
-                                           if p.engine in r and p.head_engine in r and r[p.head_engine] > 0])
+            cells={key: _paired_cell(cells[key], rows, p.engine, p.head_engine)
                    for key, rows in sorted(groups.items())})
     return RunSummary(
         run=results.ref(), name=name, status=results.status, hardware_key=results.fingerprint.hardware_key,

@@ -1,0 +1,190 @@
+"""The speed half of the judge: each timing cell and load level of a run against the stored baseline (every pass of
+it) or against the base timed beside it (paired mode), judged as one family by :mod:`gate.verdict.speed_rule`, and
+the verdict lines they give."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gate.checks.doc import VerdictLine
+from gate.inputs.config import BaselineConfig
+from gate.numbers import signed_pct, times
+from gate.verdict.baseline import Baseline, Comparability, Measurements, SpeedupCell
+from gate.verdict.doc import Interval, SpeedupChange, TimingNoise
+from gate.verdict.explain import Cost, explain
+from gate.verdict.noise import within
+from gate.verdict.speed_rule import (
+    Tested,
+    between_of,
+    groups,
+    holm,
+    load_level,
+    paired_cell,
+    side_spread,
+    stored_cell,
+)
+from gate.verdict.speed_rule import status as speed_status
+from gate.verdict.summary import PairedSummary
+
+
+def _interval(cell: SpeedupCell | None) -> Interval:
+    if cell is None:
+        return Interval(estimate=None)
+    return Interval(estimate=cell.estimate, low=cell.low, high=cell.high)
+
+
+def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost | None:
+    if not tpf:
+        return None
+    row = (calibration or {}).get(str(bs))
+    return Cost(tpf, k, row.get("cost_ratio") if row else None, row.get("verify_ratio") if row else None)
+
+
+def _change(engine: str, slice_: str | None, bs: int, bucket: str | None, base: Interval, head: Interval,
+            tested: Tested, explanation=None) -> SpeedupChange:
+    """A cell (or a load level: slice and bucket None) before the family is judged: status pass until then."""
+    return SpeedupChange(engine=engine, slice=slice_, batch_size=bs, bucket=bucket, base=base, head=head,
+                         ratio=tested.interval(), status="pass", significant=False, explanation=explanation)
+
+
+def _family(cells: list[tuple[SpeedupChange, Tested]], levels: list[tuple[SpeedupChange, Tested]],
+            rules: BaselineConfig) -> tuple[list[SpeedupChange], list[SpeedupChange]]:
+    """Every cell and load level of the run, one family: Holm over their p-values, then each one's status."""
+    every = cells + levels
+    adjusted = holm([t.p_drop for _, t in every])
+    judged = []
+    for (change, _), p in zip(every, adjusted):
+        status, significant = speed_status(change.ratio, p, rules.speedup_drop, rules.min_effect)
+        judged.append(change.model_copy(update={"status": status, "significant": significant, "p_adjusted": p}))
+    return judged[:len(cells)], judged[len(cells):]
+
+
+def _levels(cells: list[tuple[SpeedupChange, Tested]], shared: float) -> list[tuple[SpeedupChange, Tested]]:
+    by: dict[tuple[str, int], list[tuple[SpeedupChange, Tested]]] = {}
+    for c, t in cells:
+        by.setdefault((c.engine, c.batch_size), []).append((c, t))
+    out = []
+    for (engine, bs), rows in sorted(by.items()):
+        t = load_level([r[1] for r in rows], shared)
+        base = [r[0].base.estimate for r in rows if r[0].base.estimate is not None]
+        head = [r[0].head.estimate for r in rows if r[0].head.estimate is not None]
+        out.append((_change(engine, None, bs, None, Interval(estimate=_median(base)), Interval(estimate=_median(head)),
+                            t), t))
+    return out
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def stored_changes(head: Measurements, baseline: Baseline, rules: BaselineConfig,
+                            comp: Comparability | None = None) -> tuple[list[SpeedupChange], list[SpeedupChange],
+                                                                         TimingNoise | None]:
+    """Each head cell against the baseline's cell (every pass of it), then the load levels, judged as one family
+    against the spread within and between runs (:mod:`gate.verdict.speed_rule`)."""
+    k = head.settings.num_draft_tokens
+    pairs = []
+    for engine, cells in head.speedup.items():
+        for key, now in cells.items():
+            if comp is not None and not comp.slice_ok(now.slice):
+                continue
+            base = baseline.speedup.get(engine, {}).get(key)
+            if base is None or not base.samples or not now.samples:
+                continue
+            pairs.append((engine, now, base))
+    if not pairs:
+        return [], [], None
+    head_runs = [groups(now.samples, now.batches) for _, now, _ in pairs]
+    base_runs = [[groups(base.samples, base.batches)] + [groups(p.samples, p.batches) for p in base.passes or []]
+                 for _, _, base in pairs]
+    # A baseline written before batches were kept holds each cell's samples as one group, which mixes its prompts'
+    # real differences into the spread: its repeats' spread is taken to be the head's.
+    grouped = [runs for runs, (_, _, base) in zip(base_runs, pairs) if base.batches]
+    w_base0 = within([g for runs in grouped for r in runs for g in r])
+    w_head0 = within([g for r in head_runs for g in r])
+    w_head = side_spread(head_runs, w_base0)
+    w_base = side_spread([r for runs in grouped for r in runs], w_head0) if grouped else w_head
+    between = between_of(base_runs, rules.between_run_sd)
+    tested = []
+    for (engine, now, base), h, b in zip(pairs, head_runs, base_runs):
+        t = stored_cell(h, b, w_head, w_base, between.between_sd)
+        head_cal = head.calibration if engine in head.calibrated_engines else None
+        base_cal = baseline.calibration if engine in baseline.calibrated_engines else None
+        hc = _costs(now.batch_size, now.tokens_per_target_forward, head_cal, k)
+        bc = _costs(base.batch_size, base.tokens_per_target_forward, base_cal, baseline.settings.num_draft_tokens)
+        ratio = t.interval()
+        tested.append((_change(engine, now.slice, now.batch_size, now.bucket, _interval(base), _interval(now), t,
+                               explain(bc, hc, ratio.estimate) if hc and bc and ratio.estimate else None), t))
+    cells, levels = _family(tested, _levels(tested, 2 * between.between_sd ** 2), rules)
+    noise = TimingNoise(within_sd_head=w_head.sd, within_sd_base=w_base.sd, between_sd=between.between_sd,
+                        between_source=between.source, passes=max(len(r) for r in base_runs))
+    return cells, levels, noise
+
+
+def paired_changes(measured: Measurements, paired: PairedSummary, rules: BaselineConfig
+                            ) -> tuple[list[SpeedupChange], list[SpeedupChange], TimingNoise | None]:
+    """Head vs base from the same timed batches: base wall / head wall of each (batch, repeat), grouped by batch;
+    both engines' cells (estimate, acceptance) are the run's own measurements.  One family, as stored."""
+    rows = [(key, cell, groups(cell.ratios, cell.batches)) for key, cell in sorted(paired.cells.items())
+            if cell.ratios]
+    if not rows:
+        return [], [], None
+    w = within([g for _, _, r in rows for g in r])
+    tested = []
+    for key, cell, run in rows:
+        t = paired_cell(run, w)
+        head = measured.speedup.get(paired.head_engine, {}).get(key)
+        base = measured.speedup.get(paired.engine, {}).get(key)
+        hc = _costs(cell.batch_size, head.tokens_per_target_forward if head else None, measured.calibration,
+                    measured.settings.num_draft_tokens)
+        bc = _costs(cell.batch_size, base.tokens_per_target_forward if base else None, paired.calibration,
+                    paired.num_draft_tokens)
+        ratio = t.interval()
+        tested.append((_change(paired.head_engine, cell.slice, cell.batch_size, cell.bucket, _interval(base),
+                               _interval(head), t,
+                               explain(bc, hc, ratio.estimate) if hc and bc and ratio.estimate else None), t))
+    cells, levels = _family(tested, _levels(tested, 0.0), rules)
+    return cells, levels, TimingNoise(within_sd_head=w.sd, between_source="paired: one process, interleaved")
+
+
+def _where(c: SpeedupChange) -> str:
+    return (f"{c.slice} (context {c.bucket}) at batch size {c.batch_size}" if c.slice is not None or c.bucket
+            else f"batch size {c.batch_size}, all slices")
+
+
+def speedup_verdicts(changes: list[SpeedupChange], levels: list[SpeedupChange], rules: BaselineConfig,
+                      paired: bool) -> list[VerdictLine]:
+    out = []
+    how = "paired with the base in this job" if paired else "against the baseline, within- and between-run spread"
+    tolerance = rules.speedup_drop
+    every = changes + levels
+    for c in every:
+        if c.status != "fail":
+            continue
+        why = (f"speedup on {_where(c)}: {times(c.base.estimate)} → {times(c.head.estimate)} "
+               f"({signed_pct(c.ratio.estimate - 1)}, 95% CI {signed_pct(c.ratio.low - 1)} to "
+               f"{signed_pct(c.ratio.high - 1)} {how}), beyond the {tolerance:.0%} tolerance")
+        if c.explanation:
+            why += f": {c.explanation.sentence}"
+        out.append(VerdictLine(check="speedup", status="fail", engine=c.engine, batch_size=c.batch_size,
+                                slice=c.slice, why=why))
+    warned = [c for c in every if c.status == "warn"]
+    if warned:
+        worst = min(warned, key=lambda c: c.ratio.estimate)
+        out.append(VerdictLine(
+            check="speedup", status="warn", engine=worst.engine,
+            why=f"{len(warned)} slower, beyond the {rules.min_effect:.0%} worth naming and significant over the "
+                f"run's {len(every)} cells and load levels (Holm), within the {tolerance:.0%} tolerance ({how}; "
+                f"worst {_where(worst)}: {signed_pct(worst.ratio.estimate - 1)}"
+                + (f", 95% CI {signed_pct(worst.ratio.low - 1)} to {signed_pct(worst.ratio.high - 1)}"
+                   if worst.ratio.low is not None else "") + ")"))
+    if every and not any(c.status in ("fail", "warn") for c in every):
+        worst = min((c for c in every if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate, default=None)
+        if worst is not None:
+            out.append(VerdictLine(check="speedup", status="pass", engine=worst.engine,
+                                    why=f"no drop beyond the spread between runs in any cell or load level ({how}; "
+                                        f"worst {_where(worst)}: {signed_pct(worst.ratio.estimate - 1)})"))
+    return out
+
+
+__all__ = ["paired_changes", "speedup_verdicts", "stored_changes"]
