@@ -37,8 +37,10 @@ demo: $(VENV)/.installed
 demo-full: $(VENV)/.installed
 	$(BIN)/specguard gate gate/demo/specguard-full.yaml --out specguard-out-full --threads 2
 
-# Refresh the committed demo baseline from the last `make demo` (baselines/demo/<hardware>.json).
+# Refresh the committed demo baseline from the last `make demo` (baselines/demo/<hardware>.json), with a second
+# timing pass in a process of its own (baseline.timing_passes; what `specguard gate --refresh` runs by itself).
 demo-baseline: $(VENV)/.installed
+	$(BIN)/specguard run gate/demo/specguard.yaml --timing-only --out specguard-out/passes/1 --threads 2 -q
 	$(BIN)/specguard baseline refresh gate/demo/specguard.yaml --from specguard-out --dir baselines
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
