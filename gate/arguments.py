@@ -61,12 +61,16 @@ HELP = {
                   "2 bad input, 3 the baseline is unusable, 130 interrupted.",
     "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name. "
                        "--speed instead plants slowdowns of 0/5/10/20% in the correct engine and prints how often "
-                       "the speed rule flags and fails them, paired and stored (docs/checks.md)",
+                       "the speed rule flags and fails them, paired and stored; --null plants nothing and counts "
+                       "what every check says of the unchanged engine (docs/checks.md)",
     "--speed": "the speed self-test: planted slowdowns, paired and stored, on this machine (about 90 s per paired run "
                "with 16 repeats on 2 CPU cores)",
-    "--runs": "speed self-test: runs per mode and slowdown (default 10)",
-    "--repeats": "speed self-test: timed repeats per cell (default 16: what a planted 10%% slowdown needs to be "
-                 "flagged in 9 of 10 cells, docs/checks.md)",
+    "--null": "the null self-test: the correct engine against itself, stored and paired, --runs times each; per "
+              "check how often it failed and warned, with the 95%% interval, and the between-run spread here "
+              "(about a minute per run with --repeats 8 on 2 CPU cores); exit 1 if any check failed",
+    "--runs": "speed and null self-tests: runs per mode (and slowdown) (default 10)",
+    "--repeats": "speed and null self-tests: timed repeats per cell (default 16: what a planted 10%% slowdown needs "
+                 "to be flagged, docs/checks.md)",
     # arguments
     "config": "path to specguard.yaml",
     "--out": "output directory (default: output.dir from the config; specguard-out for demo)",

@@ -23,6 +23,7 @@ from gate.errors import (
     EXIT_OK,
     EXIT_USAGE,
     Interrupted,
+    Problem,
     RunInterrupted,
     SpecguardError,
     distinct,
@@ -149,11 +150,16 @@ def cmd_suite_import(args, session: Session) -> int:
 
 def cmd_selftest(args, session: Session) -> int:
     from gate.selftest import selftest
+    from gate.selftest.null import null_selftest
     from gate.selftest.speed import speed_selftest
 
     set_threads(args.threads)
     session.quiet_libraries()
+    if args.speed and args.null:
+        raise SpecguardError(Problem("specguard selftest", "--speed and --null are two self-tests: run one at a time",
+                                     field="--null"))
     report = speed_selftest(runs=args.runs, repeats=args.repeats, say=session.say) if args.speed else \
+        null_selftest(runs=args.runs, repeats=args.repeats, samples=args.samples, say=session.say) if args.null else \
         selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,
                  detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype, repro=args.repro)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
@@ -263,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         arg(gr, name, **({"action": "store_true"} if name == "--push-only" else
                          {"default": "."} if name == "--repo" else {}))
     s = command(sub, "selftest", cmd_selftest, epilog=HELP["selftest epilog"])
-    for name in ("--json", "--speed"):
+    for name in ("--json", "--speed", "--null"):
         arg(s, name, action="store_true")
     arg(s, "--seeds", type=count(0, 1000), default=20)
     arg(s, "--samples", type=count(100, 1_000_000), default=600)

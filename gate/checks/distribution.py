@@ -23,6 +23,19 @@ The check fails when the smallest p-value is below ``alpha / 4`` (Bonferroni
 over the four tests).  The non-speculative sampler is run through the same
 tests as a control: it must pass.
 
+**Calibrated at every n.**  The three martingale z-tests are normal
+approximations; with a few hundred tokens a heavy tail (``log q(y)`` of a rare
+token) makes them reject more often than they say.  So their p-values are
+Monte-Carlo p-values from the null itself: ``checks.distribution.null_trials``
+(2000) sets of tokens are drawn from the target's own distribution at the same
+positions, each gives the three statistics, and a test's p-value is
+``(1 + #{null draws at least as extreme}) / (1 + trials)``, a valid p-value at any
+n (:class:`Calibration`).  The PIT's KS test needs none: its uniforms are exact.
+The asymptotic p-values stay in the findings beside them (``asymptotic``); the
+decision, the power simulation and the null rate use the calibrated ones.
+Past ``CALIBRATE_BELOW`` tokens the normal approximation holds and the draws
+are skipped.
+
 Power is measured, not assumed: distortions of known size are planted into the
 same positions' distributions and the tests are re-run ``power_trials`` times
 per size.  Two families: *toward the draft*, ``(1 - e) p + e q``, and
@@ -45,6 +58,7 @@ import numpy as np
 import torch
 
 from gate.checks.doc import Distribution, VerdictLine
+from gate.checks.null_draws import Calibration, NullDraws
 from gate.engines.scoring import Item, Scorer
 from gate.inputs.config import REFERENCE
 
@@ -59,6 +73,8 @@ TARGET_TESTS = ("pit_ks", "target_top", "target_logprob")
 SAME_STATISTIC = {"target_top": "draft_top", "target_logprob": "draft_logprob"}  # computed with q = p
 FAMILIES = ("toward_draft", "sharpened")
 CHUNK_ELEMENTS = 1 << 22  # positions x vocabulary per chunk: 32 MB per float64 array
+CALIBRATE_BELOW = 20_000  # tokens: beyond, the z-tests' normal approximation holds and no null draws are made
+NULL_TRIALS = 2000
 
 
 @dataclass
@@ -184,6 +200,22 @@ class Analysis:
     null: list[TokenStats] | None = None  # per trial
     sim: Simulation | None = None
     null_sim: Simulation | None = None
+    draws: NullDraws | None = None  # the calibration's null draws (None: past CALIBRATE_BELOW, or not asked)
+
+    def calibration(self, n: int | None = None) -> Calibration | None:
+        """The calibration of the whole analysis, or (with ``n``, where the draws kept their positions) of its
+        first ``n`` tokens."""
+        if self.draws is None or self.moments is None:
+            return None
+        if n is None or n >= self.n:
+            return Calibration.of(self.draws.sums, self.moments)
+        d = self.draws
+        if d.per_position is None:
+            raise ValueError("the null draws kept no per-position sums: analyze(..., keep=True)")
+        if not d.cumulative:  # once, in place: every prefix's sums are then one row
+            np.cumsum(d.per_position, axis=0, out=d.per_position)
+            d.cumulative = True
+        return Calibration.of(d.per_position[n - 1].astype(np.float64), self.moments, n)
 
 
 def _chunks(items: list[Item], vocab: int) -> list[list[Item]]:
@@ -216,9 +248,12 @@ def truncate(items: list[Item], limit: int) -> list[Item]:
 class _Accumulator:
     """Reduces chunks of (p, q, tokens) to per-position scalars, for the observed and the planted tokens."""
 
-    def __init__(self, n: int, power_trials: int, seed: int, null_seed: int):
+    def __init__(self, n: int, power_trials: int, seed: int, null_seed: int, null_trials: int = 0,
+                 keep: bool = False):
         self.n, self.trials, self.start = n, power_trials, 0
         self.sim = self.null_sim = None
+        self.draws = NullDraws(n, null_trials, null_seed + 1000, keep) if null_trials and n < CALIBRATE_BELOW \
+            else None
         if power_trials:
             self.sim = _draws(np.random.default_rng(seed), (len(FAMILIES), len(EPSILONS), power_trials), n)
             self.null_sim = _draws(np.random.default_rng(null_seed), (power_trials,), n)
@@ -232,6 +267,8 @@ class _Accumulator:
         stop = self.start + tokens.shape[0]
         self.observed.append(c.stats(tokens))
         self.moments.append(c.moments())
+        if self.draws is not None:
+            self.draws.add(c, self.moments[-1], self.start)
         if self.sim is not None:
             for fi, family in enumerate(FAMILIES):
                 for ei, eps in enumerate(EPSILONS):
@@ -246,7 +283,7 @@ class _Accumulator:
     def result(self) -> Analysis:
         if not self.n:
             return Analysis(0, None, None)
-        out = Analysis(self.n, TokenStats.cat(self.observed), Moments.cat(self.moments))
+        out = Analysis(self.n, TokenStats.cat(self.observed), Moments.cat(self.moments), draws=self.draws)
         if self.sim is not None:
             out.planted = {k: TokenStats.cat(v) for k, v in self.planted.items()}
             out.null = [TokenStats.cat(v) for v in self.nulls]
@@ -255,13 +292,15 @@ class _Accumulator:
 
 
 def analyze(target: Scorer, draft: Scorer, items: list[Item], temperature: float, vocab: int,
-            power_trials: int = 0, seed: int = 0, null_seed: int = 1) -> Analysis:
+            power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
+            keep: bool = False) -> Analysis:
     """Stream the teacher-forced distributions of ``items`` in chunks, keeping only per-position scalars.
 
     With ``power_trials``, also draw the planted samples of the power simulation and the null
     (uniforms drawn up front from ``seed`` and ``null_seed``, so results do not depend on chunking).
+    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).
     """
-    acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed)
+    acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed, null_trials, keep)
 
     def softmax(_, rows: torch.Tensor) -> torch.Tensor:
         return torch.softmax(rows / temperature, -1).cpu()
@@ -275,9 +314,10 @@ def analyze(target: Scorer, draft: Scorer, items: list[Item], temperature: float
 
 
 def analyze_distributions(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, power_trials: int = 0,
-                          seed: int = 0, null_seed: int = 1) -> Analysis:
+                          seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
+                          keep: bool = False) -> Analysis:
     """The same analysis on given distributions ([n, V] each), in chunks (for tests and simulations)."""
-    acc = _Accumulator(int(tokens.shape[0]), power_trials, seed, null_seed)
+    acc = _Accumulator(int(tokens.shape[0]), power_trials, seed, null_seed, null_trials, keep)
     per = max(1, CHUNK_ELEMENTS // max(int(p.shape[1]), 1))
     for i in range(0, int(tokens.shape[0]), per):
         acc.add(p[i:i + per].double(), q[i:i + per].double(), tokens[i:i + per])
@@ -295,8 +335,15 @@ def planted(p: torch.Tensor, q: torch.Tensor, family: str, eps: float) -> torch.
     return torch.diff(cdf, dim=1, prepend=torch.zeros_like(cdf[:, :1]))
 
 
-def observed_pvalues(a: Analysis, rng: np.random.Generator, tests: tuple[str, ...] = TESTS) -> dict[str, float]:
-    return _only(pvalues(a.observed, a.moments, rng.random(a.n)), tests) if a.n else {}
+def observed_pvalues(a: Analysis, rng: np.random.Generator, tests: tuple[str, ...] = TESTS,
+                     asymptotic: bool = False) -> dict[str, float]:
+    """The tests' p-values on the observed tokens: calibrated on the null draws where the analysis made them
+    (``asymptotic``: the normal approximations' instead)."""
+    if not a.n:
+        return {}
+    pv = pvalues(a.observed, a.moments, rng.random(a.n))
+    cal = None if asymptotic else a.calibration()
+    return _only(cal.apply(pv) if cal else pv, tests)
 
 
 def _only(pv: dict[str, float], tests: tuple[str, ...]) -> dict[str, float]:
@@ -304,10 +351,15 @@ def _only(pv: dict[str, float], tests: tuple[str, ...]) -> dict[str, float]:
     return {name: pv[SAME_STATISTIC.get(name, name)] for name in tests}
 
 
+def _decided(pv: dict[str, float], cal: Calibration | None, tests: tuple[str, ...]) -> dict[str, float]:
+    return _only(cal.apply(pv) if cal else pv, tests)
+
+
 def power(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS,
           families: tuple[str, ...] = FAMILIES) -> dict:
     """Empirical power of the combined test (and of each test) against planted distortions."""
     out: dict = {"trials": trials, "n": a.n, "families": {}}
+    cal = a.calibration()
     for fi, family in enumerate(FAMILIES):
         if family not in families:
             continue
@@ -315,7 +367,7 @@ def power(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS
         for ei, eps in enumerate(EPSILONS):
             hits = dict.fromkeys((*tests, "combined"), 0)
             for t in range(trials):
-                pv = _only(pvalues(a.planted[(family, ei, t)], a.moments, a.sim.pit_u[fi, ei, t]), tests)
+                pv = _decided(pvalues(a.planted[(family, ei, t)], a.moments, a.sim.pit_u[fi, ei, t]), cal, tests)
                 hits["combined"] += rejects(pv, alpha)
                 for name in tests:
                     hits[name] += pv[name] < alpha / len(tests)
@@ -326,8 +378,10 @@ def power(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS
 
 
 def null_rate(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS) -> float:
-    """False-rejection rate of the combined test when tokens really are drawn from p."""
-    return sum(rejects(_only(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), tests), alpha)
+    """False-rejection rate of the combined test when tokens really are drawn from p (draws of their own, apart
+    from the calibration's)."""
+    cal = a.calibration()
+    return sum(rejects(_decided(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), cal, tests), alpha)
                for t in range(trials)) / trials
 
 
@@ -406,16 +460,19 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
         items = truncate([(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs],
                          dcfg.num_samples)
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze(target, draft, items, temperature, vocab, power_trials=trials)
+        a = analyze(target, draft, items, temperature, vocab, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs))
+        asymptotic = observed_pvalues(a, np.random.default_rng(bs), asymptotic=True) if a.draws else None
         failed = bool(pv) and rejects(pv, dcfg.alpha)
         if trials and a.n:
             findings["power"] = power(a, dcfg.alpha, trials)
             findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials)
             power_done = True
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
-                                                               "control": engine == REFERENCE}
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg)
+                                                               "control": engine == REFERENCE,
+                                                               "asymptotic": asymptotic}
+        findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic)
     return Distribution.model_validate(findings), verdicts
 
 
@@ -449,29 +506,36 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
             total += take
         p, q, cats = coarsened(rows, draft)
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze_distributions(p, q, cats, power_trials=trials)
+        a = analyze_distributions(p, q, cats, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), tests)
+        asymptotic = observed_pvalues(a, np.random.default_rng(bs), tests, asymptotic=True) if a.draws else None
         failed = bool(pv) and rejects(pv, dcfg.alpha)
         if trials and a.n:
             findings["power"] = power(a, dcfg.alpha, trials, tests, families)
             findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials, tests)
             power_done = True
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
-                                                               "control": engine == REFERENCE}
+                                                               "control": engine == REFERENCE,
+                                                               "asymptotic": asymptotic}
+        findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
         if len(scored) < len(seqs):
             verdicts.append(VerdictLine.of("distribution", engine, "warn", f"{len(seqs) - len(scored)} of "
                                            f"{len(seqs)} sampled rows were not scored by the reference server", bs))
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg)
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic)
     return Distribution.model_validate(findings), verdicts
 
 
-def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg) -> list[VerdictLine]:
+def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg,
+              asymptotic: dict | None = None) -> list[VerdictLine]:
     out = []
     if n < dcfg.num_samples:
         out.append(VerdictLine.of("distribution", engine, "warn", f"only {n} of {dcfg.num_samples} sampled tokens "
                                                            "available", bs))
     pmin = min(pv.values()) if pv else None
     worst = min(pv, key=pv.get) if pv else None
+    if asymptotic and worst is not None and asymptotic.get(worst) is not None and asymptotic[worst] < pmin / 10:
+        # a calibrated p-value stops at 1 / (1 + draws): the normal approximation says how far beyond it lies
+        worst = f"{worst}; asymptotic p={asymptotic[worst]:.2g}"
     if engine == REFERENCE:
         if failed:
             out.append(VerdictLine.of("distribution", engine, "warn",

@@ -146,9 +146,10 @@ class Reproducibility(_Doc):
 
 class DistributionRow(_Doc):
     n: int
-    pvalues: dict[str, float]
+    pvalues: dict[str, float]  # what the decision reads: calibrated on the null draws where they were made
     rejected: bool
     control: bool
+    asymptotic: dict[str, float] | None = omitted_when_none()  # the normal approximations' p-values beside them
 
 
 class PowerFamily(_Doc):
@@ -170,6 +171,9 @@ class Distribution(_Doc):
     engines: dict[str, dict[str, DistributionRow]]
     power: Power | None = omitted_when_none()
     null_rejection_rate: float | None = omitted_when_none()
+    # the null draws each martingale test's p-value was calibrated on (gate.checks.distribution.Calibration); absent:
+    # normal approximations (null_trials: 0, past CALIBRATE_BELOW tokens, or a checks.json from before)
+    null_trials: int | None = omitted_when_none()
     # where the target's distribution came from when it is served, not loaded here (None: the loaded target)
     scoring: str | None = omitted_when_none()
 
@@ -284,6 +288,8 @@ class SpeedupEngine(_Doc):
     against: str | None = Field(None, exclude_if=lambda v: v is None)
     versus_gate: dict[str, SpeedupCI] | None = Field(None, exclude_if=lambda v: v is None)
     not_a_speedup: str | None = Field(None, exclude_if=lambda v: v is None)
+    # its timing measured co-located servers, not speculation (gate.run.isolation): why; its cells are not judged
+    neighbours: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class Speedup(_Doc):

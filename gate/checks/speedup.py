@@ -144,10 +144,37 @@ INTERFERENCE = ("above what its acceptance allows ({bound:.2f} tokens per target
                 "(docs/serving.md); not judged, not stored in a baseline")
 
 
+NEIGHBOURS = ("{who} ran {slowdown:.0%} slower beside the other launched servers than with them frozen "
+              "(its first timing batch, {rounds} rounds each way): interference between co-located servers, which "
+              "{direction} the speedup; not judged, not stored in a baseline; give each server its own cores or GPU, "
+              "or set checks.speedup.isolate_servers: true to time one server at a time (docs/serving.md)")
+
+
+def interfered(results: Results) -> dict[str, str]:
+    """Engine -> why its timing measured its neighbours (gate.run.isolation's probe), for every engine timed
+    against an interfered side: a slowed reference inflates the speedup, a slowed engine deflates it."""
+    hit = {p.engine: p for p in results.neighbours if p.interfered}
+    if not hit:
+        return {}
+    own = results.own_references()
+    out = {}
+    for engine in sorted({p.engine for p in results.judged_timing_pairs()}):
+        against = own.get(engine, REFERENCE)
+        for side, direction in ((against, "inflates"), (engine, "deflates")):
+            if side in hit:
+                p = hit[side]
+                who = "the reference" if side == REFERENCE else f"{side!r}"
+                out[engine] = NEIGHBOURS.format(who=who, slowdown=p.slowdown, rounds=len(p.alone_s),
+                                                direction=direction)
+                break
+    return out
+
+
 def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
     k = results.settings.num_draft_tokens
     protocol = results.timing
     engines: dict[str, SpeedupEngine] = {}
+    neighbours = interfered(results)
     own = results.own_references()
     other_stack = _other_stack(results)
     judged = results.judged_timing_pairs()  # a plug-in with its own reference: against it
@@ -192,7 +219,7 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
             memory=_memory(results, engine), expected_note=None if calibrated else NOT_CALIBRATED,
             against=None if against == REFERENCE else against,
             versus_gate=_versus_gate(results, engine, resamples) if against != REFERENCE else None,
-            not_a_speedup=NOT_A_SPEEDUP if engine in other_stack else None)
+            not_a_speedup=NOT_A_SPEEDUP if engine in other_stack else None, neighbours=neighbours.get(engine))
     return Speedup(engines=engines, protocol=protocol, calibration=results.calibration,
                    calibrated_engines=results.calibrated_engines)
 
@@ -246,6 +273,8 @@ def _memory(results: Results, engine: str) -> dict:
 def verdicts_for(analysis: Speedup, min_speedup: float | None) -> list[VerdictLine]:
     out = []
     for engine, e in analysis.engines.items():
+        if e.neighbours:
+            out.append(VerdictLine.of("speedup", engine, "warn", e.neighbours))
         for bs, row in e.load_curve.items():
             sp = row.speedup
             text = (f"{sp.estimate:.2f}x (95% CI {sp.low:.2f}-{sp.high:.2f}, n={sp.n})"
@@ -291,4 +320,4 @@ def run(results: Results, ctx) -> tuple[Speedup | None, list[VerdictLine]]:
     return analysis, verdicts_for(analysis, sp.min_speedup)
 
 
-__all__ = ["REFERENCE", "analyze_speedup", "run", "verdicts_for"]
+__all__ = ["REFERENCE", "analyze_speedup", "interfered", "run", "verdicts_for"]

@@ -129,7 +129,20 @@ class Server:
                                               f"{self.timeout_s:.0f} s", field="startup_timeout_s",
                                   hint="raise startup_timeout_s, or check the server's log"))
 
+    def pause(self) -> None:
+        """Freeze the server's whole process group (SIGSTOP): idle, a serving stack can spin on a core, and on a
+        small runner that slows whatever is timed beside it (gate.run.isolation)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
+        self.resume()  # a frozen group takes no SIGTERM until it runs again
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
@@ -32,6 +33,22 @@ class DistributionCheck(Strict):
     num_samples: Annotated[StrictInt, Field(ge=100, le=1_000_000)] = 2000
     alpha: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
     power_trials: Annotated[StrictInt, Field(ge=0, le=1000)] = 40
+    # null draws that calibrate the z-tests' p-values (gate.checks.distribution); 0: their normal approximations;
+    # unset: 2000, or 10 / alpha where that is more
+    null_trials: Annotated[StrictInt, Field(ge=0, le=100_000)] | None = Field(None, exclude_if=lambda v: v is None)
+
+    @property
+    def draws(self) -> int:
+        """The calibration's null draws this check makes."""
+        return self.null_trials if self.null_trials is not None else max(2000, math.ceil(10 / self.alpha))
+
+    @model_validator(mode="after")
+    def _resolves_alpha(self) -> DistributionCheck:
+        if self.null_trials and self.null_trials < 10 / self.alpha:
+            raise ValueError(f"null_trials ({self.null_trials}) must be 0 or at least 10 / alpha "
+                             f"({10 / self.alpha:.0f}): a calibrated p-value is at least 1 / (1 + null_trials), and "
+                             "the test must reach alpha / 4 with room to spare")
+        return self
 
 
 class SpeedupCheck(Strict):
@@ -50,6 +67,10 @@ class SpeedupCheck(Strict):
     context_buckets: list[PositiveInt] = Field(default_factory=lambda: [128, 512])
     # timed forwards per step cost (draft step, target step, verification) and batch size; the median is kept
     calibration_trials: Annotated[StrictInt, Field(ge=3, le=1000)] = 30
+    # true: every timed batch runs with the other servers the gate launched frozen (SIGSTOP of their process group),
+    # one server at a time, for a runner too small to isolate them (gate.run.isolation); left out of the digest
+    # while false
+    isolate_servers: StrictBool = Field(False, exclude_if=lambda v: not v)
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeedupCheck:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gate.checks.distribution import analyze, pvalues, rejects
+from gate.checks.distribution import analyze, observed_pvalues, pvalues, rejects
 from gate.inputs.config import REFERENCE
 from gate.repro.case import CASE_SCHEMA, Written, no_case, write_folder
 from gate.run.records import Phase
@@ -45,8 +45,10 @@ def smallest_rejecting(a, alpha: float, seed: int) -> int | None:
     point): a single small prefix that happens to reject is no such point, since the search looks at many."""
     u = np.random.default_rng(seed).random(a.n)
 
-    def fails(n: int) -> bool:
-        return rejects(pvalues(_head(a.observed, n), _head(a.moments, n), u[:n]), alpha)
+    def fails(n: int) -> bool:  # the check's own decision on the prefix: its p-values calibrated on that prefix
+        pv = pvalues(_head(a.observed, n), _head(a.moments, n), u[:n])
+        cal = a.calibration(n) if a.draws is not None else None
+        return rejects(cal.apply(pv) if cal else pv, alpha)
 
     if a.n < FEWEST:
         return None
@@ -98,7 +100,9 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
     for name in (label, REFERENCE):
         seqs = results.sampled(name, bs)
         items = [(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs]
-        found[name] = (analyze(target, draft, items, temperature, vocab), seqs)
+        n = sum(len(o) for _, o in items)  # every prefix's calibration is kept: [n, 3, draws] float32, capped
+        draws = min(dcfg.draws, max(math.ceil(10 / dcfg.alpha), 10_000_000 // max(n, 1)))
+        found[name] = (analyze(target, draft, items, temperature, vocab, null_trials=draws, keep=True), seqs)
     a, seqs = found[label]
     n = smallest_rejecting(a, dcfg.alpha, bs)
     k = results.settings.num_draft_tokens
@@ -117,7 +121,7 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
                                    for p, seed in zip(batch["prompts"], batch["seeds"])]
             batches.append(batch)
     where = by_position(a, [len(s.token_ids) for s in seqs], k)
-    pv = pvalues(a.observed, a.moments, np.random.default_rng(bs).random(a.n)) if a.n else {}
+    pv = observed_pvalues(a, np.random.default_rng(bs)) if a.n else {}
     strongest = min(pv, key=pv.get) if pv else None
     sentence = (f"sampling at T={temperature:g}, batch size {bs}, k={k}"
                 + (f": over {a.n} sampled tokens the gate's {strongest} test gives p={_p(pv[strongest])}" if pv else "")

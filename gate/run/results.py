@@ -236,6 +236,18 @@ class PairedRun(Document):
 VOCAB_HINT = "these results were not made with this config's target, or were edited; rerun `specguard run`"
 
 
+class NeighbourProbe(Document):
+    """One engine's first timing batch run alone (the other launched servers frozen) and beside them
+    (gate.run.isolation): ``slowdown`` is beside / alone - 1; ``interfered`` when beside was slower by more than the
+    threshold in every round."""
+
+    engine: str
+    alone_s: list[float]
+    beside_s: list[float]
+    slowdown: float
+    interfered: bool
+
+
 class Results(RunHeader):
     """``results.json``: the header, every execution, and how the run ended."""
 
@@ -254,6 +266,9 @@ class Results(RunHeader):
     anchor: AnchorRecord | None = None
     # request-rate replays (checks.traffic); left out while empty, so runs without them keep their documents
     traffic: list[TrafficReplay] = Field(default_factory=list, exclude_if=lambda v: not v)
+    # launched servers timed alone and beside each other (gate.run.isolation); left out while none was probed
+    neighbours: list[NeighbourProbe] = Field(default_factory=list, exclude_if=lambda v: not v)
+    isolated: bool = Field(False, exclude_if=lambda v: not v)  # timed one server at a time (isolate_servers)
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ from gate.run.anchor import Anchor
 from gate.run.cache import ReferenceCache
 from gate.run.calibrate import calibrate
 from gate.run.execute import Executor, Interrupted, sigterm_interrupts
+from gate.run.isolation import Neighbours
 from gate.run.phases import Phases
 from gate.run.plan import EngineInfo, Job, Plan, PlannedBatch, PromptInfo, bucket_name, plan
 from gate.run.plan import shard as shard_plan
@@ -58,6 +59,7 @@ from gate.run.results import (
     AnchorRecord,
     Fingerprint,
     ModelFingerprint,
+    NeighbourProbe,
     PairedRun,
     Results,
     RunHeader,
@@ -127,10 +129,10 @@ class Runner:
                  cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
                  paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
                  shard: tuple[int, int] | None = None, run_id: str | None = None,
-                 hardware_key: str | None = None, own_references: Sequence[Engine] = ()):
+                 hardware_key: str | None = None, own_references: Sequence[Engine] = (), servers: Sequence = ()):
         """``own_references``: plug-ins' own plain decoding (``engines[].reference``, named ``<engine>.reference``),
         run on their engines' equivalence batches (their stack's own noise) and timed beside them; never judged as
-        engines under test."""
+        engines under test.  ``servers``: the serving stacks the gate launched (gate.run.isolation)."""
         self.loaded = loaded
         self.run_id = run_id
         # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
@@ -147,6 +149,9 @@ class Runner:
         self.own_references = list(own_references)
         self._stacks: dict | None = None
         self.by_name.update({e.name: e for e in self.own_references})
+        self.neighbours = Neighbours(servers, {n: getattr(e, "url", None) for n, e in self.by_name.items()})
+        self.isolate = bool(self.cfg.checks.speedup.isolate_servers and self.neighbours.servers)
+        self.probes: list[NeighbourProbe] = []
         self.out_dir = Path(out_dir)
         self.say = log
         self.cache = cache
@@ -270,10 +275,17 @@ class Runner:
             if level.cells:
                 first = level.cells[0].batches[0]
                 for name in (REFERENCE, *level.engines):  # warm-up runs are not recorded
-                    self.executor.warm_up(self.by_name[name], first, self.greedy, sp.warmup)
+                    with self.neighbours.alone(name, on=self.isolate):
+                        self.executor.warm_up(self.by_name[name], first, self.greedy, sp.warmup)
+                if not self.isolate and not self.probes and len(self.neighbours.servers) > 1:
+                    self._probe_neighbours(first, (REFERENCE, *level.engines))
+
+            def timed(job: Job):
+                with self.neighbours.alone(job.engine, on=self.isolate):
+                    return self._run(job)
 
             def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float | None]:
-                recs = {name: self._run(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
+                recs = {name: timed(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
                 if repeat >= sp.min_repeats:  # an adaptive repeat: more than the estimate
                     self.progress.grow(1)
                 self.progress.advance()
@@ -282,6 +294,23 @@ class Runner:
             out[str(level.batch_size)] = scheduler.run_level(list(level.cells), REFERENCE, list(level.engines),
                                                              share, run_pair)
         return out
+
+    def _probe_neighbours(self, batch: PlannedBatch, names: Sequence[str]) -> None:
+        """Each served engine's first timing batch alone and beside the other launched servers (unrecorded)."""
+        import time
+
+        def once(engine) -> float | None:
+            started = time.perf_counter()
+            self.executor.warm_up(engine, batch, self.greedy, 1)
+            return time.perf_counter() - started
+
+        for name in names:
+            probe = self.neighbours.probe(name, lambda name=name: once(self.by_name[name]))
+            if probe is not None:
+                self.probes.append(probe)
+                self.progress.note(f"{name}: {probe.slowdown:+.0%} beside the other launched servers than alone"
+                                   + (" (interference: its cells are not judged; checks.speedup.isolate_servers: "
+                                      "true times one server at a time)" if probe.interfered else ""))
 
     def traffic_phase(self) -> None:
         """``checks.traffic``: each rate's arrival traces replayed to every http engine and to the reference (its
@@ -427,7 +456,8 @@ class Runner:
                                   calibration=calibration, calibrated_engines=self.plan.calibrated_engines,
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                                   cache={"reused": self.executor.reused}, paired=paired,
-                                  anchor=self.anchored, traffic=self.traffic)
+                                  anchor=self.anchored, traffic=self.traffic, neighbours=self.probes,
+                                  isolated=self.isolate)
                 atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)

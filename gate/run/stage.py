@@ -67,7 +67,8 @@ def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptio
         runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
                         out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
                         progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
-                        run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references)
+                        run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references,
+                        servers=servers)
         if opts.timing_only:  # what a timing pass measures: no outputs, no sampling, nothing to re-score
             runner.plan.outputs, runner.plan.canonical, runner.plan.sampling = [], [], []
         if opts.shard is not None and runner.plan.empty and not (loaded.config.checks.traffic and opts.shard[0] == 0):

@@ -82,6 +82,7 @@ class SpeedTrial:
     failed: int  # cells marked ❌
     ratios: list[float]  # head/base per cell
     samples: list[list[float]] = field(default_factory=list)  # paired mode: each cell's paired head/base ratios
+    marked: bool = False  # the run marked a cell or a load level (⚠️ or ❌): a reviewer saw a speed change
 
 
 @dataclass
@@ -108,17 +109,18 @@ class SpeedReport:
                 ratios = sorted(r for t in ts for r in t.ratios)
                 out.append({"mode": mode, "slowdown": s, "runs": len(ts), "cells": cells,
                             "flagged": sum(t.flagged for t in ts), "failed": sum(t.failed for t in ts),
-                            "runs_failed": sum(t.failed > 0 for t in ts),
+                            "runs_failed": sum(t.failed > 0 for t in ts), "runs_marked": sum(t.marked for t in ts),
                             "median_ratio": ratios[len(ratios) // 2] if ratios else None})
         return out
 
     def lines(self) -> list[str]:
         head = (f"speed self-test: {self.repeats} repeats per cell, tolerance {self.tolerance:.0%}, "
                 f"{self.seconds:.0f} s")
-        table = ["| mode | planted slowdown | runs | cells | flagged (⚠️ or ❌) | failed (❌) | runs failed | "
-                 "median head/base |", "|---|---|---|---|---|---|---|---|"]
+        table = ["| mode | planted slowdown | runs | runs marked (a cell or load level ⚠️ or ❌) | cells | "
+                 "cells flagged (⚠️ or ❌) | cells failed (❌) | runs failed | median head/base |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for r in self.rows():
-            table.append(f"| {r['mode']} | {r['slowdown']:.0%} | {r['runs']} | {r['cells']} | "
+            table.append(f"| {r['mode']} | {r['slowdown']:.0%} | {r['runs']} | {r['runs_marked']} | {r['cells']} | "
                          f"{r['flagged']} ({r['flagged'] / r['cells']:.0%}) | {r['failed']} "
                          f"({r['failed'] / r['cells']:.0%}) | {r['runs_failed']} | {r['median_ratio']:.3f} |")
         return [head, "", *table]
@@ -128,15 +130,19 @@ class SpeedReport:
                 "trials": [dataclasses.asdict(t) for t in self.trials]}
 
 
-def _suite(seed: int):
+def suite_of(seed: int):
+    """The self-test's prompts of the timed slices, in the order ``seed`` shuffles them to (0: the suite's)."""
     full = selftest_suite(order_seed=seed or None)
     return dataclasses.replace(full, prompts=tuple(p for p in full.prompts if p.slice in SLICES))
 
 
-def _cells(doc) -> tuple[int, int, int, list[float]]:
+def _cells(doc) -> tuple[int, int, int, list[float], bool]:
+    """Cells judged, flagged (warn or fail), failed, their ratios; and whether the run marked anything at all (a cell
+    or a load level: what a reviewer sees)."""
     changes = [c for c in doc.speedup if c.ratio.estimate is not None]
+    marked = any(c.status in ("warn", "fail") for c in doc.speedup + doc.speedup_levels)
     return (len(changes), sum(c.status in ("warn", "fail") for c in changes),
-            sum(c.status == "fail" for c in changes), [c.ratio.estimate for c in changes])
+            sum(c.status == "fail" for c in changes), [c.ratio.estimate for c in changes], marked)
 
 
 def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, repeats: int = 16,
@@ -161,7 +167,7 @@ def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, rep
         cache = ReferenceCache(Path(tmp) / "cache")
 
         def run(name: str, seed: int, head: Slowed, paired: PairedBase | None = None):
-            runner = Runner(cfg, pair, _suite(seed), reference, [head], Path(tmp) / name, log=lambda m: None,
+            runner = Runner(cfg, pair, suite_of(seed), reference, [head], Path(tmp) / name, log=lambda m: None,
                             cache=cache, paired=paired)
             # Timing only: equivalence is the other self-test's business, and its outputs would triple the cost.
             runner.plan.outputs, runner.plan.canonical = [], []
@@ -190,10 +196,10 @@ def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, rep
                     summary = summarize(results, checks, cfg.config, "selftest")
                     doc = judge(summary, stored if mode == "stored" else Stored(None, "", "selftest"),
                                 cfg.config.baseline)
-                    cells, flagged, failed, ratios = _cells(doc)
+                    cells, flagged, failed, ratios, marked = _cells(doc)
                     samples = [list(c.ratios) for _, c in sorted(summary.paired.cells.items())] \
                         if summary.paired is not None else []
-                    report.trials.append(SpeedTrial(mode, s, seed, cells, flagged, failed, ratios, samples))
+                    report.trials.append(SpeedTrial(mode, s, seed, cells, flagged, failed, ratios, samples, marked))
                     say(f"{mode} slowdown {s:.0%} run {seed}: {flagged}/{cells} cells flagged, {failed} failed")
     report.seconds = time.perf_counter() - started
     return report

@@ -288,6 +288,21 @@ def in_thread(app, port: int, host: str = "127.0.0.1", timeout_s: float = 30.0):
         thread.join(timeout_s)
 
 
+SPINNER = ("import ctypes, signal\n"
+           "try: ctypes.CDLL('libc.so.6').prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG: dies with the server
+           "except OSError: pass\n"
+           "while True: pass\n")
+
+
+def spin() -> None:
+    """A busy process in this process group (a SIGSTOP of the group freezes it too), ended with the server."""
+    import subprocess
+    import sys
+
+    subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=8000)
@@ -300,7 +315,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--force-include-usage", action="store_true",
                     help="end every stream with a usage-only chunk (choices: []), like vLLM's "
                          "--enable-force-include-usage")
+    ap.add_argument("--spin", type=int, default=0, metavar="N",
+                    help="start N busy processes in the server's process group, which spin for as long as it runs "
+                         "(as an idle vLLM CPU server does): a neighbour that slows what is timed beside it")
     args = ap.parse_args(argv)
+    for _ in range(args.spin):
+        spin()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     pair, engine, k = build(args.mode, args.config)

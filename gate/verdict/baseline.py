@@ -290,9 +290,14 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
     from gate.stats import bootstrap_median_ci
 
     checked = checks.speedup.engines if checks and checks.speedup else {}
+    from gate.checks.speedup import interfered
+
+    crowded = interfered(results)  # timed beside a server that slowed one side: never judged, never stored
 
     out: dict = {}
     for (engine, key), pairs in sorted(timing_groups(results).items()):
+        if engine in crowded:
+            continue
         ratios = [r for r in (p.ratio for p in pairs) if r is not None]
         cell = checked[engine].cells.get(key) if engine in checked else None
         if cell and cell.speedup.n == len(ratios):

@@ -84,6 +84,9 @@ def summarize(results: Results, checks: ChecksDoc, config: Config, name: str) ->
             ratios = paired_ratios([r for r in reps if r.side == "engine"], [r for r in reps if r.side == "base"],
                                    latency).get(None, [])
             traffic[rate_key(rate)] = ratios
+        crowded = {x.engine for x in results.neighbours if x.interfered}
+        if crowded & {p.engine, p.head_engine}:  # one side timed slower beside the other servers: not judged
+            groups = {}
         paired = PairedSummary(
             engine=p.engine, head_engine=p.head_engine, num_draft_tokens=p.num_draft_tokens,
             calibration=p.calibration, config=p.config, traffic=traffic,

