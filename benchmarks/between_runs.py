@@ -3,6 +3,8 @@ the stored comparison (docs/baselines.md, "A baseline is a distribution over run
 
     python benchmarks/between_runs.py [--config gate/demo/specguard.yaml] [--passes 6] [--out DIR] [--threads 2]
     python benchmarks/between_runs.py --analyse DIR        # the numbers again, from passes already written
+    python benchmarks/between_runs.py --analyse DIR --judge BASELINE.json [--slowdown 0.25] [--speedup-drop 0.25]
+    python benchmarks/between_runs.py --analyse DIR --judge passes:0,1 [--slowdown 0.10]
 
 Each pass is ``specguard run CONFIG --timing-only`` in a process of its own (what a refresh's extra passes are),
 run one after the other, alone on the machine.  Per cell (slice x batch size x context bucket) and pass, the mean of
@@ -12,7 +14,10 @@ the log speedup samples; then, in log space:
 * **between**: the variance of a cell's pass means beyond what ``within / n`` explains (method of moments, pooled
   over cells), split into what every cell of a pass shares, what the cells of one batch size share, and the rest.
 
-Prints the table and writes ``DIR/between_runs.json``.
+Prints the table and writes ``DIR/between_runs.json``.  With ``--judge``, each pass is also judged as a PR's head by
+the speed rule (``gate.verdict.speed.stored_changes``) against a baseline file, or against a baseline made of two of
+the passes themselves (``passes:I,J``; the other passes are the heads), with every sample scaled by
+``1 - --slowdown`` (a planted slowdown): how many cells and load levels it marks, in how many runs.
 """
 
 from __future__ import annotations
@@ -85,6 +90,48 @@ def analyse(out: Path) -> dict:
     return report
 
 
+def judge_passes(out: Path, against: str, slowdown: float, speedup_drop: float) -> str:
+    from gate.inputs.config import BaselineConfig
+    from gate.run.results import load_results
+    from gate.verdict.baseline import load_baseline, speedup_cells, with_passes
+    from gate.verdict.speed import stored_changes
+
+    dirs = sorted(d for d in out.glob("pass-*") if (d / "results.json").exists())
+    if against.startswith("passes:"):
+        picked = [dirs[int(i)] for i in against[len("passes:"):].split(",")]
+        runs = [load_results(d / "results.json") for d in picked]
+        from gate.verdict.baseline import Baseline
+
+        template = {"schema": "specguard.baseline/1", "name": "passes", "hardware_key": "here", "hardware": {},
+                    "created_utc": "", "fingerprint": {"models": {}, "libraries": {}, "config": "",
+                                                        "suite": {"name": "", "fingerprint": "", "prompts": 0,
+                                                                  "slices": []}},
+                    "settings": {"num_draft_tokens": 4, "batch_sizes": [1], "max_new_tokens": 1, "greedy": True,
+                                 "engines": []}}
+        base = Baseline.model_validate(template)
+        base.speedup = with_passes(speedup_cells(runs[0]), runs[1:])
+        heads = [d for d in dirs if d not in picked]
+    else:
+        base, heads = load_baseline(against), dirs
+    rules = BaselineConfig(speedup_drop=speedup_drop)
+    marked_runs = cells = marked = failed = 0
+    noise = None
+    for d in heads:
+        head_cells = speedup_cells(load_results(d / "results.json"))
+        for rows in head_cells.values():
+            for cell in rows.values():
+                cell.samples = [x * (1 - slowdown) for x in cell.samples]
+        changes, levels, noise = stored_changes(base.model_copy(update={"speedup": head_cells}), base, rules)
+        every = changes + levels
+        cells += len(changes)
+        marked += sum(c.status != "pass" for c in changes)
+        failed += sum(c.status == "fail" for c in every)
+        marked_runs += any(c.status != "pass" for c in every)
+    return (f"judged against {against}, slowdown {slowdown:.0%}: {marked} of {cells} cells marked, {failed} cells or "
+            f"load levels failed, {marked_runs} of {len(heads)} runs marked anything; between-run spread "
+            f"{noise.between_sd:.1%} ({noise.between_source})" if noise else "nothing to judge")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="gate/demo/specguard.yaml")
@@ -92,6 +139,9 @@ def main() -> None:
     ap.add_argument("--out", default="between-runs-out")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--analyse", metavar="DIR")
+    ap.add_argument("--judge", metavar="BASELINE.json|passes:I,J")
+    ap.add_argument("--slowdown", type=float, default=0.0)
+    ap.add_argument("--speedup-drop", type=float, default=0.25, help="baseline.speedup_drop (the demo's: 0.25)")
     args = ap.parse_args()
     out = Path(args.analyse or args.out)
     if not args.analyse:
@@ -105,6 +155,8 @@ def main() -> None:
     for bs, v in report["batch_size_effect_sd"].items():
         print(f"    shared by the cells at bs {bs}:     {v:.3f}")
     print(f"    the rest (cell by cell):          {report['residual_sd']:.3f}")
+    if args.judge:
+        print(judge_passes(out, args.judge, args.slowdown, args.speedup_drop))
 
 
 if __name__ == "__main__":

@@ -109,43 +109,41 @@ def size_by_n(trials: int, alpha: float, ns: tuple[int, ...], draws: int) -> dic
 
 
 def sequential_size(trials: int, alpha: float, ns: tuple[int, ...], draws: int) -> dict:
-    """The real null, sequence and all: each replicate is a fresh plain sampled run (its own seeds, its own starting
-    prompt), so each token's prefix is the sampler's own; its first n tokens go through the check's own analysis
-    (calibration draws included).  Slower than the redraws at fixed positions, which condition on one run's
-    prefixes: this one holds the martingale dependence too."""
+    """The real null, sequence and all: each replicate is a fresh plain sampled run (its own seeds, its own prompts
+    from the suite's short ones, one batch), so each token's prefix is the sampler's own; the first n of its tokens,
+    for each n, go through the check's own analysis (calibration draws included).  Slower than the redraws at
+    fixed positions, which condition on one run's prefixes: this one holds the martingale dependence too."""
     loaded = parse_config(CONFIG % {"dtype": "float32"}, PACKAGE_DIR / "calibration.yaml")
     pair = load_pair(loaded)
-    prompts = [tuple(pair.encode(p.text)) for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts]
+    prompts = [ids for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts
+               if len(ids := tuple(pair.encode(p.text))) < 128]
     ref = ReferenceEngine(pair.target.model, pair.device)
     target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
     names = (*dist.TESTS, "combined")
-    out = {"alpha": alpha, "trials": trials, "null_trials": draws, "by_n": {}}
-    for n in ns:
-        hits = {"asymptotic": dict.fromkeys(names, 0), "calibrated": dict.fromkeys(names, 0)}
-        per_prompt = 32
-        need = -(-n // per_prompt)
-        need += -need % 8
-        for t in range(trials):
-            start = (t * 7) % len(prompts)
-            picked = [prompts[(start + i) % len(prompts)] for i in range(need)]
-            reqs = [Request(p, per_prompt, seed=1_000_003 * (t + 1) + i) for i, p in enumerate(picked)]
-            seqs, plain = [], GenerationSettings(temperature=1.0)
-            for i in range(0, len(reqs), 8):
-                seqs += [s.token_ids for s in ref.generate(reqs[i:i + 8], plain).sequences]
-            items = dist.truncate(list(zip(picked, [tuple(x) for x in seqs])), n)
-            a = dist.analyze(target, draft, items, 1.0, pair.target.vocab_size, null_trials=draws, null_seed=t)
+    hits = {n: {"asymptotic": dict.fromkeys(names, 0), "calibrated": dict.fromkeys(names, 0)} for n in ns}
+    per_prompt = 32
+    rows = -(-max(ns) // per_prompt)
+    for t in range(trials):
+        start = (t * 7) % len(prompts)
+        picked = [prompts[(start + i) % len(prompts)] for i in range(rows)]
+        reqs = [Request(p, per_prompt, seed=1_000_003 * (t + 1) + i) for i, p in enumerate(picked)]
+        seqs = [s.token_ids for s in ref.generate(reqs, GenerationSettings(temperature=1.0)).sequences]
+        every = list(zip(picked, [tuple(x) for x in seqs]))
+        for n in ns:
+            a = dist.analyze(target, draft, dist.truncate(every, n), 1.0, pair.target.vocab_size, null_trials=draws,
+                             null_seed=t)
             for how in ("asymptotic", "calibrated"):
                 pv = dist.observed_pvalues(a, np.random.default_rng(t), asymptotic=how == "asymptotic")
-                hits[how]["combined"] += dist.rejects(pv, alpha)
+                hits[n][how]["combined"] += dist.rejects(pv, alpha)
                 for name in dist.TESTS:
-                    hits[how][name] += pv[name] < alpha / len(dist.TESTS)
-        out["by_n"][str(n)] = {how: {name: {"rate": k / trials, "ci": clopper_pearson(k, trials)}
-                                     for name, k in h.items()} for how, h in hits.items()}
-        print(f"sequential n={n}: " + "; ".join(
-            f"{how} combined {h['combined'] / trials:.2%}, " + ", ".join(f"{k} {v / trials:.2%}" for k, v in h.items()
-                                                                         if k != "combined")
-            for how, h in hits.items()), file=sys.stderr, flush=True)
-    return out
+                    hits[n][how][name] += pv[name] < alpha / len(dist.TESTS)
+        if (t + 1) % 100 == 0:
+            print(f"sequential: {t + 1} of {trials} runs; " + "; ".join(
+                f"n={n} asymptotic {h['asymptotic']['combined']}, calibrated {h['calibrated']['combined']}"
+                for n, h in hits.items()), file=sys.stderr, flush=True)
+    return {"alpha": alpha, "trials": trials, "null_trials": draws,
+            "by_n": {str(n): {how: {name: {"rate": k / trials, "ci": clopper_pearson(k, trials)}
+                                    for name, k in h.items()} for how, h in hits[n].items()} for n in ns}}
 
 
 def bf16_noise() -> dict:
@@ -176,11 +174,13 @@ def main() -> None:
     ap.add_argument("--skip-bf16", action="store_true")
     ap.add_argument("--sequential", type=int, default=0, metavar="TRIALS",
                     help="also this many fresh plain sampled runs per n (the real null, prefixes and all)")
-    ap.add_argument("--sequential-n", type=int, nargs="+", default=[100, 200])
+    ap.add_argument("--sequential-n", type=int, nargs="+", default=[100, 200, 600])
+    ap.add_argument("--skip-fixed", action="store_true", help="only the sequential replicates")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    report = {"distribution_test_size": size_by_n(args.trials, 0.01, tuple(args.n), args.null_trials)}
+    report = {} if args.skip_fixed else {
+        "distribution_test_size": size_by_n(args.trials, 0.01, tuple(args.n), args.null_trials)}
     if args.sequential:
         report["distribution_test_size_sequential"] = sequential_size(args.sequential, 0.01,
                                                                       tuple(args.sequential_n), args.null_trials)

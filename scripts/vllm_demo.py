@@ -106,15 +106,18 @@ def config(args) -> None:
                 else "")
     distribution = (f"\n  distribution: {{num_samples: {args.samples}, alpha: 0.01, power_trials: 20}}" if args.sampling
                     else "")
-    speedup = ("{min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 10, max_batches_per_cell: 1}"
+    speedup = ("{min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 10, max_batches_per_cell: 1"
                if args.quick else
-               "{min_repeats: 3, max_repeats: 6, warmup: 1, time_budget_s: 60,\n            max_batches_per_cell: 2}")
+               "{min_repeats: 3, max_repeats: 6, warmup: 1, time_budget_s: 60,\n            max_batches_per_cell: 2")
+    speedup += ", isolate_servers: true}" if args.isolate else "}"
     traffic = (f"\n  traffic: {{rates: [{args.traffic}], requests: {args.traffic_requests}, repeats: 2, "
                "slo: {ttft_s: 0.5, tpot_s: 0.05}}" if args.traffic else "")
     weights = {"true": "true", "false": "false", "draft": "draft"}[args.local_weights]
 
     def endpoint(role: str, port: int, k: int | None) -> str:
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": bind[role], "HF_HUB_OFFLINE": "1"}
+        if args.binding == "default":  # vLLM's own binding: both servers' threads on every core (issue 46)
+            del env["VLLM_CPU_OMP_THREADS_BIND"]
         return (f"""      {role}:
         url: http://127.0.0.1:{port}
         launch: {json.dumps(server_command(port, k))}
@@ -254,6 +257,11 @@ def main() -> None:
                    help="models.local_weights: true (re-score locally), false (the reference server scores), "
                         "draft (the server scores the target, the draft loads here)")
     c.add_argument("--port", type=int, help="the engine's port (the reference's is the next); default: free ports")
+    c.add_argument("--binding", choices=("own", "default"), default="own",
+                   help="own: each server's threads on a core of its own (VLLM_CPU_OMP_THREADS_BIND); default: vLLM's "
+                        "own binding, both servers on every core (they slow each other: the gate's probe names it)")
+    c.add_argument("--isolate", action="store_true",
+                   help="checks.speedup.isolate_servers: true (time one server at a time, the other frozen)")
     c.add_argument("--out", default="out", help="the run directory, relative to the config")
     c.set_defaults(fn=config)
     rc = sub.add_parser("recount")

@@ -88,3 +88,19 @@ def test_the_speed_selftest_flags_a_planted_slowdown_and_not_the_base_against_it
     assert rows[0.5]["median_ratio"] < 0.85 and rows[0.5]["flagged"] >= rows[0.5]["cells"] // 2, rows[0.5]
     assert report.lines()[2].startswith("| mode | planted slowdown |")
     assert Slowed.__mro__[1].__name__ == "SpeculativeEngine"  # the correct engine's algorithm, only slower
+
+
+@pytest.mark.slow
+def test_the_null_selftest_counts_what_every_check_says_of_the_unchanged_engine():
+    """Issue 46, item 6, on a small budget: stored mode only (a baseline of two passes, one run against it). The
+    table over 10 runs per mode is measured by `specguard selftest --null` and kept in docs/checks.md."""
+    from gate.selftest.null import null_selftest
+
+    report = null_selftest(runs=1, repeats=2, samples=100, modes=("stored",))
+    assert report.passed, report.lines()  # the unchanged engine fails no check
+    checks = {r["check"] for r in report.rows()}
+    assert {"equivalence", "distribution", "acceptance", "speedup", "reproducibility"} <= checks, checks
+    cells = next(r for r in report.rows() if r["check"] == "speedup cells and load levels")
+    assert cells["cells"] >= 6 and cells["marked_ci"][1] <= 1.0
+    text = "\n".join(report.lines())
+    assert "| stored | distribution | 1 | 0 (0%–" in text and report.to_json()["passed"] is True

@@ -63,3 +63,24 @@ def test_the_gate_against_real_vllm_servers_passes_greedy_and_catches_the_specul
     recount = vllm_demo.recount_rows(out)
     assert recount[("vllm", 4)]["draft_z"] > 6, recount
     assert abs(recount[("reference", 4)]["draft_z"]) < 4 and abs(recount[("reference", 4)]["target_z"]) < 4, recount
+
+
+def test_two_vllm_servers_on_vllms_default_binding_are_named_as_interference(tmp_path):
+    """Issue 46, item 5: with vLLM's own thread binding both servers run on every core, and one slows the other
+    (0.40x at batch size 1 where a core each gave 1.43x). The probe times each server's first batch alone (the
+    other frozen) and beside the other, names the slowed side, and its cells are not judged."""
+    from gate.checks.speedup import interfered
+    from gate.run.results import load_results
+
+    cfg = tmp_path / "specguard.yaml"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--batch-sizes", "1",
+                    "--per-slice", "1", "--quick", "--binding", "default"], check=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gate", "run", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = load_results(tmp_path / "out" / "results.json")
+    probes = {p.engine: p for p in results.neighbours}
+    assert set(probes) == {"reference", "vllm"}, probes
+    assert any(p.interfered for p in probes.values()), probes
+    assert "slower beside the other launched servers" in interfered(results)["vllm"]

@@ -13,9 +13,10 @@ tokens at or before the failing position (anywhere, for a corruption signature),
 sampling case re-runs every sampled batch with its seeds and re-scores the tokens with the target and the draft
 (torch and transformers): ``reproduced`` when the draft-argmax count, the draft's log-probability, the draft-target
 ratio or the randomized PIT departs from what the target's distribution gives, at the case's alpha (Bonferroni over
-the four).  Exit 0 either way (2: it could not run).  What each engine type needs: a server, the standard library
-(the equivalent ``curl`` lines are in REPORT.md); a plug-in, its own package (imported from ``pythonpath``);
-specguard's built-in engine, specguard, torch and transformers.
+the four).  Exit 0 either way; 2: it could not run; 3: the engine answered, but no token ids could be read from a
+row of its reply (never "reproduced": an empty row departs from anything).  What each engine type needs: a server,
+the standard library (the equivalent ``curl`` lines are in REPORT.md); a plug-in, its own package (imported from
+``pythonpath``); specguard's built-in engine, specguard, torch and transformers.
 """
 
 from __future__ import annotations
@@ -96,12 +97,20 @@ def plugin(case: dict, prompts: list, seeds: list, max_new: int) -> list[list[in
     return [list(r["token_ids"] if isinstance(r, dict) else r.token_ids) for r in out]
 
 
+class Unreadable(Exception):
+    """The engine answered, but a row's token ids could not be read from its reply (or the request failed)."""
+
+
 def _ids(event: dict) -> list[int]:
-    """Token ids in one streamed event: vLLM's ``logprobs.tokens`` ("token_id:N"), llama-server's ``tokens``."""
+    """Token ids in one streamed event: llama-server's ``tokens``, SGLang's ``choices[].token_ids``, vLLM's
+    ``choices[].logprobs.tokens`` ("token_id:N")."""
     if isinstance(event.get("tokens"), list):
         return [int(t) for t in event["tokens"]]
     out = []
     for choice in event.get("choices") or []:
+        if isinstance(choice.get("token_ids"), list):
+            out += [int(t) for t in choice["token_ids"]]
+            continue
         for t in ((choice.get("logprobs") or {}).get("tokens") or []):
             out.append(int(str(t).removeprefix("token_id:")))
     return out
@@ -114,21 +123,30 @@ def http(case: dict, url: str | None, bodies: list[dict]) -> list[list[int]]:
     e = case["engine"]
     base = (url or e["url"]).rstrip("/")
     out: list[list[int]] = [[] for _ in bodies]
+    errors: dict[int, str] = {}
 
     def one(i: int, body: dict) -> None:
         req = urllib.request.Request(base + e["route"], data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as resp:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
-                    out[i] += _ids(json.loads(line[5:]))
+        try:
+            with urllib.request.urlopen(req, timeout=600) as resp:
+                for raw in resp:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
+                        out[i] += _ids(json.loads(line[5:]))
+        except Exception as exc:  # the row's outcome is "unreadable", said below, never a departure
+            errors[i] = f"{type(exc).__name__}: {exc}"
 
     threads = [threading.Thread(target=one, args=(i, b)) for i, b in enumerate(bodies)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    for i, row in enumerate(out):
+        if i in errors or not row:
+            raise Unreadable(f"row {i}: " + (errors.get(i) or "no token ids in the server's reply (read: tokens, "
+                                             "choices[].token_ids, choices[].logprobs.tokens)")
+                             + f" from {base}{e['route']}")
     return out
 
 
@@ -247,6 +265,9 @@ def main() -> int:
     case = json.loads((HERE / "case.json").read_text())
     try:
         (sampling if case["check"] == "distribution" else equivalence)(case, args)
+    except Unreadable as exc:  # neither reproduced nor not: the reply says nothing of the tokens
+        print(f"unreadable: {exc}")
+        return 3
     except Exception as exc:  # the engine itself failed: say so, not a verdict
         print(f"could not run the {case['engine'].get('type')} engine: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -13,8 +13,9 @@ its verification), inside the engine: the engine's wall time grows by ``s``, and
 flags is the rule's false-alarm rate.
 
 Per cell (slice x batch size x context bucket), a slowdown is **flagged** when the speed section marks it
-(⚠️ or ❌: the 95% CI of head/base lies wholly below 1, or the estimate beyond the tolerance) and **failed** when
-the gate fails on it (❌: the CI lies wholly below ``1 - speedup_drop``).  The tolerance is the default
+(⚠️ or ❌: a drop beyond ``baseline.min_effect`` significant over the run's cells and load levels, Holm; or the
+whole CI below ``1 - speedup_drop``) and **failed** when the gate fails on it (❌).  A run is **marked** when any
+cell or load level is: what a reviewer sees (gate.verdict.speed_rule).  The tolerance is the default
 ``baseline.speedup_drop`` (10%) unless given.
 """
 
