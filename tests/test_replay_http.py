@@ -88,3 +88,19 @@ def test_an_unreadable_or_failed_reply_is_neither_reproduced_nor_not(tmp_path, d
     assert proc.returncode == 3, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("unreadable: row 0:") and "reproduced" not in last, last
+
+
+def test_a_sampling_cases_report_names_the_serving_stacks_version():
+    """Issue 47, item 6: the REPORT.md of a distribution case lists the stack's version results.json recorded."""
+    import synthetic as syn
+
+    from gate.repro.sampling import _report
+    from gate.run.results import StackIdentity
+
+    results = syn.run()
+    results.fingerprint.stacks = {"vllm": StackIdentity(version="0.32.0", launch=["vllm", "serve"])}
+    count = {"tokens": 100, "draft_argmax_hits": 60, "expected": 20.0, "z": 9.1}
+    doc = {"count": {"engine": count, "control": None}, "engine_label": "vllm", "trigger": "sampling at T=1",
+           "by_position": [], "settings": {"alpha": 0.01}, "smallest_rejecting_tokens": 100}
+    text = _report(doc, results)
+    assert "- serving stacks: vllm: 0.32.0" in text and text.endswith("\n")

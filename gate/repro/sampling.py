@@ -173,9 +173,11 @@ def _report(doc: dict, results) -> str:
              "what it emitted; `python replay.py` runs the engine on the same batches with the same seeds, recounts "
              "as above and prints 'reproduced' or 'not reproduced' (it needs torch and transformers to re-score).",
              "", "## Versions", "",
-             f"- hardware: {fp.hardware_key}", f"- {', '.join(f'{k} {v}' for k, v in sorted(fp.libraries.items()))}",
-             ""]
-    return "\n".join(lines)
+             f"- hardware: {fp.hardware_key}", f"- {', '.join(f'{k} {v}' for k, v in sorted(fp.libraries.items()))}"]
+    if fp.stacks:  # the serving stack's own version, as results.json recorded it (issue 47, item 6)
+        lines.append("- serving stacks: " + "; ".join(f"{name}: {st.version or 'version not reported'}"
+                                                       for name, st in fp.stacks.items()))
+    return "\n".join([*lines, ""])
 
 
 __all__ = ["by_position", "count", "smallest_rejecting", "write_sampling_case"]
