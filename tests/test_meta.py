@@ -1,5 +1,6 @@
 """The suite itself: no test can pass vacuously.  A test must assert something: an ``assert``, a
-``pytest.raises``/``pytest.warns``, or a call to a helper (in its module, or a tests/ module it imports) that
+``pytest.raises``/``pytest.warns``, a library's ``assert_*`` (``np.testing.assert_allclose``,
+``torch.testing.assert_close``), or a call to a helper (in its module, or a tests/ module it imports) that
 asserts.  An AST scan, no test is run."""
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ def _asserting(fn: ast.AST) -> bool:
             return True
         if isinstance(node, ast.Attribute) and node.attr in ("raises", "warns", "fail") \
                 and isinstance(node.value, ast.Name) and node.value.id == "pytest":
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr.startswith("assert_") and isinstance(node.func.value, ast.Attribute) \
+                and node.func.value.attr == "testing":
             return True
     return False
 
@@ -68,9 +73,11 @@ def test_every_test_asserts_something():
 
 def test_the_scan_catches_a_test_without_an_assert(tmp_path):
     tree = ast.parse("def test_nothing():\n    x = 1\n\ndef test_raises():\n    with pytest.raises(ValueError):\n"
-                     "        int('x')\n")
+                     "        int('x')\n\ndef test_close():\n    np.testing.assert_allclose(1, 1)\n\n"
+                     "def test_mine():\n    assert_ok(1)\n")
     fns = _functions(tree)
-    assert not _asserting(fns["test_nothing"]) and _asserting(fns["test_raises"])
+    assert not _asserting(fns["test_nothing"]) and _asserting(fns["test_raises"]) and _asserting(fns["test_close"])
+    assert not _asserting(fns["test_mine"])  # a name that merely starts with assert_ proves nothing on its own
 
 
 def test_the_tier_guard_knows_what_is_slow():

@@ -55,8 +55,9 @@ class Batcher:
     """Runs concurrent requests as batches: whatever arrives within ``window_s`` (up to ``max_batch``)."""
 
     def __init__(self, engine, k: int, eos: tuple[int, ...], max_batch: int = 8, window_s: float = 0.05,
-                 observe=lambda counters: None):
+                 observe=lambda counters: None, contend=lambda elapsed_s: None):
         self.engine, self.k, self.eos = engine, k, eos
+        self.contend = contend  # called with each batch's compute time, after it (--slowed-by)
         self.max_batch, self.window_s = max_batch, window_s
         self.observe = observe  # called with each finished sequence's speculation counters
         self.queue: queue.Queue[_Pending] = queue.Queue()
@@ -83,8 +84,10 @@ class Batcher:
             for temperature in {p.temperature for p in batch}:
                 group = [p for p in batch if p.temperature == temperature]
                 try:
+                    t0 = time.perf_counter()
                     out = self.engine.generate([p.request for p in group],
                                                GenerationSettings(temperature, self.k, self.eos))
+                    self.contend(time.perf_counter() - t0)
                     for p, s in zip(group, out.sequences):
                         p.result = s
                         if s.counters is not None:
@@ -97,7 +100,8 @@ class Batcher:
 
 
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
-             fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server"):
+             fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server",
+             contend=lambda elapsed_s: None):
     """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -119,7 +123,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         for pos, n in enumerate(c.num_accepted_tokens_per_pos):
             per_pos.labels(position=str(pos)).inc(n)
 
-    batcher = Batcher(engine, k, pair.eos_token_ids, max_batch, window_s, observe)
+    batcher = Batcher(engine, k, pair.eos_token_ids, max_batch, window_s, observe, contend)
     scorer = Scorer(pair.target.model, pair.device)
     score_lock = threading.Lock()
 
@@ -294,13 +298,39 @@ SPINNER = ("import ctypes, signal\n"
            "while True: pass\n")
 
 
-def spin() -> None:
-    """A busy process in this process group (a SIGSTOP of the group freezes it too), ended with the server."""
+def spin() -> int:
+    """A busy process in this process group (a SIGSTOP of the group freezes it too), ended with the server: its pid."""
     import subprocess
     import sys
 
-    subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL).pid
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` lives and is not stopped (SIGSTOP: state T), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("T", "t", "Z", "X")
+
+
+def slowed_by(pidfile: str):
+    """``--slowed-by``: a contention the scheduler cannot blur.  After each batch, while the process whose pid
+    ``pidfile`` holds runs (not frozen), wait as long again as the batch took (at least 0.2 s): a neighbour that
+    doubles what is timed beside it, deterministically, where real spinners' effect depends on the kernel's
+    scheduler (autogroup shares a core between sessions, not processes) and on the rest of the machine's load."""
+    def contend(elapsed_s: float) -> None:
+        try:
+            with open(pidfile, encoding="ascii") as f:
+                pid = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if running(pid):
+            time.sleep(max(elapsed_s, 0.2))
+    return contend
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,9 +348,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--spin", type=int, default=0, metavar="N",
                     help="start N busy processes in the server's process group, which spin for as long as it runs "
                          "(as an idle vLLM CPU server does): a neighbour that slows what is timed beside it")
+    ap.add_argument("--spin-pidfile", metavar="PATH", help="write the first --spin process's pid here")
+    ap.add_argument("--slowed-by", metavar="PATH",
+                    help="after each batch, while the process whose pid PATH holds runs (not SIGSTOPped), wait as "
+                         "long again as the batch took: a neighbour's slowdown, deterministic (for the probe's tests)")
     args = ap.parse_args(argv)
-    for _ in range(args.spin):
-        spin()
+    pids = [spin() for _ in range(args.spin)]
+    if args.spin_pidfile and pids:
+        with open(args.spin_pidfile, "w", encoding="ascii") as f:
+            f.write(f"{pids[0]}\n")
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     pair, engine, k = build(args.mode, args.config)
@@ -328,8 +364,9 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault,
-                         force_include_usage=args.force_include_usage, mode_name=args.mode), host=args.host,
-                port=args.port, log_level="warning")
+                         force_include_usage=args.force_include_usage, mode_name=args.mode,
+                         contend=slowed_by(args.slowed_by) if args.slowed_by else lambda elapsed_s: None),
+                host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":
