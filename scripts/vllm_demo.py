@@ -83,12 +83,18 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def server_command(port: int, k: int | None, max_logprobs: int = 20) -> list[str]:
-    """A vLLM OpenAI-compatible server on the demo target; with ``k``, speculation on with the demo draft."""
+NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 4}  # the n-gram lookup's match lengths (method ngram)
+
+
+def server_command(port: int, k: int | None, max_logprobs: int = 20, method: str = "draft_model") -> list[str]:
+    """A vLLM OpenAI-compatible server on the demo target; with ``k``, speculation on: the demo draft
+    (``draft_model``) or n-gram lookup in the context (``ngram``, no draft model)."""
     cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(DEMO / "target"),
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--max-logprobs", str(max_logprobs),
            "--no-enable-prefix-caching"]  # a batch repeats prompts (18 in the demo suite): no cache hit may flatter
-    if k:
+    if k and method == "ngram":
+        cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k, **NGRAM})]
+    elif k:
         cmd += ["--speculative-config", json.dumps({"method": "draft_model", "model": str(DEMO / "draft"),
                                                     "num_speculative_tokens": k})]
     return cmd
@@ -113,6 +119,9 @@ def config(args) -> None:
     traffic = (f"\n  traffic: {{rates: [{args.traffic}], requests: {args.traffic_requests}, repeats: 2, "
                "slo: {ttft_s: 0.5, tpot_s: 0.05}}" if args.traffic else "")
     weights = {"true": "true", "false": "false", "draft": "draft"}[args.local_weights]
+    draft = '\n  draft: {path: "specguard:demo/draft", dtype: float32}' if args.method == "draft_model" else ""
+    method = (", method: ngram, " + ", ".join(f"{key}: {v}" for key, v in NGRAM.items())
+              if args.method == "ngram" else "")
 
     def endpoint(role: str, port: int, k: int | None) -> str:
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": bind[role], "HF_HUB_OFFLINE": "1"}
@@ -120,22 +129,21 @@ def config(args) -> None:
             del env["VLLM_CPU_OMP_THREADS_BIND"]
         return (f"""      {role}:
         url: http://127.0.0.1:{port}
-        launch: {json.dumps(server_command(port, k))}
+        launch: {json.dumps(server_command(port, k, method=args.method))}
         startup_timeout_s: 600
         env: {json.dumps(env)}
 """)
 
     text = f"""\
-# Written by `python scripts/vllm_demo.py config` (make vllm; docs/serving.md): the demo pair behind vLLM
-# {VERSION} (vllm-cpu), speculation on (--speculative-config, draft_model, k={args.k}) against the same server
-# without it, both launched by the gate. Each server's threads are bound to their own core.
+# Written by `python scripts/vllm_demo.py config` (make vllm; docs/serving.md): the demo target behind vLLM
+# {VERSION} (vllm-cpu), speculation on (--speculative-config, {args.method}, k={args.k}) against the same server
+# without it, both launched by the gate. Threads: {args.binding} binding.
 version: 1
 models:
-  target: {{path: "specguard:demo/target", dtype: float32}}
-  draft: {{path: "specguard:demo/draft", dtype: float32}}
+  target: {{path: "specguard:demo/target", dtype: float32}}{draft}
   device: cpu
   local_weights: {weights}
-speculation: {{num_draft_tokens: {args.k}}}
+speculation: {{num_draft_tokens: {args.k}{method}}}
 batching: {{batch_sizes: [{args.batch_sizes}], compositions: 1}}
 generation:
   max_new_tokens: {args.tokens}
@@ -260,6 +268,8 @@ def main() -> None:
     c.add_argument("--binding", choices=("own", "default"), default="own",
                    help="own: each server's threads on a core of its own (VLLM_CPU_OMP_THREADS_BIND); default: vLLM's "
                         "own binding, both servers on every core (they slow each other: the gate's probe names it)")
+    c.add_argument("--method", choices=("draft_model", "ngram"), default="draft_model",
+                   help="draft_model: the demo draft; ngram: n-gram lookup in the context, no draft model")
     c.add_argument("--isolate", action="store_true",
                    help="checks.speedup.isolate_servers: true (time one server at a time, the other frozen)")
     c.add_argument("--out", default="out", help="the run directory, relative to the config")

@@ -143,20 +143,23 @@ def test_check_without_results_is_a_clear_error(small, capsys):
 
 @pytest.mark.slow
 def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
-    from gate.selftest.mutants import MUTANTS
+    from gate.selftest.mutants import LOOKUP_MUTANTS, MUTANTS
 
     # 100 samples, not 600: the two sampling mutants are still caught (and the correct engine raises no alarm)
     code = main(["selftest", "--json", "--seeds", "1", "--samples", "100"])
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"mutants", "correct_engine"}
-    assert [m["name"] for m in report["mutants"]] == list(MUTANTS)
+    assert [m["name"] for m in report["mutants"]] == [*MUTANTS, *LOOKUP_MUTANTS]
     assert all(set(m) == {"name", "caught", "caught_by"} for m in report["mutants"])
     assert set(report["correct_engine"]) == {"passed", "false_alarms", "runs"}
     assert all(m["caught"] for m in report["mutants"]), report
     by = {m["name"]: m["caught_by"] for m in report["mutants"]}
     # the batch-composition bugs: mixed batches put long prompts beside short ones and drop finished rows
     assert "equivalence" in by["length-mix-buffer"] and "equivalence" in by["stale-row-map"], by
-    assert report["correct_engine"] == {"passed": True, "false_alarms": 0, "runs": 1}
+    # n-gram lookup (no draft model) gated too: its verification's lean flips greedy choices
+    assert "equivalence" in by["lookup-lean"], by
+    # one run of the correct engine per seed, and the correct prompt lookup engine's run
+    assert report["correct_engine"] == {"passed": True, "false_alarms": 0, "runs": 2}
     assert code == 0
 
 

@@ -84,3 +84,28 @@ def test_two_vllm_servers_on_vllms_default_binding_are_named_as_interference(tmp
     assert set(probes) == {"reference", "vllm"}, probes
     assert any(p.interfered for p in probes.values()), probes
     assert "slower beside the other launched servers" in interfered(results)["vllm"]
+
+
+def test_the_gate_gates_vllm_n_gram_speculation_with_no_draft_model(tmp_path):
+    """Issue 47: vLLM serving n-gram lookup (no draft model) gated end to end from a config without models.draft
+    (speculation.method: ngram, its lookup lengths): greedy equivalence, the sampled tokens against the target with
+    the lookup's proposal recomputed (ngram_top), timing. What the sampling test finds is reported as found."""
+    cfg = tmp_path / "specguard.yaml"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--method", "ngram",
+                    "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4", "--per-slice", "2", "--quick"],
+                   check=True)
+    assert "draft:" not in cfg.read_text() and "method: ngram" in cfg.read_text()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    out = tmp_path / "out"
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = json.loads((out / "checks.json").read_text())
+    for bs in ("1", "4"):
+        row = checks["equivalence"]["vllm"][bs]
+        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    dist = checks["distribution"]
+    assert dist["tests"] == ["pit_ks", "ngram_top"] and "n-gram lookup recomputed" in dist["proposer"], dist
+    assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
+    curve = checks["speedup"]["engines"]["vllm"]["load_curve"]
+    assert curve["1"]["mean_accepted_length"] > 1.0, curve  # vLLM's counters: the lookup speculated

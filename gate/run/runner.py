@@ -187,7 +187,7 @@ class Runner:
         models = {
             role: ModelFingerprint(location=m.location, fingerprint=m.fingerprint,
                                    dtype=str(m.dtype).replace("torch.", ""), revision=m.spec.revision)
-            for role, m in (("target", self.pair.target), ("draft", self.pair.draft))
+            for role, m in (("target", self.pair.target), ("draft", self.pair.draft)) if m is not None
         }
         return Fingerprint(
             hardware=self.hardware, hardware_key=self.hardware_key_override or fp.hardware_key(self.hardware),
@@ -304,8 +304,14 @@ class Runner:
             self.executor.warm_up(engine, batch, self.greedy, 1)
             return time.perf_counter() - started
 
+        def others_first(name: str) -> None:  # what runs just before it in the interleaved timing
+            for other in names:
+                if other != name:
+                    self.executor.warm_up(self.by_name[other], batch, self.greedy, 1)
+
         for name in names:
-            probe = self.neighbours.probe(name, lambda name=name: once(self.by_name[name]))
+            probe = self.neighbours.probe(name, lambda name=name: once(self.by_name[name]),
+                                          lambda name=name: others_first(name))
             if probe is not None:
                 self.probes.append(probe)
                 self.progress.note(f"{name}: {probe.slowdown:+.0%} beside the other launched servers than alone"

@@ -85,7 +85,10 @@ def load_models(session: Session, inputs: Inputs, base=None) -> Models:
     from gate.inputs.models import load_pair
 
     loaded = inputs.loaded
-    session.say(f"loading models: target {loaded.config.models.target.path}, draft {loaded.config.models.draft.path}")
+    models = loaded.config.models
+    session.say(f"loading models: target {models.target.path}"
+                + (f", draft {models.draft.path}" if models.draft else
+                   f" ({loaded.config.method.name}: no draft model)"))
     with session.phases("model load"):
         session.quiet_libraries()
         pair = load_pair(loaded)

@@ -36,7 +36,7 @@ from gate.inputs.models import load_pair
 from gate.inputs.suite import Suite, load_suite
 from gate.run.cache import ReferenceCache
 from gate.run.runner import Runner
-from gate.selftest.mutants import MUTANTS
+from gate.selftest.mutants import LOOKUP_MUTANTS, MUTANTS
 
 SELFTEST_CONFIG = """\
 version: 1
@@ -52,6 +52,24 @@ generation:
   sampling: {temperature: 1.0, seed: %(seed)d, batch_sizes: [4]}
 checks:
   distribution: {num_samples: %(samples)d, alpha: 0.01, power_trials: 0}
+output: {cache_dir: null}
+"""
+# A method without a draft model (speculation.method: ngram): transformers' prompt lookup decoding, at batch size 1
+# (its only one), the n-gram lookup recomputed by the distribution check (prompt_lookup_min 1, max 2: transformers')
+LOOKUP_CONFIG = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target", dtype: %(dtype)s}
+  device: cpu
+speculation: {num_draft_tokens: 4, method: ngram, prompt_lookup_min: 1, prompt_lookup_max: 2}
+batching: {batch_sizes: [1], compositions: 1}
+generation:
+  max_new_tokens: 32
+  greedy: true
+  sampling: {temperature: 1.0, seed: %(seed)d, batch_sizes: [1]}
+checks:
+  distribution: {num_samples: %(samples)d, alpha: 0.01, power_trials: 0}
+engines: [{type: hf_assisted}]
 output: {cache_dir: null}
 """
 EOS_TEXT = ","  # a frequent token: sequences stop mid-block often enough to test EOS handling
@@ -128,6 +146,35 @@ def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
     return sorted({v.check for v in checks.failing() if v.engine == engine})
 
 
+def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, tmp: Path, mutants: list[str], say, log_for,
+                   correct: list) -> list[MutantResult]:
+    """The draft-free method: transformers' prompt lookup decoding, correct (no alarm allowed, recorded as the
+    correct engine's run ``lookup``) and each of its mutants (each must be caught), at batch size 1."""
+    from gate.engines.hf_assisted import PromptLookupEngine
+
+    if not mutants:
+        return []
+    cfg = parse_config(LOOKUP_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype}, PACKAGE_DIR / "selftest.yaml")
+    lookup_pair = dataclasses.replace(pair, draft=None)
+    pad = pair.tokenizer.pad_token_id or 0
+    out = []
+    for name in ["prompt-lookup", *mutants]:
+        cls = PromptLookupEngine if name == "prompt-lookup" else LOOKUP_MUTANTS[name]
+        engine = cls(pair.target.model, pair.device, pad, max_ngram=2)
+        engine.name = name
+        runner = Runner(cfg, lookup_pair, selftest_suite(), reference, [engine], tmp / name, log=log_for(name),
+                        cache=cache, timed=False, repeat_runs=False)
+        checks = run_checks(runner.run(), lookup_pair, cfg.config)
+        alarms = _alarms(checks, name)
+        if name == "prompt-lookup":
+            correct.append(CorrectRun(-1, alarms + _alarms(checks, "reference")))
+            say(f"correct prompt lookup engine: {', '.join(alarms) if alarms else 'no alarm'}")
+            continue
+        out.append(MutantResult(name, bool(alarms), alarms, (cls.__doc__ or "").strip()))
+        say(f"mutant {name}: {'caught by ' + ', '.join(alarms) if alarms else 'ESCAPED'}")
+    return out
+
+
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
              say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None,
              dtype: str = "float32", repro: Path | None = None, repro_budget_s: float = 120.0) -> SelftestReport:
@@ -136,10 +183,10 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
     GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught).  ``repro``: each
     caught mutant's failing checks shrunk to minimal cases (gate.repro) in ``repro/<mutant>/``, within
     ``repro_budget_s`` per mutant."""
-    unknown = sorted(set(mutants or ()) - set(MUTANTS))
+    unknown = sorted(set(mutants or ()) - set(MUTANTS) - set(LOOKUP_MUTANTS))
     if unknown:
         raise SpecguardError(Problem("specguard selftest", f"no mutant named {', '.join(map(repr, unknown))}",
-                                     field="--mutant", hint=f"choose from {', '.join(MUTANTS)}"))
+                                     field="--mutant", hint=f"choose from {', '.join([*MUTANTS, *LOOKUP_MUTANTS])}"))
 
     def log_for(name: str) -> Callable[[str], None]:
         return (lambda m: detail(f"  {name}: {m}")) if detail else (lambda m: None)
@@ -157,7 +204,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
     with tempfile.TemporaryDirectory(prefix="specguard-selftest-") as tmp, noise_reused():
         cache = ReferenceCache(Path(tmp) / "cache")
         suite = selftest_suite()
-        for name in mutants or list(MUTANTS):
+        for name in [m for m in mutants or list(MUTANTS) if m in MUTANTS]:
             engine = MUTANTS[name](pair.target.model, pair.draft.model, pair.device)
             engine.name = name
             runner = Runner(base, pair, suite, reference, [engine], Path(tmp) / name, log=log_for(name),
@@ -173,6 +220,9 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
                     say(f"mutant {name}: minimal cases not written: {type(exc).__name__}: {exc}"[:500])
             out.mutants.append(MutantResult(name, bool(caught_by), caught_by, (MUTANTS[name].__doc__ or "").strip()))
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
+        out.mutants += _prompt_lookup(pair, reference, cache, samples, dtype, Path(tmp),
+                                      [m for m in mutants or list(LOOKUP_MUTANTS) if m in LOOKUP_MUTANTS], say, log_for,
+                                      out.correct)
         for seed in range(seeds):
             cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype},
                                PACKAGE_DIR / "selftest.yaml")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from gate.engines.hf_assisted import PromptLookupEngine
 from gate.engines.layout import RaggedBatch
 from gate.engines.speculative import SpeculativeEngine
 from gate.engines.tracking import Tracker
@@ -146,3 +147,32 @@ MUTANTS: dict[str, type[SpeculativeEngine]] = {
     "length-mix-buffer": LengthMixBuffer,
     "stale-row-map": StaleRowMap,
 }
+
+
+class LookupLean(PromptLookupEngine):
+    """Prompt lookup decoding whose verification leans towards the lookup's proposal: each proposed token's logit
+    is raised by ``LEAN`` nats before the target's choice is made, as a fused accept kernel that favours the draft
+    would.  Greedy: a proposal within ``LEAN`` of the argmax wins; sampled: the proposal is emitted too often."""
+
+    LEAN = 1.0
+
+    def generate(self, requests, settings):
+        def lean(module, args, kwargs, output):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            logits = getattr(output, "logits", None)
+            if ids is not None and ids.shape[1] > 1 and logits is not None and logits.shape[1] == ids.shape[1]:
+                nxt = ids[:, 1:]  # the token each position is verified against: the proposal (or the prompt's next)
+                rows = torch.arange(ids.shape[0], device=ids.device)[:, None]
+                cols = torch.arange(nxt.shape[1], device=ids.device)[None, :]
+                logits[rows, cols, nxt] += self.LEAN  # BUG: the verification favours the proposal
+            return output
+
+        handle = self.target.register_forward_hook(lean, with_kwargs=True)
+        try:
+            return super().generate(requests, settings)
+        finally:
+            handle.remove()
+
+
+# Mutants of the draft-free method (speculation.method: ngram), gated with the prompt lookup engine
+LOOKUP_MUTANTS: dict[str, type[PromptLookupEngine]] = {"lookup-lean": LookupLean}

@@ -12,6 +12,8 @@ from gate.inputs.config import EngineConfig
 class HFAssistedEngineConfig(EngineConfig):
     type: Literal["hf_assisted"] = "hf_assisted"
     runs_local_models: ClassVar[bool] = True
+    # a draft model as transformers' assistant, or its prompt lookup decoding (n-gram lookup, no draft model)
+    methods: ClassVar[tuple[str, ...]] = ("draft_model", "ngram")
     gate_numerics: ClassVar[bool] = True
 
     @classmethod
@@ -35,6 +37,13 @@ class HFAssistedType(EngineType):
         from gate.engines.hf_assisted import HFAssistedEngine
 
         pad = pair.tokenizer.pad_token_id
+        cfg = loaded.config
+        if cfg.method.name == "ngram":  # prompt lookup decoding: the n-gram lookup proposes, no draft model
+            from gate.engines.hf_assisted import PromptLookupEngine
+
+            sp = cfg.speculation
+            return PromptLookupEngine(pair.target.model, pair.device, pad if pad is not None else 0,
+                                      max_ngram=sp.prompt_lookup_max or sp.prompt_lookup_min or 2)
         return HFAssistedEngine(pair.target.model, pair.draft.model, pair.device, pad if pad is not None else 0)
 
 

@@ -156,8 +156,10 @@ class HttpEngineConfig(EngineConfig):
                 continue
             role = where.rsplit(".", 1)[-1]
             try:
-                found = mismatches(self.http.preset, endpoint.launch, config.speculation.num_draft_tokens,
-                                   config.models.draft.path, role)
+                sp = config.speculation
+                found = mismatches(self.http.preset, endpoint.launch, sp.num_draft_tokens,
+                                   config.models.draft.path if config.models.draft else None, role, config.method.name,
+                                   (sp.prompt_lookup_min, sp.prompt_lookup_max))
             except ValueError as err:
                 found = [str(err)]
             out += [(("http", role, "launch"), m, None) for m in found]

@@ -126,9 +126,11 @@ class PluginType(EngineType):
         fn = self._callable(spec, spec.callable, spec.label, loaded, log_dir, callable_)
         models = loaded.config.models
         base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=0,
-                              eos_token_ids=[], target=pair.target.location, draft=pair.draft.location,
+                              eos_token_ids=[], target=pair.target.location,
+                              draft=pair.draft.location if pair.draft is not None else None,
                               dtype=models.target.dtype, device=str(pair.device),
-                              draft_dtype=models.draft.dtype, extra=dict(spec.extra))
+                              draft_dtype=models.draft.dtype if models.draft else models.target.dtype,
+                              extra=dict(spec.extra))
         return PluginEngine(spec.label, fn, pair.device, base, max_batch_size=spec.max_batch_size,
                             vocab_size=pair.target.vocab_size, timeout_s=spec.timeout_s)
 

@@ -14,6 +14,7 @@ from gate.inputs.config import EngineConfig
 class SpeculativeEngineConfig(EngineConfig):
     type: Literal["speculative"] = "speculative"
     runs_local_models: ClassVar[bool] = True
+    methods: ClassVar[tuple[str, ...]] = ("draft_model",)
     gate_numerics: ClassVar[bool] = True
 
     @classmethod

@@ -1,0 +1,186 @@
+"""Every speculation method, not only draft models (issue 47): the method in the config and on the launch line, the
+draft optional, the n-gram lookup recomputed, and its draft-side test's size and power."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gate.checks import distribution as dist
+from gate.checks.proposers import NgramProposer
+from gate.errors import ConfigError
+from gate.inputs.config import parse_config
+from gate.inputs.launch import mismatches, read_launch
+from gate.inputs.methods import METHODS, ngram_proposal
+
+HEAD = """\
+version: 1
+models:
+  target: {path: "specguard:demo/target"}
+%(draft)s  local_weights: %(weights)s
+speculation: {num_draft_tokens: 4%(speculation)s}
+engines:
+%(engines)s"""
+HTTP = """  - type: http
+    http:
+      preset: %(preset)s
+      server: {url: "http://127.0.0.1:8000", launch: %(launch)s}
+      reference: {url: "http://127.0.0.1:8001"}
+"""
+
+
+def config(draft: bool = False, speculation: str = "", engines: str = "  - type: speculative\n",
+           weights: str = "true"):
+    text = HEAD % {"draft": '  draft: {path: "specguard:demo/draft"}\n' if draft else "", "weights": weights,
+                   "speculation": speculation, "engines": engines}
+    return parse_config(text, "specguard.yaml")
+
+
+def problems(**kw) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        config(**kw)
+    return [f"{p.field}: {p.message} ({p.hint})" for p in err.value.problems]
+
+
+def served(preset: str, launch: list[str]) -> str:
+    return HTTP % {"preset": preset, "launch": json.dumps(launch)}
+
+
+VLLM_NGRAM = ["vllm", "serve", "m", "--speculative-config",
+              json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+                          "prompt_lookup_min": 2})]
+
+
+def test_a_draft_model_config_is_unchanged_and_a_config_without_draft_or_method_is_refused():
+    loaded = config(draft=True)
+    assert loaded.config.method.name == "draft_model"
+    said = problems()
+    assert said[0].startswith("models.draft: required field is missing") and "speculation.method" in said[0]
+
+
+def test_a_method_without_a_draft_model_validates_and_a_draft_beside_it_is_refused_with_the_fix():
+    ok = config(speculation=", method: ngram", engines=served("vllm", VLLM_NGRAM), weights="false")
+    assert ok.config.models.draft is None and ok.config.method.proposer == "ngram"
+    said = problems(draft=True, speculation=", method: ngram", engines=served("vllm", VLLM_NGRAM), weights="false")
+    assert any(s.startswith("models.draft: method ngram proposes without a draft model") and "drop models.draft" in s
+               for s in said), said
+    assert any("engines[0].type: the speculative engine runs draft_model" in s
+               for s in problems(speculation=", method: ngram")), "the gate's own engine needs a draft model"
+    assert config(speculation=", method: ngram", engines="  - type: hf_assisted\n").config.method.name == "ngram"
+    head = config(speculation=', method: eagle3, head: "org/eagle3-head"', engines=served("vllm", ["vllm"]),
+                  weights="false")
+    assert head.config.speculation.head == "org/eagle3-head"
+    assert any(s.startswith("speculation.head: method ngram has no head")
+               for s in problems(speculation=', method: ngram, head: "x"', engines="  - type: hf_assisted\n"))
+    assert any(s.startswith("models.local_weights: 'draft' loads the draft model here")
+               for s in problems(speculation=", method: eagle", engines=served("vllm", ["vllm"]), weights="draft"))
+
+
+def test_a_launch_line_that_runs_another_method_is_refused_naming_the_fix():
+    """The demo draft in models.draft beside a vLLM server launched with method ngram validated OK and its draft-side
+    tests measured a model that proposed nothing (issue 47)."""
+    said = problems(draft=True, engines=served("vllm", VLLM_NGRAM), weights="false")
+    assert any("the method differs: --speculative-config method gives ngram, the config gives draft_model" in s
+               and "drop models.draft" in s for s in said), said
+    eagle = ["vllm", "serve", "m", "--speculative-config", json.dumps({"method": "eagle3", "model": "org/head",
+                                                                       "num_speculative_tokens": 4})]
+    said = problems(speculation=", method: ngram", engines=served("vllm", eagle), weights="false")
+    assert any("gives eagle3, the config gives ngram" in s for s in said), said
+    sglang = ["python", "-m", "sglang.launch_server", "--speculative-algorithm", "EAGLE3",
+              "--speculative-draft-model-path", "org/head", "--speculative-num-steps", "4"]
+    spec = read_launch("sglang", sglang)
+    assert (spec.method, spec.draft, spec.k) == ("eagle3", None, 4)
+    assert read_launch("vllm", ["--speculative-config", json.dumps({"method": "deepseek_mtp"})]).method == "mtp"
+    assert read_launch("llamacpp", ["llama-server", "-md", "d.gguf"]).method == "draft_model"
+    assert mismatches("vllm", VLLM_NGRAM, 4, None, "server", "ngram", (2, 5)) == [
+        "the n-gram lookup differs: the launch line's prompt_lookup_max is 4, speculation.prompt_lookup_max is 5: "
+        "make them equal (or drop the config's, which then reads the line's)"]
+    assert mismatches("vllm", VLLM_NGRAM, 4, None, "reference", "ngram")[0].startswith(
+        "the reference's launch line speculates")
+
+
+def test_the_methods_table_names_what_each_can_recompute_here():
+    assert {m for m, d in METHODS.items() if d.proposer} == {"draft_model", "ngram"}
+    assert {m for m, d in METHODS.items() if d.head} == {"eagle", "eagle3", "mtp", "medusa"}
+
+
+def brute_force(context: list[int], k: int, lo: int, hi: int) -> list[int]:
+    best = None
+    for n in range(lo, hi + 1):
+        if n >= len(context):
+            break
+        starts = [s for s in range(len(context) - n) if context[s:s + n] == context[-n:]]
+        if starts:
+            best = (n, starts[0])
+    return [] if best is None else context[best[1] + best[0]:best[1] + best[0] + k]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.integers(1, 5), st.integers(1, 3),
+       st.integers(0, 3))
+def test_the_lookup_is_the_longest_n_gram_at_its_earliest_occurrence(context, k, lo, extra):
+    assert ngram_proposal(context, k, lo, lo + extra) == brute_force(context, k, lo, lo + extra)
+
+
+def test_the_lookup_proposes_what_transformers_prompt_lookup_proposes():
+    """An independent implementation: transformers' PromptLookupCandidateGenerator (n from its max down to 1)."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = random.Random(3)
+    for _ in range(200):
+        context = [rng.randrange(6) for _ in range(rng.randrange(2, 40))]
+        gen = PromptLookupCandidateGenerator(num_output_tokens=4, max_matching_ngram_size=2, max_length=1000)
+        ids, _ = gen.get_candidates(torch.tensor([context]))
+        theirs = ids[0, len(context):].tolist()
+        assert ngram_proposal(context, 4, 1, 2) == theirs, context
+
+
+def leaning_run(lean: float, n: int, seed: int, vocab: int = 24):
+    """Tokens sampled position by position, mixed towards the n-gram lookup's proposal by ``lean`` (0: exact draws
+    from p), after a repetitive prompt; p at each position, the tokens and the proposals."""
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    prompt = [int(t) for t in torch.randint(0, 6, (60,), generator=g)]
+    proposer = NgramProposer(1, 3)
+    context, ps, ys = list(prompt), [], []
+    for _ in range(n):
+        p = torch.softmax(torch.randn(vocab, generator=g, dtype=torch.float64) * 1.5, -1)
+        found = ngram_proposal(context, 1, proposer.min_n, proposer.max_n)
+        mix = p.clone()
+        if found and lean:
+            mix = (1 - lean) * p
+            mix[found[0]] += lean
+        y = int(rng.choice(vocab, p=(mix / mix.sum()).numpy()))
+        ps.append(p)
+        ys.append(y)
+        context.append(y)
+    p = torch.stack(ps)
+    q = proposer.q([(tuple(prompt), tuple(ys))], [p])[0]
+    return p, q, torch.tensor(ys)
+
+
+def test_the_n_gram_test_catches_a_sampler_that_leans_towards_the_proposal_and_passes_the_correct_one():
+    tests = dist.NGRAM_TESTS
+    caught = sum(dist.rejects(dist.observed_pvalues(dist.analyze_distributions(*leaning_run(0.15, 400, s)),
+                                                    np.random.default_rng(s + 1000), tests), 0.01) for s in range(10))
+    assert caught >= 9, caught
+    false = sum(dist.rejects(dist.observed_pvalues(dist.analyze_distributions(*leaning_run(0.0, 400, s)),
+                                                   np.random.default_rng(s + 1000), tests), 0.01) for s in range(10))
+    assert false == 0, false
+
+
+def test_a_served_targets_outcomes_carry_the_lookups_proposal_as_a_point_mass():
+    """Scored by the reference server, the outcomes are its top-k by rank and the rest: the proposal's outcome is its
+    rank, "the rest" when the server did not list it, the top outcome where the lookup proposes nothing."""
+    from gate.checks.proposers import ngram_categories
+
+    prompt, tokens = (1, 2, 3, 1, 2), [3, 9]  # after ...1, 2 the lookup proposes 3; after ...2, 3 it proposes 1
+    tops = [{3: -0.1, 7: -2.0}, {5: -0.5, 6: -1.0}]
+    q = ngram_categories([(prompt, tokens, [-0.1, -3.0], tops)], NgramProposer(1, 2), 3)
+    assert q.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
