@@ -5,9 +5,10 @@ speed rule sees a slower one.  This plants *nothing*: the gate's own correct eng
 times and judged as a PR would be, and every verdict line is counted:
 
 * **stored**: each run against a baseline refreshed from two earlier runs of the same engine (the refresh's two
-  timing passes), every run with its own sampling seed;
+  timing passes), every run with its own sampling seed (1 to ``runs``);
 * **paired**: each run timing the correct engine beside itself as the base, interleaved (``gate --against``), with
-  its own prompt order, hence its own batches.
+  its own prompt order, hence its own batches, and its own sampling seed (``runs + 1`` on): no two runs share a
+  sample, so the distribution check's failures count 2 x ``runs`` independent tests.
 
 Per mode and check, how many runs it failed and warned in, with the Clopper-Pearson 95% interval of the rate; and
 the speed rule's cells and load levels marked.  It also prints the between-run spread these runs show on this
@@ -188,8 +189,10 @@ def null_selftest(runs: int = 10, repeats: int = 8, samples: int = 600, modes: t
                 if mode == "paired":
                     paired = PairedBase(engine=engine("base-speculative"), head_engine="speculative",
                                         draft=pair.draft, num_draft_tokens=4, config={}, source="selftest")
-                # stored: the baseline's prompt order (a reordered slice is not compared); paired: its own order
-                cfg, results, checks = run(f"{mode}-{seed}", seed, 0 if mode == "stored" else seed, paired)
+                # stored: the baseline's prompt order (a reordered slice is not compared); paired: its own order.
+                # Each run samples with its own seed, the paired ones too: 2 x runs independent distribution tests
+                cfg, results, checks = run(f"{mode}-{seed}", seed if mode == "stored" else runs + seed,
+                                           0 if mode == "stored" else seed, paired)
                 summary = summarize(results, checks, cfg.config, "selftest")
                 stored = Stored(baseline, "", "selftest") if mode == "stored" else Stored(None, "", "selftest")
                 doc = judge(summary, stored, cfg.config.baseline)
