@@ -10,12 +10,14 @@ and the draft's tokenizers by encoding a test string (docs in scripts/openvino_d
         name: openvino
         callable: "openvino_engine:generate"
         pythonpath: [/abs/path/to/examples]
-        extra: {target_ir: ..., draft_ir: ...}     # optional: device (CPU), properties ({})
+        extra: {target_ir: ..., draft_ir: ...}     # optional: device (CPU), properties ({}), scheduler ({})
         reference: {num_draft_tokens: 0}           # the same pipeline without the draft: its own plain decoding
 
 - ``settings.num_draft_tokens == k > 0``: the pipeline is built with ``draft_model(draft_ir)`` and every request
   asks for ``num_assistant_tokens = k``; ``k == 0``: the same pipeline without a draft (its own reference).
-- ``SchedulerConfig()`` at the library's defaults; ``extra.properties`` (default none) go to the pipeline as
+- ``SchedulerConfig()`` at the library's defaults, each key of ``extra.scheduler`` (default none) set on it by name
+  (``max_num_batched_tokens: 8192`` prefills a long prompt in one step: no split prefill); an unknown key is an
+  error naming it; ``extra.properties`` (default none) go to the pipeline as
   OpenVINO properties (e.g. ``INFERENCE_PRECISION_HINT``), and from there to the draft as well.
 - Greedy (``do_sample=False``) or sampled (``do_sample=True``, ``temperature``, ``rng_seed`` = the prompt's seed:
   the library keeps one random engine per request, seeded by it; ``top_p=1``, ``min_p=0``, ``top_k`` left at its
@@ -50,13 +52,25 @@ def _pipeline(extra: dict, speculative: bool) -> ov_genai.ContinuousBatchingPipe
     target, draft = str(extra["target_ir"]), str(extra["draft_ir"]) if speculative else None
     device = str(extra.get("device", "CPU"))
     properties = dict(extra.get("properties") or {})
-    key = (target, draft, device, json.dumps(properties, sort_keys=True))
+    scheduler = dict(extra.get("scheduler") or {})
+    key = (target, draft, device, json.dumps(properties, sort_keys=True), json.dumps(scheduler, sort_keys=True))
     if key not in _PIPELINES:  # load (and compile) once per worker, not once per batch
         props = dict(properties)
         if draft is not None:
             props["draft_model"] = ov_genai.draft_model(draft, device)
-        _PIPELINES[key] = ov_genai.ContinuousBatchingPipeline(target, ov_genai.SchedulerConfig(), device, props)
+        _PIPELINES[key] = ov_genai.ContinuousBatchingPipeline(target, _scheduler(scheduler), device, props)
     return _PIPELINES[key]
+
+
+def _scheduler(fields: dict) -> ov_genai.SchedulerConfig:
+    """The library's default ``SchedulerConfig`` with ``fields`` set on it, each by its own name."""
+    cfg = ov_genai.SchedulerConfig()
+    for name, value in fields.items():
+        if name.startswith("_") or not hasattr(cfg, name):
+            raise ValueError(f"extra.scheduler.{name}: OpenVINO GenAI's SchedulerConfig has no such field "
+                             "(e.g. max_num_batched_tokens, dynamic_split_fuse, cache_size)")
+        setattr(cfg, name, value)
+    return cfg
 
 
 _PRECISIONS: dict[tuple, str] = {}

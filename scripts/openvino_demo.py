@@ -178,6 +178,8 @@ def config(args) -> None:
     distribution = ("\n  distribution: {num_samples: 600, alpha: 0.01, power_trials: 20}" if args.sampling else "")
     extra = {"target_ir": str(ir_dir("target")), "draft_ir": str(ir_dir("draft")), "device": "CPU",
              "properties": properties}
+    if args.scheduler:
+        extra["scheduler"] = json.loads(args.scheduler)
     precision = computes_in(properties)
     text = f"""\
 # Written by `python scripts/openvino_demo.py config` (make openvino): the demo pair in OpenVINO IR (fp32) behind
@@ -364,6 +366,8 @@ def main() -> None:
     c.add_argument("--sampling", type=int, help="also sample at this batch size (the distribution test)")
     c.add_argument("--properties", help="OpenVINO properties for the pipeline, as JSON (default: none, the "
                                         "library's defaults), e.g. '{\"INFERENCE_PRECISION_HINT\": \"f32\"}'")
+    c.add_argument("--scheduler", help="SchedulerConfig fields for the pipeline, as JSON (default: none, the "
+                                       "library's), e.g. '{\"max_num_batched_tokens\": 8192}' (no split prefill)")
     c.add_argument("--out", default="out", help="the run directory, relative to the config")
     c.add_argument("--plain", action="store_true",
                    help="also judge the pipeline without the draft (engine <name>-plain) against the reference")

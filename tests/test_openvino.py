@@ -95,3 +95,16 @@ def test_the_failing_gate_shrinks_the_batched_bug_to_a_long_prompt_beside_anothe
     case["engine"]["callable"] = "openvino_engine:generate_plain"  # the same pipeline without the draft
     (folder / "case.json").write_text(json.dumps(case))
     assert replay().startswith("not reproduced: ")
+
+
+def test_the_plugin_sets_scheduler_fields_by_name_and_names_an_unknown_one(monkeypatch):
+    """extra.scheduler: max_num_batched_tokens 8192 is how docs/stacks.md's no-split-prefill row ran."""
+    if importlib.util.find_spec("openvino_genai") is None:
+        pytest.skip("openvino_genai not found in this venv: run `make openvino`")
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import openvino_engine
+
+    cfg = openvino_engine._scheduler({"max_num_batched_tokens": 8192, "dynamic_split_fuse": False})
+    assert cfg.max_num_batched_tokens == 8192 and cfg.dynamic_split_fuse is False
+    with pytest.raises(ValueError, match=r"extra\.scheduler\.max_batch_tokens: .* no such field"):
+        openvino_engine._scheduler({"max_batch_tokens": 1})
