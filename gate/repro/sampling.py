@@ -94,7 +94,8 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
                        f"model's argmax, and method {ctx.config.method.name} has none (not built for it yet)", say)
     if not ctx.local or ctx.pair.draft is None or ctx.pair.draft.model is None:
         return no_case(folder, rel, "distribution", label, bs, "the run's tokens are re-scored with the target "
-                           "and the draft, which are not both loaded here (models.local_weights: true)", say)
+                       f"and the draft, which are not both loaded here (models.local_weights is "
+                       f"{ctx.config.models.local_weights!r}; `true` loads both and writes the case)", say)
     dcfg = ctx.config.checks.distribution
     temperature = ctx.config.generation.sampling.temperature
     target, draft = ctx.scorer_for(ctx.pair.target.model), ctx.scorer_for(ctx.pair.draft.model)
