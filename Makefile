@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test test-fast test-vllm lint lock selftest clean llamacpp openvino vllm
+.PHONY: demo demo-full demo-baseline test test-fast test-vllm lint lock selftest clean llamacpp openvino vllm stacks
 
 # .ci/constraints.txt locks every other package too: a new PyPI release (transformers 5.25.0 did) must not change
 # what a CI run of an unchanged commit prints.  Users installing the package get pyproject.toml's ranges.
@@ -94,6 +94,11 @@ vllm: $(VENV)/.installed
 # out of make test, where it starved the other worker (tests/test_vllm.py); about 6 minutes here.
 test-vllm: $(VENV)/.installed
 	SPECGUARD_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/test_vllm.py
+
+# docs/stacks.md, the matrix of what the gate found on real stacks, from the run summaries in docs/runs/
+# (scripts/stacks.py; a summary the manifest promises and docs/runs/ lacks is an error naming it)
+stacks: $(VENV)/.installed
+	$(BIN)/python scripts/stacks.py render
 
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2
