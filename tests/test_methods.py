@@ -82,6 +82,24 @@ def test_a_method_without_a_draft_model_validates_and_a_draft_beside_it_is_refus
                for s in problems(speculation=", method: eagle", engines=served("vllm", ["vllm"]), weights="draft"))
 
 
+@pytest.mark.parametrize("speculation", [", method: ngram", ', method: eagle, head: "specguard:demo/eagle"'])
+def test_validate_and_plan_read_a_config_with_no_draft_model(tmp_path, speculation):
+    """`specguard validate` and `plan` read each model's config without its weights: with no models.draft they
+    read the target's alone (they raised AttributeError on the missing draft)."""
+    from gate.run.estimate import plan_config
+    from gate.run.validate import validate
+
+    launch = VLLM_NGRAM if "ngram" in speculation else \
+        ["vllm", "serve", "m", "--speculative-config", json.dumps({"method": "eagle", "model": "h",
+                                                                   "num_speculative_tokens": 4})]
+    path = tmp_path / "specguard.yaml"
+    path.write_text(HEAD % {"draft": "", "weights": "false", "speculation": speculation,
+                            "engines": served("vllm", launch)})
+    assert validate(str(path)) is not None
+    report = plan_config(str(path))
+    assert any("launched by the gate" in line for line in report.servers), report.servers
+
+
 def test_a_launch_line_that_runs_another_method_is_refused_naming_the_fix():
     """The demo draft in models.draft beside a vLLM server launched with method ngram validated OK and its draft-side
     tests measured a model that proposed nothing (issue 47)."""

@@ -395,7 +395,9 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
 
     loaded = load_config(config)
     device = resolve_device(loaded.config.models.device)
-    target, draft = config_only(loaded, "target", device), config_only(loaded, "draft", device)
+    target = config_only(loaded, "target", device)
+    # a method without a draft model (speculation.method: ngram, eagle, ...) has none to read
+    draft = config_only(loaded, "draft", device) if loaded.config.models.draft is not None else None
     pair = ModelPair(target, draft, load_tokenizer(loaded, target.location, "target"), device)
     cache = loaded.config.output.cache_dir
     cache_dir = loaded.resolve_path(cache) if cache else None
