@@ -88,12 +88,16 @@ NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 4}  # the n-gram lookup's 
 
 def server_command(port: int, k: int | None, max_logprobs: int = 20, method: str = "draft_model") -> list[str]:
     """A vLLM OpenAI-compatible server on the demo target; with ``k``, speculation on: the demo draft
-    (``draft_model``) or n-gram lookup in the context (``ngram``, no draft model)."""
+    (``draft_model``), n-gram lookup in the context (``ngram``, no draft model), or the demo EAGLE head
+    (``eagle``: gate/demo/eagle, scripts/train_eagle_head.py)."""
     cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(DEMO / "target"),
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--max-logprobs", str(max_logprobs),
            "--no-enable-prefix-caching"]  # a batch repeats prompts (18 in the demo suite): no cache hit may flatter
     if k and method == "ngram":
         cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k, **NGRAM})]
+    elif k and method == "eagle":
+        cmd += ["--speculative-config", json.dumps({"method": "eagle", "model": str(DEMO / "eagle"),
+                                                    "num_speculative_tokens": k})]
     elif k:
         cmd += ["--speculative-config", json.dumps({"method": "draft_model", "model": str(DEMO / "draft"),
                                                     "num_speculative_tokens": k})]
@@ -120,8 +124,8 @@ def config(args) -> None:
                "slo: {ttft_s: 0.5, tpot_s: 0.05}}" if args.traffic else "")
     weights = {"true": "true", "false": "false", "draft": "draft"}[args.local_weights]
     draft = '\n  draft: {path: "specguard:demo/draft", dtype: float32}' if args.method == "draft_model" else ""
-    method = (", method: ngram, " + ", ".join(f"{key}: {v}" for key, v in NGRAM.items())
-              if args.method == "ngram" else "")
+    method = {"ngram": ", method: ngram, " + ", ".join(f"{key}: {v}" for key, v in NGRAM.items()),
+              "eagle": ', method: eagle, head: "specguard:demo/eagle"'}.get(args.method, "")
 
     def endpoint(role: str, port: int, k: int | None) -> str:
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": bind[role], "HF_HUB_OFFLINE": "1"}
@@ -268,8 +272,9 @@ def main() -> None:
     c.add_argument("--binding", choices=("own", "default"), default="own",
                    help="own: each server's threads on a core of its own (VLLM_CPU_OMP_THREADS_BIND); default: vLLM's "
                         "own binding, both servers on every core (they slow each other: the gate's probe names it)")
-    c.add_argument("--method", choices=("draft_model", "ngram"), default="draft_model",
-                   help="draft_model: the demo draft; ngram: n-gram lookup in the context, no draft model")
+    c.add_argument("--method", choices=("draft_model", "ngram", "eagle"), default="draft_model",
+                   help="draft_model: the demo draft; ngram: n-gram lookup in the context, no draft model; "
+                        "eagle: the demo EAGLE head (gate/demo/eagle, no draft model)")
     c.add_argument("--isolate", action="store_true",
                    help="checks.speedup.isolate_servers: true (time one server at a time, the other frozen)")
     c.add_argument("--out", default="out", help="the run directory, relative to the config")

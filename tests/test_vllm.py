@@ -109,3 +109,29 @@ def test_the_gate_gates_vllm_n_gram_speculation_with_no_draft_model(tmp_path):
     assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
     curve = checks["speedup"]["engines"]["vllm"]["load_curve"]
     assert curve["1"]["mean_accepted_length"] > 1.0, curve  # vLLM's counters: the lookup speculated
+
+
+def test_the_gate_gates_vllm_eagle_speculation_with_the_demo_head(tmp_path):
+    """Issue 47, item 3: vLLM serving the demo target with an EAGLE head (gate/demo/eagle, scripts/
+    train_eagle_head.py), from a config with no models.draft (speculation.method: eagle, the head named in
+    speculation.head, never loaded here). The proposer cannot run here, so the sampling check runs its target-side
+    tests only. What they find is reported as found."""
+    cfg = tmp_path / "specguard.yaml"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--method", "eagle",
+                    "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4", "--per-slice", "2", "--quick"],
+                   check=True)
+    assert "draft:" not in cfg.read_text() and "method: eagle" in cfg.read_text()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    out = tmp_path / "out"
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = json.loads((out / "checks.json").read_text())
+    for bs in ("1", "4"):
+        row = checks["equivalence"]["vllm"][bs]
+        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    dist = checks["distribution"]
+    assert dist["tests"] == ["pit_ks", "target_top", "target_logprob"], dist
+    assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
+    curve = checks["speedup"]["engines"]["vllm"]["load_curve"]
+    assert curve["1"]["mean_accepted_length"] > 1.0, curve  # vLLM's counters: the head's drafts were accepted
