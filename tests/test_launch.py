@@ -95,3 +95,66 @@ def test_a_reference_that_speculates_is_refused(tmp_path, capsys):
 def test_a_malformed_speculative_config_is_a_clear_error(tmp_path, capsys, value, says):
     code, err = validate(tmp_path, capsys, "vllm", ["vllm", "serve", "org/t", "--speculative-config", value])
     assert code == 2 and says in err and "engines[0].http.server.launch" in err
+
+
+# --- every form of a vLLM launch line (issue 48, item 4) -------------------------------------------
+
+
+@pytest.mark.parametrize("form", [
+    ["--speculative-config.num_speculative_tokens", "6", "--speculative-config.model", "org/draft"],
+    ["--speculative-config.num_speculative_tokens=6"],
+    ["--speculative_config.num_speculative_tokens", "6"],
+    ["--speculative-config", VLLM_SPEC % 4, "--speculative-config.num_speculative_tokens", "6"],  # dotted wins
+])
+def test_k_given_in_vllms_dotted_form_is_read_and_a_mismatch_refused(tmp_path, capsys, form):
+    code, err = validate(tmp_path, capsys, "vllm", ["vllm", "serve", "org/target", *form])
+    assert code == 2 and "k differs" in err and "gives 6" in err and "speculation.num_draft_tokens gives 4" in err
+
+
+def test_dotted_method_and_a_dotted_reference_are_read():
+    spec = read_launch("vllm", ["--speculative-config.method", "ngram", "--speculative-config.prompt_lookup_max",
+                                "5", "--speculative-config.num_speculative_tokens", "4"])
+    assert (spec.method, spec.k, spec.lookup) == ("ngram", 4, (None, 5))
+    said = mismatches("vllm", ["vllm", "serve", "t", "--speculative-config.method=ngram"], 4, "org/draft", "server")
+    assert any("the method differs" in m and "drop models.draft" in m for m in said), said
+    assert "speculation off" in mismatches("vllm", ["--speculative-config.num_speculative_tokens", "4"], 4, None,
+                                           "reference")[0]
+
+
+def test_a_vllm_config_file_is_read_and_the_command_line_wins_over_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the gate launches the server in its own working directory: the file is read there
+    (tmp_path / "serve.yaml").write_text("model: org/target\nspeculative_config:\n  model: org/draft\n"
+                                         "  num_speculative_tokens: 6\n")
+    spec = read_launch("vllm", ["vllm", "serve", "--config", "serve.yaml"])
+    assert (spec.k, spec.draft) == (6, "org/draft") and "serve.yaml" in spec.k_flag
+    assert read_launch("vllm", ["--config", "serve.yaml", "--speculative-config", VLLM_SPEC % 4]).k == 4
+    assert read_launch("vllm", ["--config", "serve.yaml", "--speculative-config.num_speculative_tokens", "3"]).k == 3
+    (tmp_path / "old.yaml").write_text("num-speculative-tokens: 5\n")
+    assert read_launch("vllm", ["--config", "old.yaml"]).k == 5
+    code, err = validate(tmp_path, capsys, "vllm", ["vllm", "serve", "--config", "serve.yaml"])
+    assert code == 2 and "k differs" in err and "gives 6" in err
+
+
+def test_a_speculation_flag_the_gate_cannot_read_is_a_warning_naming_it(tmp_path, capsys):
+    from gate.inputs.launch import unread
+
+    assert unread("vllm", ["vllm", "serve", "t", "--speculative-config", "{}", "--speculative-config.method", "x",
+                           "--num-speculative-tokens", "4"]) == []
+    said = unread("vllm", ["vllm", "serve", "t", "--speculative-disable-by-batch-size=4", "--config", "gone.yaml"])
+    assert said[0].startswith("--speculative-disable-by-batch-size is about speculation and the gate does not read")
+    assert said[1].startswith("--config gone.yaml: cannot read it")
+    assert unread("llamacpp", ["llama-server", "-md", "d.gguf", "--spec-type", "draft-simple", "--spec-replace",
+                               "a", "b"]) == [unread("llamacpp", ["--spec-replace"])[0]]
+    assert unread("sglang", ["--speculative-algorithm", "EAGLE", "--speculative-foo", "1"])[0].startswith(
+        "--speculative-foo")
+    assert unread("tgi", ["--speculate", "7"]) == []  # a preset whose flags the gate does not read at all
+
+    path = tmp_path / "specguard.yaml"
+    path.write_text(CONFIG.format(preset="vllm", draft='"specguard:demo/draft"', reference=json.dumps(["serve", "t"]),
+                                  server=json.dumps(["vllm", "serve", "org/target", "--speculative-config",
+                                                     VLLM_SPEC % 4, "--speculative-disable-by-batch-size", "4"])))
+    code = main(["validate", str(path)])
+    said = capsys.readouterr()
+    assert code == 0, said.err  # a warning, not a refusal
+    assert "engines[0].http.server.launch: --speculative-disable-by-batch-size is about speculation" in \
+        said.out + said.err

@@ -294,6 +294,10 @@ class EngineConfig(Strict):
         stack's default, the flag that sets it) for each launched server that claims a fixed share."""
         return []
 
+    def unread_launch(self) -> list[tuple[str, str]]:
+        """(field of a launch line, what in it about speculation the gate cannot read): a warning each."""
+        return []
+
     @property
     def prefix_cache_off(self) -> str | None:
         """The flag that turns its stack's prefix cache off (None: it has none the gate knows of)."""

@@ -6,21 +6,26 @@ the server runs another, so the config is refused (docs/serving.md, "k and the d
 
 Read per preset, from the stacks' documented flags (``--flag value`` and ``--flag=value``):
 
-* ``vllm``: ``--speculative-config`` / ``--speculative_config`` / ``-sc`` JSON, keys ``num_speculative_tokens``
-  and ``model``; the older ``--num-speculative-tokens`` and ``--speculative-model``;
+* ``vllm``: ``--speculative-config`` / ``--speculative_config`` / ``-sc`` JSON, keys ``num_speculative_tokens``,
+  ``method`` and ``model``, each also as a dotted flag of its own (``--speculative-config.num_speculative_tokens
+  6``, which wins over the JSON's key, as vLLM's parser merges them); ``--config FILE`` (YAML, its keys the flags'
+  names: the command line wins over the file); the older ``--num-speculative-tokens`` and ``--speculative-model``;
 * ``sglang``: ``--speculative-num-steps`` (draft steps per verification: k), or, without it and with
   ``--speculative-eagle-topk`` absent or 1, ``--speculative-num-draft-tokens`` minus 1 (SGLang verifies the
   k drafts plus the bonus position); the draft from ``--speculative-draft-model-path``;
 * ``llamacpp``: ``--spec-draft-n-max``, or the older ``--draft-max`` / ``--draft-n`` / ``--draft``; the draft
   from ``-md`` / ``--model-draft``.
 
-A flag that is not there leaves that value unknown (a stack's own default, a config file): nothing is refused.
+A flag that is not there leaves that value unknown (a stack's own default): nothing is refused.  A flag about
+speculation that the gate does not read, or a ``--config`` file it cannot open, is named by :func:`unread`, which
+``validate`` and ``plan`` print as a warning: never silence.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 _K_FLAGS = {
     "vllm": ("--num-speculative-tokens", "--num_speculative_tokens"),
@@ -33,6 +38,22 @@ _DRAFT_FLAGS = {
     "llamacpp": ("-md", "--model-draft"),
 }
 _VLLM_JSON = ("--speculative-config", "--speculative_config", "-sc")
+_VLLM_DOTTED = ("--speculative-config.", "--speculative_config.")
+# Flags about speculation each preset's reader knows and leaves alone on purpose (they change neither k, the method
+# nor the draft): not warned about.
+_KNOWN = {
+    "vllm": ("--config",),
+    "sglang": ("--speculative-algorithm", "--speculative-num-draft-tokens", "--speculative-eagle-topk",
+               "--speculative-token-map", "--speculative-accept-threshold-single",
+               "--speculative-accept-threshold-acc"),
+    "llamacpp": ("--spec-type", "--spec-draft-n-min", "--draft-min", "--draft-p-min", "--spec-draft-p-min", "-td",
+                 "--threads-draft", "-tbd", "--threads-batch-draft", "-ngld", "--gpu-layers-draft", "-devd",
+                 "--device-draft", "-ctkd", "-ctvd", "--cache-type-k-draft", "--cache-type-v-draft"),
+}
+# What a flag about speculation looks like, per preset (to name one the gate does not read)
+_ABOUT = {"vllm": ("--speculative", "--num-speculative", "--num_speculative", "-sc"),
+          "sglang": ("--speculative",),
+          "llamacpp": ("--spec-", "--draft", "-md", "--model-draft", "-cd", "--ctx-size-draft")}
 
 
 @dataclass(frozen=True)
@@ -89,15 +110,18 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
             draft, draft_flag = flags[f], f
             break
     if preset == "vllm":
-        for f in _VLLM_JSON:
-            if f not in flags:
-                continue
-            try:
-                spec = json.loads(flags[f])
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{f}: not JSON ({e.msg} at character {e.pos})") from None
-            if not isinstance(spec, dict):
-                raise ValueError(f"{f}: expected a JSON object, got {type(spec).__name__}")
+        file = _vllm_file(flags)
+        if k is None:
+            for f in _K_FLAGS["vllm"]:
+                if f[2:] in file:
+                    k, k_flag = _int(f"--config {f[2:]}", str(file[f[2:]])), f"--config {flags['--config']} {f[2:]}"
+                    break
+        if draft is None:
+            for f in _DRAFT_FLAGS["vllm"]:
+                if isinstance(file.get(f[2:]), str):
+                    draft, draft_flag = file[f[2:]], f"--config {flags['--config']} {f[2:]}"
+                    break
+        for f, spec in _vllm_specs(flags, argv, file):
             if "num_speculative_tokens" in spec:
                 k, k_flag = _int(f"{f} num_speculative_tokens", str(spec["num_speculative_tokens"])), \
                     f"{f} num_speculative_tokens"
@@ -107,7 +131,6 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
                 draft, draft_flag = spec["model"], f"{f} model"  # without a method vLLM infers it from the model
             lookup = tuple(_int(f"{f} {key}", str(spec[key])) if key in spec else None
                            for key in ("prompt_lookup_min", "prompt_lookup_max"))
-            break
     if preset == "sglang" and k is None and "--speculative-num-draft-tokens" in flags:
         topk = flags.get("--speculative-eagle-topk", "1")
         if topk == "1":
@@ -120,6 +143,90 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
     if draft is not None and method is None and draft_flag in _DRAFT_FLAGS.get(preset, ()):
         method, method_flag = "draft_model", draft_flag  # a flag that names a draft model, and only that
     return LaunchSpeculation(k, k_flag, draft, draft_flag, method, method_flag, lookup)
+
+
+def _json_object(flag: str, value) -> dict:
+    if isinstance(value, dict):
+        return value
+    try:
+        spec = json.loads(value)
+    except (TypeError, json.JSONDecodeError) as e:
+        where = f" ({e.msg} at character {e.pos})" if isinstance(e, json.JSONDecodeError) else ""
+        raise ValueError(f"{flag}: not JSON{where}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{flag}: expected a JSON object, got {type(spec).__name__}")
+    return spec
+
+
+def _value(text: str):
+    """A dotted flag's value as vLLM's parser reads it: JSON where it parses, else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _vllm_file(flags: dict[str, str]) -> dict:
+    """``--config FILE``'s keys (YAML), underscores as dashes; {} where there is none or it cannot be read (said by
+    :func:`unread`, never refused: the server, not the gate, is the judge of its own file)."""
+    import yaml
+
+    if "--config" not in flags:
+        return {}
+    try:
+        data = yaml.safe_load(Path(flags["--config"]).expanduser().read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {str(k).replace("_", "-"): v for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _vllm_specs(flags: dict[str, str], argv: list[str], file: dict) -> list[tuple[str, dict]]:
+    """The speculative config as vLLM assembles it, as one (where it came from, keys) pair, or none: the file's,
+    then the command line's JSON over it, then its dotted keys over both."""
+    where, spec = None, {}
+    if "speculative-config" in file:
+        where, spec = f"--config {flags['--config']} speculative-config", \
+            dict(_json_object("--config speculative-config", file["speculative-config"]))
+    for f in _VLLM_JSON:
+        if f in flags:
+            where, spec = f, _json_object(f, flags[f])
+            break
+    dotted = {}
+    for i, arg in enumerate(argv):
+        for prefix in _VLLM_DOTTED:
+            if arg.startswith(prefix):
+                key, eq, text = arg[len(prefix):].partition("=")
+                if not eq and i + 1 < len(argv):
+                    text = argv[i + 1]
+                dotted[key.replace("-", "_")] = _value(text)
+    if dotted:
+        spec = {**spec, **dotted}
+        where = where + " and its dotted flags" if where else "--speculative-config.*"
+    return [(where, spec)] if where else []
+
+
+def unread(preset: str, argv: list[str]) -> list[str]:
+    """Flags of a launch line that are about speculation and that the gate does not read, and a ``--config`` file it
+    cannot open: what ``validate`` and ``plan`` warn about (the config's k, method and draft are then unchecked
+    against them)."""
+    if preset not in _ABOUT:
+        return []
+    known = {*_K_FLAGS.get(preset, ()), *_DRAFT_FLAGS.get(preset, ()), *_KNOWN.get(preset, ()),
+             *(_VLLM_JSON if preset == "vllm" else ())}
+    out = []
+    for arg in argv:
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if not name.startswith("-") or name in known or (preset == "vllm" and name.startswith(_VLLM_DOTTED)):
+            continue
+        if name.startswith(_ABOUT[preset]) and name not in out:
+            out.append(name)
+    said = [f"{name} is about speculation and the gate does not read it: check by hand that it agrees with the "
+            "config's speculation section" for name in out]
+    flags = _flags(argv)
+    if preset == "vllm" and "--config" in flags and not _vllm_file(flags):
+        said.append(f"--config {flags['--config']}: cannot read it as YAML from here (the gate launches the server "
+                    "in its own working directory): the speculation it sets is not checked against the config")
+    return said
 
 
 def _hub_id(path: str) -> str | None:

@@ -236,7 +236,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
 def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     """What a run of this config will do that measures less than it seems: rows repeated in a batch (a stack's
     prefix cache then serves the repeats), sampled tokens no test can read, servers that cannot fit on one GPU
-    together, launch lines whose executable is not on this runner."""
+    together, launch lines whose executable is not on this runner or whose speculation flags the gate cannot read."""
     import os
     import shutil
 
@@ -259,6 +259,7 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     if cfg.generation.sampling is not None and how is None:
         out.append(f"the run samples (generation.sampling), but the distribution test cannot read the tokens: {why}")
     for i, e in enumerate(cfg.engines):
+        out += [f"engines[{i}].{where}: {said}" for where, said in e.unread_launch()]
         for where, ep in e.endpoints():
             if ep.launch and shutil.which(ep.launch[0], path=ep.env.get("PATH", os.environ.get("PATH"))) is None:
                 out.append(f"engines[{i}].{where}.launch[0]: {ep.launch[0]!r} is not an executable on this runner: "
