@@ -132,3 +132,59 @@ def test_servers_sharing_a_gpu_are_warned_when_their_memory_fractions_cannot_fit
     else:
         assert len(said) == 1 and warned in said[0] and "--gpu-memory-utilization" in said[0], said
         assert "engines[0].http.server.launch and engines[0].http.reference.launch" in said[0]
+
+
+GPU_ENV = """\
+version: 1
+models: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}, device: cuda,
+         local_weights: false}
+engines:
+  - type: http
+    name: stack
+    http:
+      preset: vllm
+      server: {url: "http://127.0.0.1:9", launch: %(server)s, env: {CUDA_VISIBLE_DEVICES: "%(a)s"}}
+      reference: {url: "http://127.0.0.1:10", launch: %(reference)s, env: {CUDA_VISIBLE_DEVICES: "%(b)s"}}
+"""
+VLLM_LINE = '[vllm, serve, m, --gpu-memory-utilization, "0.9"]'
+
+
+@pytest.mark.parametrize("a,b,server,warned", [
+    ("0,1,2,3", "2,3,4,5", VLLM_LINE, "share GPU(s) 2,3 and claim 0.9 + 0.9 = 1.80"),  # overlap, not equal strings
+    ("0,1", "2,3", VLLM_LINE, None),  # disjoint: each server has its GPUs to itself
+    ("0,1", "1", VLLM_LINE, "share GPU(s) 1 and claim"),
+    ("0", "0", '[bash, -c, "./serve.sh"]', None),  # a line the gate cannot read makes no memory claim
+])
+def test_device_sets_are_compared_by_overlap_and_an_unread_line_claims_nothing(tmp_path, a, b, server, warned):
+    """Issue 48, item 5: CUDA_VISIBLE_DEVICES "0,1,2,3" and "2,3,4,5" share two GPUs; a shell script's share is
+    not guessed."""
+    from types import SimpleNamespace
+
+    from gate.inputs.config import parse_config
+    from gate.run.estimate import warnings
+
+    text = GPU_ENV % {"a": a, "b": b, "server": server, "reference": VLLM_LINE}
+    said = [w for w in warnings(parse_config(text, tmp_path / "gpu.yaml"), [], SimpleNamespace(batches=[], timing=[]))
+            if "share GPU" in w]
+    if warned is None:
+        assert said == [], said
+    else:
+        assert len(said) == 1 and warned in said[0], said
+
+
+def test_paired_modes_three_servers_are_summed_on_the_gpus_they_share(tmp_path):
+    """plan --against: the base's server runs beside the head's two; three at 0.45 on GPUs 0-3 claim 1.35."""
+    from gate.run.estimate import launched_shares, memory_warnings
+
+    line = '[vllm, serve, m, --gpu-memory-utilization, "0.45"]'
+    from gate.inputs.config import parse_config
+
+    head = parse_config(GPU_ENV % {"a": "0,1,2,3", "b": "0,1,2,3", "server": line, "reference": line},
+                        tmp_path / "head.yaml")
+    assert memory_warnings(launched_shares(head.config.engines)) == []  # 0.9 for the two: fits
+    base = parse_config(GPU_ENV % {"a": "0,1,2,3", "b": "0,1,2,3", "server": line, "reference": line},
+                        tmp_path / "base.yaml")
+    said = memory_warnings(launched_shares(head.config.engines)
+                           + launched_shares(base.config.engines, "base ", only_server=True))
+    assert len(said) == 1 and "0.45 + 0.45 + 0.45 = 1.35" in said[0], said
+    assert "base engines[0].http.server.launch" in said[0] and "base engines[0].http.reference" not in said[0]

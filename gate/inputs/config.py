@@ -261,14 +261,12 @@ class EngineConfig(Strict):
 
     @property
     def served_reference(self) -> Any | None:
-        """The endpoint that serves the gate's reference in place of the local target (an http engine's
-        ``http.reference``), or None."""
+        """The endpoint serving the gate's reference in the local target's place (``http.reference``), or None."""
         return None
 
     @property
     def takes_traffic(self) -> bool:
-        """Replays request-rate traffic (``checks.traffic``): it takes requests while others run, and its own
-        reference answers the same trace."""
+        """Replays request-rate traffic (``checks.traffic``): takes requests while others run; so does its reference."""
         return False
 
     @property
@@ -279,8 +277,7 @@ class EngineConfig(Strict):
 
     @property
     def why_no_scoring(self) -> str | None:
-        """Why the reference it serves cannot score a given continuation, when it serves one (None: it can, or it
-        serves none)."""
+        """Why the reference it serves cannot score a given continuation (None: it can, or it serves none)."""
         return None
 
     def endpoints(self) -> list[tuple[str, Any]]:

@@ -281,8 +281,9 @@ MEMORY_BUDGET = 0.95  # what servers sharing a GPU may claim together (the rest:
 
 def memory_fraction(preset: str, argv: list[str]) -> tuple[float | None, bool]:
     """(the share of the GPU a ``vllm`` or ``sglang`` launch line claims, whether the line says it); (None, False)
-    for a stack that claims no fixed share."""
-    if preset not in MEMORY_FLAGS:
+    for a stack that claims no fixed share, and for a line that does not start the stack itself (a shell script,
+    ``bash -c``: what it runs is not read, so no claim is made)."""
+    if preset not in MEMORY_FLAGS or not any(preset in Path(a).name or a.startswith(f"{preset}.") for a in argv):
         return None, False
     flag, default = MEMORY_FLAGS[preset]
     value = _flags(argv).get(flag) or _flags(argv).get(flag.replace("-", "_").replace("__", "--"))

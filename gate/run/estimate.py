@@ -240,8 +240,6 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     import os
     import shutil
 
-    from gate.inputs.launch import MEMORY_BUDGET
-
     cfg, out = loaded.config, []
     repeated = sorted({b.batch_size for b in p.batches if b.duplicates}
                       | {b.batch_size for lvl in p.timing for c in lvl.cells for b in c.batches
@@ -266,19 +264,57 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
                            "the gate cannot launch it here")
     if cfg.models.device == "cpu":
         return out
-    groups: dict[str, list[tuple[str, float, bool, str]]] = {}
-    for i, e in enumerate(cfg.engines):
+    return out + memory_warnings(launched_shares(cfg.engines))
+
+
+def launched_shares(engines, prefix: str = "", only_server: bool = False) -> list[tuple[str, float, bool, str, str]]:
+    """(field, share of a GPU's memory, whether the line says it, the flag, CUDA_VISIBLE_DEVICES) of each launched
+    server that claims a fixed share; ``only_server``: the engine under test's servers alone (paired mode's base,
+    whose reference the head's serves)."""
+    import os
+
+    out = []
+    for i, e in enumerate(engines):
+        endpoints = dict(e.endpoints())
         for where, share, said, flag in e.memory_shares():
-            ep = dict(e.endpoints())[where.removesuffix(".launch")]
-            gpus = ep.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
-            groups.setdefault(gpus, []).append((f"engines[{i}].{where}", share, said, flag))
-    for gpus, servers in groups.items():
-        total = sum(s for _, s, _, _ in servers)
-        unsaid = [w for w, _, said, _ in servers if not said]
-        if len(servers) > 1 and (total > MEMORY_BUDGET or unsaid):
-            flags = ", ".join(dict.fromkeys(f for _, _, _, f in servers))
-            out.append(f"{' and '.join(w for w, _, _, _ in servers)} share GPU(s) {gpus} and claim "
-                       f"{' + '.join(f'{s:g}' for _, s, _, _ in servers)} = {total:.2f} of their memory"
+            field = where.removesuffix(".launch")
+            if only_server and not field.endswith(".server"):
+                continue
+            gpus = endpoints[field].env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+            out.append((f"{prefix}engines[{i}].{where}", share, said, flag, gpus))
+    return out
+
+
+def _devices(gpus: str) -> frozenset[str] | None:
+    """A CUDA_VISIBLE_DEVICES value as a set of device ids (None: every GPU of the machine)."""
+    ids = frozenset(g.strip() for g in str(gpus).split(",") if g.strip())
+    return None if not ids or gpus == "all" else ids
+
+
+def memory_warnings(servers: list[tuple[str, float, bool, str, str]]) -> list[str]:
+    """Servers whose device sets overlap (compared as sets: "0,1,2,3" and "2,3,4,5" share GPUs 2 and 3; an unset
+    CUDA_VISIBLE_DEVICES is every GPU) and whose shares add up to more than ``MEMORY_BUDGET`` on a GPU they
+    share, or one of which claims the stack's default share without saying so."""
+    from gate.inputs.launch import MEMORY_BUDGET
+
+    sets = [_devices(g) for *_, g in servers]
+    ids = sorted(set().union(*(d for d in sets if d is not None)) or {"all"})
+    said_once: set[tuple[int, ...]] = set()
+    out = []
+    for gpu in ids:
+        on = tuple(i for i, d in enumerate(sets) if d is None or gpu in d)
+        if len(on) < 2 or on in said_once:
+            continue
+        said_once.add(on)
+        group = [servers[i] for i in on]
+        total = sum(s for _, s, *_ in group)
+        unsaid = [w for w, _, said, *_ in group if not said]
+        if total > MEMORY_BUDGET or unsaid:
+            shared = sorted(set.intersection(*(set(d) for d in (sets[i] for i in on) if d is not None)) or {gpu}) \
+                if any(sets[i] is not None for i in on) else ["all"]
+            flags = ", ".join(dict.fromkeys(f for *_, f, _ in group))
+            out.append(f"{' and '.join(w for w, *_ in group)} share GPU(s) {','.join(shared)} and claim "
+                       f"{' + '.join(f'{s:g}' for _, s, *_ in group)} = {total:.2f} of their memory"
                        + (f" ({', '.join(unsaid)}: the stack's default, the line sets none)" if unsaid else "")
                        + f": give each line its share ({flags}) so that they add up to at most {MEMORY_BUDGET:g} "
                        "(docs/serving.md, one GPU)")
@@ -413,6 +449,10 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
                       tokens_per_s=tokens_per_s, hardware_key=hardware_key)
     report.servers = server_lines(loaded, "")
     if side is not None:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
+        if loaded.config.models.device != "cpu":  # and its server takes GPU memory beside the head's
+            both = memory_warnings(launched_shares(loaded.config.engines)
+                                   + launched_shares(side.loaded.config.engines, "base ", only_server=True))
+            report.warnings += [w for w in both if w not in report.warnings]
         report.summary += f"; paired with {against}"
         report.servers += server_lines(side.loaded, "base-", only_server=True)
         report.servers += [f"{c} (a port free now: the gate picks one again when it launches)" for c in side.changes]
