@@ -7,9 +7,10 @@ import sys
 
 
 def entry() -> None:
-    """``specguard``: :func:`main`, then an exit past an abandoned plug-in thread (``engines[].isolation: thread``),
-    whose torch threads would otherwise end the interpreter's shutdown with "terminate called without an active
-    exception" (exit 134); the default, process isolation, has no such thread (docs/reliability.md)."""
+    """``specguard``: :func:`gate.cli.main`, then an exit past an abandoned plug-in thread
+    (``engines[].isolation: thread``), whose torch threads would otherwise end the interpreter's shutdown with
+    "terminate called without an active exception" (exit 134); the default, process isolation, has no such thread
+    (docs/reliability.md)."""
     import gc
     import threading
 

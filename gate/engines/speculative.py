@@ -97,8 +97,9 @@ class SpeculativeEngine:
         """One step for every active row: draft, verify, accept, then the residual or bonus token.
 
         The step is split into small methods so that each rule of the algorithm is one to three lines that the
-        self-test can break on its own (the *seams* below: :meth:`accepted_count`, :meth:`next_position`,
-        :meth:`target_keep`, :meth:`accept_test`, :meth:`residual`); a mutant overrides one and must be caught.
+        self-test can break on its own (the *seams*, e.g. :meth:`accepted_count`, :meth:`next_position`,
+        :meth:`target_keep`, :meth:`accept_test`, :meth:`residual`: all listed above their definitions); a mutant
+        overrides one and must be caught.
 
         Shapes: R rows in the batch (finished rows included until they are dropped), V the vocabulary, P the
         widest pending-token list. Draft lengths, by name: ``k`` is the configured ``num_draft_tokens`` (it
@@ -200,9 +201,11 @@ class SpeculativeEngine:
             n = torch.zeros(len(drafts), dtype=torch.long, device=self.device)
         return n, sample(self.final_distribution(p, q, n, k_row), u_final)
 
-    # --- mutation seams: the self-test's broken engines (gate/selftest/mutants.py) override these five
-    # --- (accept_test, accepted_count, next_position, residual, target_keep) or the batch layout or tracker; the
-    # --- correct versions ignore some of their parameters on purpose, so a mutant can use them.
+    # --- mutation seams: the self-test's broken engines (gate/selftest/mutants.py) override the ones below
+    # --- (accept_test, accepted_count, next_position, residual, target_keep, drop_finished), draft_token above, the
+    # --- batch layout's (gate/engines/layout.py: positions, attention_mask, reject, select) or the tracker's
+    # --- (gate/engines/tracking.py: eos_at); the correct versions ignore some parameters on purpose, so a mutant
+    # --- can use them.
 
     def accept_test(self, u: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor) -> torch.Tensor:
         assert u.shape == p_d.shape == q_d.shape, (u.shape, p_d.shape, q_d.shape)  # [R, K] each

@@ -7,7 +7,8 @@
   characters (GitHub's limit): the least important sections are dropped first,
   with a note (:func:`gate.report.page.fit`, the one truncation routine).
 * ``summary.md``, the step summary — the same page with a 1 MiB limit, then the checks' full text (``checks.md`` of
-  ``specguard check``, :func:`render_text`, less its title: :func:`render_details`) as its least important section.
+  ``specguard check``, :func:`gate.report.render.render_text`, less its title:
+  :func:`gate.report.render.render_details`) as its least important section.
 * the terminal — rich tables; plain text when stdout is not a terminal.
 * ``speedup.png`` — speedup against load per slice with CI bars, when the
   ``specguard[plot]`` extra (matplotlib) is installed; otherwise skipped with a note.
@@ -18,6 +19,6 @@ every number.  Every ``{{ }}`` in the templates is escaped for Markdown by defau
 nothing from a file, an engine, a server, a baseline or a prompt can break a table, close a
 ``<details>``, @-mention someone, link an issue, show an image or forge a marker.  Model output,
 prompts and prompt ids are quoted in inert code spans (``untrusted``).  The only marker in the page is
-the footer's, made from the config's name (:func:`marker`), never from a baseline.
+the footer's, made from the config's name (:func:`gate.report.render.marker`), never from a baseline.
 
 """

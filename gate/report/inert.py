@@ -8,7 +8,7 @@ prompt can do anything on the page that shows it.
 * The terminal (rich): :func:`terminal` gives a ``rich.text.Text``, never parsed as markup (``[/]``), with
   control characters (ANSI escapes) shown as ``·``.
 
-The one Jinja environment (:func:`gate.report.environment`) applies :func:`markdown` to every ``{{ … }}`` by
+The one Jinja environment (:func:`gate.report.render.environment`) applies :func:`markdown` to every ``{{ … }}`` by
 default (:func:`finalize`); only values already made :class:`Inert` here pass unchanged.
 """
 

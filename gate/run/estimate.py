@@ -120,7 +120,8 @@ def _duration(seconds: float) -> str:
 
 
 def _eos(loaded: LoadedConfig, pair) -> tuple[int, ...]:
-    """The EOS ids the run will stop at (as :attr:`ModelPair.eos_token_ids` reads them from the loaded model)."""
+    """The EOS ids the run will stop at (as :attr:`gate.inputs.models.ModelPair.eos_token_ids` reads them from
+    the loaded model)."""
     if not loaded.config.generation.stop_at_eos:
         return ()
     ids = None

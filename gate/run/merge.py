@@ -1,7 +1,7 @@
 """``specguard merge``: combine the results of a sharded run into one results.json.
 
 Each shard (``specguard run --shard i/n`` on its own runner) writes its own results.  Merging is a union of
-executions by :class:`~gate.run.results.JobKey`; it refuses shards of different runs (fingerprint, settings,
+executions by :class:`~gate.run.records.JobKey`; it refuses shards of different runs (fingerprint, settings,
 shard count), naming what differs, and says which shards are missing.  ``check`` and ``compare`` then take
 the merged file unchanged.
 """

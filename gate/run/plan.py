@@ -4,7 +4,7 @@
 out, with no model and no clock.  The executor (:mod:`gate.run.execute`) runs its
 jobs; the timing scheduler (:mod:`gate.run.schedule`) decides how often each timing
 cell repeats.  Sharding filters a plan; merging unions executions by
-:class:`~gate.run.results.JobKey`.
+:class:`~gate.run.records.JobKey`.
 
 Three ways to cut the suite into batches of exactly the batch size:
 

@@ -7,10 +7,10 @@ and every document the gate writes in the tests is validated against its schema.
 ======== ========================= =================================
 name     document                  schema id (the ``schema`` field)
 ======== ========================= =================================
-results  ``results.json``          ``specguard.results/3``
-checks   ``checks.json``           ``specguard.checks/1``
+results  ``results.json``          ``specguard.results/4``
+checks   ``checks.json``           ``specguard.checks/2``
 baseline ``baselines/<name>/*.json`` ``specguard.baseline/1``
-verdict  ``verdict.json``          ``specguard.verdict/1``
+verdict  ``verdict.json``          ``specguard.verdict/3``
 phases   ``phases.json``           ``specguard.phases/1``
 ======== ========================= =================================
 """

@@ -542,8 +542,8 @@ class Comparability:
 
 
 def comparability(baseline: Baseline, head_summary: Measurements) -> Comparability:
-    """How a run (its :func:`summarize`) relates to a stored baseline of another k or suite (never an error: see
-    :class:`Comparability`)."""
+    """How a run (its :func:`gate.verdict.summary.summarize`) relates to a stored baseline of another k or suite
+    (never an error: see :class:`Comparability`)."""
     suite = head_summary.fingerprint.suite
     k = baseline.settings.num_draft_tokens
     same_suite = baseline.fingerprint.suite.fingerprint == suite.fingerprint

@@ -1,6 +1,7 @@
 """Where baselines live and how a run's baseline is written: ``baselines/<name>/<hardware key>.json`` with its
 history beside it (:class:`BaselineStore`), the one the judge is given (:func:`lookup`, :class:`Stored`, named as
-the repository names it), and the refresh of it from a checked run (:func:`write_baseline`; atomic, read back)."""
+the repository names it); the refresh of it from a checked run is :func:`gate.verdict.refresh.write_baseline`
+(atomic, read back)."""
 
 from __future__ import annotations
 
@@ -116,8 +117,8 @@ def is_baseline_file(name: str) -> bool:
 def lookup(root: Path, name: str, hardware_key: str, given: str | None = None, keep: int = 20) -> Stored:
     """The stored baseline a run is judged against: ``given`` when it is a file (``--baseline PATH``), else the one
     named ``given or name`` for this hardware key only (never another key's: which one would be chance; they are
-    named instead).  Another k or suite is no reason to refuse it (:class:`Comparability`); only an unusable
-    baseline is (exit 3: :func:`load_baseline`)."""
+    named instead).  Another k or suite is no reason to refuse it (:class:`gate.verdict.baseline.Comparability`);
+    only an unusable baseline is (exit 3: :func:`load_baseline`)."""
     if given and is_baseline_file(given):
         baseline = load_baseline(given)
         return Stored(baseline, shown_path(Path(given)), name, baseline.hardware_key == hardware_key)
