@@ -86,13 +86,16 @@ def free_ports(n: int) -> list[int]:
 NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 4}  # the n-gram lookup's match lengths (method ngram)
 
 
-def server_command(port: int, k: int | None, max_logprobs: int = 20, method: str = "draft_model") -> list[str]:
+def server_command(port: int, k: int | None, max_logprobs: int = 20, method: str = "draft_model",
+                   prefill_chunk: int | None = None) -> list[str]:
     """A vLLM OpenAI-compatible server on the demo target; with ``k``, speculation on: the demo draft
     (``draft_model``), n-gram lookup in the context (``ngram``, no draft model), or the demo EAGLE head
     (``eagle``: gate/demo/eagle, scripts/train_eagle_head.py)."""
     cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(DEMO / "target"),
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--max-logprobs", str(max_logprobs),
            "--no-enable-prefix-caching"]  # a batch repeats prompts (18 in the demo suite): no cache hit may flatter
+    if prefill_chunk:  # chunked prefill on purpose: a prompt longer than this is prefilled over several steps
+        cmd += ["--max-num-batched-tokens", str(prefill_chunk)]
     if k and method == "ngram":
         cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k, **NGRAM})]
     elif k and method == "eagle":
@@ -133,7 +136,7 @@ def config(args) -> None:
             del env["VLLM_CPU_OMP_THREADS_BIND"]
         return (f"""      {role}:
         url: http://127.0.0.1:{port}
-        launch: {json.dumps(server_command(port, k, method=args.method))}
+        launch: {json.dumps(server_command(port, k, method=args.method, prefill_chunk=args.prefill_chunk))}
         startup_timeout_s: 600
         env: {json.dumps(env)}
 """)
@@ -275,6 +278,9 @@ def main() -> None:
     c.add_argument("--method", choices=("draft_model", "ngram", "eagle"), default="draft_model",
                    help="draft_model: the demo draft; ngram: n-gram lookup in the context, no draft model; "
                         "eagle: the demo EAGLE head (gate/demo/eagle, no draft model)")
+    c.add_argument("--prefill-chunk", type=int, metavar="N",
+                   help="--max-num-batched-tokens N on both servers: prompts longer than N are prefilled in chunks "
+                        "(vLLM's chunked prefill, exercised on purpose; the demo suite's longest are ~570 tokens)")
     c.add_argument("--isolate", action="store_true",
                    help="checks.speedup.isolate_servers: true (time one server at a time, the other frozen)")
     c.add_argument("--out", default="out", help="the run directory, relative to the config")

@@ -735,6 +735,12 @@ def test_llama_server_with_a_draft_model_passes_and_a_quantized_target_fails(tmp
     row = checks["speedup"]["engines"]["llamacpp"]["load_curve"]["1"]
     assert row["acceptance_rate"] and row["mean_accepted_length"] > 1, "llama-server's counters reach the report"
     bad = gate_on("control", "--control", "q4_0")
+    if bad.returncode == 2 and "exited with code -11 before it was ready" in bad.stderr:
+        # this llama-server build segfaults at start-up on every quantized GGUF on some CPUs (the AMX Intel Xeon
+        # here; docs/stacks.md): the gate names the crash, the field and the log; the control cannot run here
+        assert "engines[0].http.server: launch:" in bad.stderr and "server.log" in bad.stderr, bad.stderr[-3000:]
+        pytest.skip("llama-server's quantized path crashes at start-up on this CPU (SIGSEGV): the Q4_0 control "
+                    "cannot run here; the gate said so (exit 2)")
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-3000:]
     checks = json.loads((tmp_path / "out-control" / "checks.json").read_text())
     assert sum(checks["equivalence"]["llamacpp-q4_0"][bs]["divergences"]["confident"] for bs in ("1", "4")) > 0

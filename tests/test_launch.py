@@ -158,3 +158,50 @@ def test_a_speculation_flag_the_gate_cannot_read_is_a_warning_naming_it(tmp_path
     assert code == 0, said.err  # a warning, not a refusal
     assert "engines[0].http.server.launch: --speculative-disable-by-batch-size is about speculation" in \
         said.out + said.err
+
+
+# --- chunked prefill (issue 48, item 3) ------------------------------------------------------------
+
+
+def test_the_prefill_chunk_is_read_per_stack():
+    from gate.inputs.launch import prefill_chunk
+
+    assert prefill_chunk("vllm", ["vllm", "serve", "m", "--max-num-batched-tokens", "128"]) == \
+        (128, "--max-num-batched-tokens")
+    assert prefill_chunk("vllm", ["vllm", "serve", "m"]) == (None, None)  # vLLM picks by version and hardware
+    assert prefill_chunk("sglang", ["--chunked-prefill-size=4096"]) == (4096, "--chunked-prefill-size")
+    assert prefill_chunk("llamacpp", ["llama-server", "-m", "t.gguf"]) == (512, "default")
+    assert prefill_chunk("llamacpp", ["llama-server", "-ub", "64"]) == (64, "-ub")
+    assert prefill_chunk("tgi", ["--max-batch-prefill-tokens", "9"]) == (None, None)
+
+
+@pytest.mark.parametrize(("chunk", "says"), [
+    (', "--max-num-batched-tokens", "64"',
+     "prefill chunk --max-num-batched-tokens 64: 1 of 1 prompts are longer"),
+    (', "--max-num-batched-tokens", "100000"', "no prompt is longer (the longest is"),
+    ("", "the line sets no prefill chunk"),
+])
+def test_plan_names_per_server_whether_a_prompt_is_prefilled_in_chunks(tmp_path, chunk, says):
+    from gate.run.estimate import plan_config
+
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"id": "long-0", "slice": "long", "prompt": "word " * 120}) + "\n")
+    path = tmp_path / "specguard.yaml"
+    path.write_text(f"""\
+version: 1
+models: {{target: {{path: "specguard:demo/target"}}, local_weights: false}}
+speculation: {{num_draft_tokens: 4, method: ngram}}
+batching: {{batch_sizes: [1]}}
+suite: {{path: suite.jsonl}}
+engines:
+  - type: http
+    http:
+      preset: vllm
+      server: {{url: "http://127.0.0.1:9", launch: ["vllm", "serve", "m", "--speculative-config",
+                '{{"method": "ngram", "num_speculative_tokens": 4}}'{chunk}]}}
+      reference: {{url: "http://127.0.0.1:10", launch: ["vllm", "serve", "m"{chunk}]}}
+""")
+    report = plan_config(str(path))
+    assert [line.split(":")[0] for line in report.prefill] == ["engines[0].http.server", "engines[0].http.reference"]
+    assert all(says in line for line in report.prefill), report.prefill
+    assert f"prefill: {report.prefill[0]}" in report.lines()

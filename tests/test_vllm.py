@@ -135,3 +135,27 @@ def test_the_gate_gates_vllm_eagle_speculation_with_the_demo_head(tmp_path):
     assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
     curve = checks["speedup"]["engines"]["vllm"]["load_curve"]
     assert curve["1"]["mean_accepted_length"] > 1.0, curve  # vLLM's counters: the head's drafts were accepted
+
+
+def test_the_gate_gates_vllm_with_its_prefill_chunked_on_purpose(tmp_path):
+    """Issue 48, item 3: both servers at --max-num-batched-tokens 64, so the suite's long prompts (up to ~570
+    tokens) are prefilled over several steps, the path OpenVINO's split-prefill bug lived in; n-gram speculation,
+    whose sampling passes unchunked, so what changes is the chunking. `plan` names the split prompts first."""
+    cfg = tmp_path / "specguard.yaml"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--method", "ngram",
+                    "--prefill-chunk", "64", "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4",
+                    "--per-slice", "3", "--quick"], check=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    plan = subprocess.run([sys.executable, "-m", "gate", "plan", str(cfg)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert "prefill chunk --max-num-batched-tokens 64" in plan.stdout and "prefilled in chunks" in plan.stdout, \
+        plan.stdout + plan.stderr
+    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    out = tmp_path / "out"
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = json.loads((out / "checks.json").read_text())
+    for bs in ("1", "4"):
+        row = checks["equivalence"]["vllm"][bs]
+        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    assert not checks["distribution"]["engines"]["reference"]["4"]["rejected"], "the control passes"

@@ -281,9 +281,8 @@ class EngineConfig(Strict):
         return None
 
     def endpoints(self) -> list[tuple[str, Any]]:
-        """(field under the engine, endpoint) of every server this engine names (``http.server``,
-        ``http.reference``): the gate launches the ones with a ``launch`` line; the field's last part is the
-        server's role (``server``: the engine under test; ``reference``: the stack with speculation off)."""
+        """(field, endpoint) of each server it names (``http.server``: the engine under test, ``http.reference``:
+        its stack with speculation off); the gate starts those with a ``launch`` line."""
         return []
 
     def memory_shares(self) -> list[tuple[str, float, bool, str]]:
@@ -291,9 +290,10 @@ class EngineConfig(Strict):
         stack's default, the flag that sets it) for each launched server that claims a fixed share."""
         return []
 
-    def unread_launch(self) -> list[tuple[str, str]]:
-        """(field of a launch line, what in it about speculation the gate cannot read): a warning each."""
-        return []
+    @property
+    def launch_preset(self) -> str | None:
+        """The stack its launch lines start, as ``gate.inputs.launch`` reads them (None: no server)."""
+        return None
 
     @property
     def prefix_cache_off(self) -> str | None:

@@ -205,7 +205,7 @@ def _vllm_specs(flags: dict[str, str], argv: list[str], file: dict) -> list[tupl
     return [(where, spec)] if where else []
 
 
-def unread(preset: str, argv: list[str]) -> list[str]:
+def unread(preset: str | None, argv: list[str]) -> list[str]:
     """Flags of a launch line that are about speculation and that the gate does not read, and a ``--config`` file it
     cannot open: what ``validate`` and ``plan`` warn about (the config's k, method and draft are then unchecked
     against them)."""
@@ -291,6 +291,29 @@ def memory_fraction(preset: str, argv: list[str]) -> tuple[float | None, bool]:
         return (float(value), True) if value is not None else (default, False)
     except ValueError:
         return default, False
+
+
+# --- chunked prefill: the most prompt tokens one step takes, by each stack's flag ------------------
+
+# (flags, the stack's default where it is fixed and documented; None: the stack picks one by hardware and version)
+PREFILL_FLAGS = {"vllm": (("--max-num-batched-tokens", "--max_num_batched_tokens"), None),
+                 "sglang": (("--chunked-prefill-size",), None),
+                 "llamacpp": (("-ub", "--ubatch-size"), 512)}
+
+
+def prefill_chunk(preset: str, argv: list[str]) -> tuple[int | None, str | None]:
+    """(the most prompt tokens a server prefills in one step, the flag that set it, or "default" for the stack's
+    documented default); (None, None) where the line does not say and the default depends on the stack's version
+    or hardware, or the preset is not read.  A longer prompt is prefilled in chunks over several steps: the path
+    OpenVINO's split-prefill bug lived in."""
+    if preset not in PREFILL_FLAGS:
+        return None, None
+    names, default = PREFILL_FLAGS[preset]
+    flags = _flags(argv)
+    for f in names:
+        if f in flags:
+            return _int(f, flags[f]), f
+    return (default, "default") if default is not None else (None, None)
 
 
 # --- ports: paired mode gives the base's launched server a port of its own -----------------------

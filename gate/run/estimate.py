@@ -63,6 +63,7 @@ class PlanReport:
     estimate_from: str = ""
     warnings: list[str] = field(default_factory=list)  # what the run will do that measures less than it seems
     servers: list[str] = field(default_factory=list)  # every server the run names (paired mode: both sides), in words
+    prefill: list[str] = field(default_factory=list)  # per launched server: whether a prompt is prefilled in chunks
 
     def lines(self) -> list[str]:
         out = [f"plan for {self.config}: {self.summary}"]
@@ -90,6 +91,7 @@ class PlanReport:
         if self.traffic:
             out.append(f"request-rate traffic: {self.traffic}")
         out += [f"server: {line}" for line in self.servers]
+        out += [f"prefill: {line}" for line in self.prefill]
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
@@ -111,7 +113,7 @@ class PlanReport:
                 "calibration": self.calibration, "traffic": self.traffic, "traffic_s": self.traffic_s,
                 "cache": self.cache,
                 "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from,
-                "warnings": self.warnings, "servers": self.servers}
+                "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill}
 
 
 def _duration(seconds: float) -> str:
@@ -169,7 +171,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                            truncate=cfg.suite.truncate_long_prompts)
     engines, own = _engines(loaded)
     p = plan(cfg, prompts, engines, timed=True, own_references=own)
-    report = PlanReport(config=str(loaded.source), summary=(
+    report = PlanReport(config=str(loaded.source), prefill=prefill_lines(cfg.engines, prompts), summary=(
         f"{len(prompts)} prompts in {len(suite.slices)} slices, batch sizes "
         f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "
         f"{gen.max_new_tokens} new tokens"))
@@ -241,6 +243,8 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     import os
     import shutil
 
+    from gate.inputs.launch import unread
+
     cfg, out = loaded.config, []
     repeated = sorted({b.batch_size for b in p.batches if b.duplicates}
                       | {b.batch_size for lvl in p.timing for c in lvl.cells for b in c.batches
@@ -258,14 +262,40 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     if cfg.generation.sampling is not None and how is None:
         out.append(f"the run samples (generation.sampling), but the distribution test cannot read the tokens: {why}")
     for i, e in enumerate(cfg.engines):
-        out += [f"engines[{i}].{where}: {said}" for where, said in e.unread_launch()]
         for where, ep in e.endpoints():
+            out += [f"engines[{i}].{where}.launch: {said}" for said in unread(e.launch_preset, ep.launch or [])]
             if ep.launch and shutil.which(ep.launch[0], path=ep.env.get("PATH", os.environ.get("PATH"))) is None:
                 out.append(f"engines[{i}].{where}.launch[0]: {ep.launch[0]!r} is not an executable on this runner: "
                            "the gate cannot launch it here")
     if cfg.models.device == "cpu":
         return out
     return out + memory_warnings(launched_shares(cfg.engines))
+
+
+def prefill_lines(engines, prompts) -> list[str]:
+    """Per launched server: its prefill chunk (the launch line's flag, or the stack's documented default) and how
+    many of the run's prompts are longer, so prefilled over several steps; where neither is known, that too."""
+    from gate.inputs.launch import prefill_chunk
+
+    longest = max((len(p.prompt_ids) for p in prompts), default=0)
+    out = []
+    for i, e in enumerate(engines):
+        preset = e.launch_preset
+        for where, ep in e.endpoints():
+            if not ep.launch or preset is None:
+                continue
+            chunk, flag = prefill_chunk(preset, ep.launch)
+            field = f"engines[{i}].{where}"
+            if chunk is None:
+                out.append(f"{field}: the line sets no prefill chunk and the stack's default depends on its version "
+                           f"and hardware; the longest prompt is {longest} tokens")
+                continue
+            split = sum(len(p.prompt_ids) > chunk for p in prompts)
+            given = f"{flag} {chunk}" if flag != "default" else f"{chunk}, the stack's default"
+            out.append(f"{field}: prefill chunk {given}: " + (
+                f"{split} of {len(prompts)} prompts are longer and are prefilled in chunks" if split else
+                f"no prompt is longer (the longest is {longest} tokens): chunked prefill is not exercised"))
+    return out
 
 
 def launched_shares(engines, prefix: str = "", only_server: bool = False) -> list[tuple[str, float, bool, str, str]]:

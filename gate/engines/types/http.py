@@ -139,11 +139,9 @@ class HttpEngineConfig(EngineConfig):
                 out.append((f"{where}.launch", share, said, MEMORY_FLAGS[self.http.preset][0]))
         return out
 
-    def unread_launch(self):
-        from gate.inputs.launch import unread
-
-        return [(f"{where}.launch", said) for where, ep in self.endpoints()
-                for said in unread(self.http.preset, ep.launch or [])]
+    @property
+    def launch_preset(self) -> str | None:
+        return self.http.preset
 
     @property
     def prefix_cache_off(self) -> str | None:
