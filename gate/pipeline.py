@@ -70,7 +70,7 @@ def run_command(session: Session, config: str, out: str | None, threads: int | N
     from gate.run.passes import SERVERS_UP
     from gate.run.servers import serving
 
-    inputs = load_inputs(session, config, out, threads)
+    inputs = load_inputs(session, config, out, threads, opts.hardware_key)
     # A refresh's timing pass times the servers its parent launched, and launches none of its own.
     up = opts.timing_only and os.environ.get(SERVERS_UP)
     with contextlib.nullcontext([]) if up else serving(session.say, inputs.loaded, inputs.out.path) as servers:
@@ -223,7 +223,7 @@ def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | 
     if opts.refresh and opts.force and not opts.reason:  # before minutes of generation
         raise SpecguardError(Problem("specguard gate", "--force needs --reason: the baseline records why a failing "
                                      "run was accepted", field="--reason"))
-    inputs = load_inputs(session, config, opts.out, opts.threads)
+    inputs = load_inputs(session, config, opts.out, opts.threads, opts.run.hardware_key)
     base = base_side(opts.against, inputs.loaded) if opts.against else None  # refused here, before any launch
     for change in base.changes if base else ():
         session.say(f"paired mode: {change}")

@@ -205,3 +205,49 @@ engines:
     assert [line.split(":")[0] for line in report.prefill] == ["engines[0].http.server", "engines[0].http.reference"]
     assert all(says in line for line in report.prefill), report.prefill
     assert f"prefill: {report.prefill[0]}" in report.lines()
+
+
+# --- a remote server's hardware key (issue 48, item 7) ----------------------------------------------
+
+REMOTE = """\
+version: 1
+models: {target: {path: "specguard:demo/target"}, local_weights: false}
+speculation: {num_draft_tokens: 4, method: ngram}
+baseline: {%s}
+engines:
+  - type: http
+    http:
+      preset: vllm
+      server: {url: "%s"}
+      reference: {url: "http://127.0.0.1:8001"}
+"""
+
+
+def test_a_server_on_another_machine_needs_its_hardware_named(tmp_path, capsys):
+    from gate.inputs.config import parse_config
+    from gate.inputs.launch import remote_servers
+
+    def servers(url: str, launch: str = "") -> list:
+        text = REMOTE % ("", url)
+        if launch:
+            text = text.replace(f'{{url: "{url}"}}', f'{{url: "{url}", launch: {launch}}}')
+        return remote_servers(parse_config(text, tmp_path / "c.yaml").config.engines)
+
+    assert servers("http://gpu-box.internal:8000") == [("engines[0].http.server", "http://gpu-box.internal:8000")]
+    assert servers("http://10.0.0.5:8000") and not servers("http://localhost:8000")
+    assert not servers("http://127.0.0.1:8000") and not servers("http://[::1]:8000")
+    assert not servers("http://10.0.0.5:8000", '["vllm", "serve", "m"]')  # launched here: the runner's hardware
+
+    path = tmp_path / "specguard.yaml"
+    path.write_text(REMOTE % ("", "http://10.0.0.5:8000"))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "baseline.hardware_key" in err and "engines[0].http.server (http://10.0.0.5:8000) runs on another" in err
+    assert "--hardware-key" in err and not (tmp_path / "out").exists()  # refused before anything ran
+    assert main(["validate", str(path)]) == 0
+    said = capsys.readouterr()
+    assert "runs on another machine: `gate` and `run` refuse it" in said.out + said.err
+    path.write_text(REMOTE % ("hardware_key: h100-80gb-tp4", "http://10.0.0.5:8000"))
+    assert main(["validate", str(path)]) == 0
+    said = capsys.readouterr()
+    assert "another machine" not in said.out + said.err

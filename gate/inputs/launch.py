@@ -293,6 +293,24 @@ def memory_fraction(preset: str, argv: list[str]) -> tuple[float | None, bool]:
         return default, False
 
 
+# --- remote servers: their hardware is not the runner's ---------------------------------------------
+
+
+def remote_servers(engines) -> list[tuple[str, str]]:
+    """(field, url) of each server the gate does not launch and that is not on this machine (a loopback host): the
+    timed work runs on hardware the runner cannot fingerprint, so the baseline's hardware key must be named."""
+    from urllib.parse import urlsplit
+
+    out = []
+    for i, e in enumerate(engines):
+        for where, ep in e.endpoints():
+            host = (urlsplit(ep.url).hostname or "").lower()
+            if ep.launch or host == "localhost" or host.startswith("127.") or host in ("::1", "0.0.0.0"):
+                continue
+            out.append((f"engines[{i}].{where}", ep.url))
+    return out
+
+
 # --- chunked prefill: the most prompt tokens one step takes, by each stack's flag ------------------
 
 # (flags, the stack's default where it is fixed and documented; None: the stack picks one by hardware and version)

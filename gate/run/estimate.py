@@ -267,6 +267,12 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
             if ep.launch and shutil.which(ep.launch[0], path=ep.env.get("PATH", os.environ.get("PATH"))) is None:
                 out.append(f"engines[{i}].{where}.launch[0]: {ep.launch[0]!r} is not an executable on this runner: "
                            "the gate cannot launch it here")
+    from gate.inputs.launch import remote_servers
+
+    remote = remote_servers(cfg.engines)
+    if remote and not cfg.baseline.hardware_key:
+        out.append(f"{remote[0][0]} ({remote[0][1]}) runs on another machine: `gate` and `run` refuse it unless "
+                   "--hardware-key or baseline.hardware_key names that machine's hardware")
     if cfg.models.device == "cpu":
         return out
     return out + memory_warnings(launched_shares(cfg.engines))

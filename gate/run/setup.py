@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gate.errors import SpecguardError
+from gate.errors import Problem, SpecguardError
 from gate.io.rundir import RunDir
 from gate.run.session import Session, set_threads
 
@@ -36,8 +36,25 @@ def out_dir(loaded, flag: str | None) -> RunDir:
     return RunDir(flag if flag else loaded.resolve_path(loaded.config.output.dir))
 
 
-def load_inputs(session: Session, config: str, out: str | None, threads: int | None = None) -> Inputs:
-    """The config, its suite and the plug-ins, checked before minutes of model loading."""
+def refuse_unkeyed_remote(loaded, hardware_key: str | None) -> None:
+    """Exit 2 where a server the gate does not launch runs elsewhere and no hardware key names that machine: the
+    baseline would be keyed by the runner's CPU, which timed nothing (issue 48, item 7)."""
+    from gate.inputs.launch import remote_servers
+
+    remote = remote_servers(loaded.config.engines)
+    if remote and not (hardware_key or loaded.config.baseline.hardware_key):
+        where, url = remote[0]
+        raise SpecguardError(Problem(str(loaded.source), f"{where} ({url}) runs on another machine, whose hardware "
+                                     "the runner cannot read: its baseline would be keyed by this runner's CPU",
+                                     field="baseline.hardware_key",
+                                     hint="name the serving hardware (e.g. h100-80gb-tp4) in baseline.hardware_key, "
+                                          "or pass --hardware-key (the Action's hardware-key input)"))
+
+
+def load_inputs(session: Session, config: str, out: str | None, threads: int | None = None,
+                hardware_key: str | None = None) -> Inputs:
+    """The config, its suite and the plug-ins, checked before minutes of model loading; a remote server's
+    hardware key (``--hardware-key``, else ``baseline.hardware_key``) required."""
     with session.phases("setup (imports, config, suite)"):
         # The imports a run needs (torch, transformers) count as setup, not as the first phase that uses them.
         import gate.engines
@@ -51,6 +68,7 @@ def load_inputs(session: Session, config: str, out: str | None, threads: int | N
 
         set_threads(threads)
         loaded = load_config(config)
+        refuse_unkeyed_remote(loaded, hardware_key)
         rundir = out_dir(loaded, out)
         suite = suite_for(loaded)
         workers: dict = {}
