@@ -8,7 +8,10 @@ the device kind and hardware, the library versions (python, torch,
 transformers, specguard), the attention implementation, the engine version,
 the batch's exact prompt token ids in order, token budgets and seeds, the
 generation settings and the batch size.  The draft is not part of the key, by
-design.
+design.  A served reference (``http.reference``) is cached only where the gate
+launches it: its stack's version, launch line (the port aside) and environment
+join the key, so a changed flag or release misses; a server the gate does not
+start is not cached (its flags are unknown).
 
 A damaged or foreign entry is a cache miss, never an error: the cache can only
 save work.  On GitHub Actions, persist the directory with ``actions/cache``.

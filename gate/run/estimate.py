@@ -229,8 +229,17 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                               f"{'/'.join(map(str, p.calibrate))}")
     cached = sum(w.cached for (phase, _, _), w in report.work.items() if phase != "sampling")
     cacheable = sum(1 for j in p.jobs() if j.cacheable)
-    report.cache = ("not used (output.cache_dir is null, or the reference is a server)" if cache is None else
-                    f"{cached} of {cacheable} reference batches already in {cache_dir}")
+    served = next((e.served_reference for e in cfg.engines if e.served_reference is not None), None)
+    if cache_dir is None:
+        report.cache = "not used (output.cache_dir is null)"
+    elif served is not None and not served.launch:
+        report.cache = ("not used: the reference server is not launched by the gate, so its flags cannot key "
+                        "its outputs")
+    elif served is not None:
+        report.cache = (f"the served reference's {cacheable} reference batches are cached in {cache_dir}, keyed by "
+                        "its stack's version, launch line and environment: hits are known once it answers")
+    else:
+        report.cache = f"{cached} of {cacheable} reference batches already in {cache_dir}"
     _estimate(report, out_dir, pair, tokens_per_s, hardware_key)
     report.warnings += warnings(loaded, prompts, p)
     return report

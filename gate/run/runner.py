@@ -154,7 +154,10 @@ class Runner:
         self.probes: list[NeighbourProbe] = []
         self.out_dir = Path(out_dir)
         self.say = log
-        self.cache = cache
+        # A served reference is cached only where the gate launches it: its launch line, environment and version
+        # then key its outputs; a server it does not start could run other flags behind the same url.
+        self.served = next((e.served_reference for e in self.cfg.engines if e.served_reference is not None), None)
+        self.cache = cache if self.served is None or self.served.launch else None
         self.phases = phases or Phases()
         self.progress = progress or Lines(log)
         self.hardware = fp.hardware(pair.device)
@@ -227,7 +230,14 @@ class Runner:
                          batches=[b.record(self.prompts) for b in self.plan.batches])
 
     def cache_context(self) -> dict:
-        return cache_context(self.pair, self.cfg, self.hardware)
+        context = cache_context(self.pair, self.cfg, self.hardware)
+        if self.served is not None and self.served.launch:  # the serving stack, not the local target, generates
+            from gate.inputs.launch import without_port
+
+            stack = self.stacks().get(REFERENCE)
+            context["served"] = {"version": stack.version if stack else None, "env": sorted(self.served.env.items()),
+                                 "launch": without_port(list(self.served.launch))}
+        return context
 
     # --- phases ---------------------------------------------------------------------------
 
@@ -443,6 +453,9 @@ class Runner:
                 if self.sampled is not None:
                     with self.phases("sampling"):
                         self.sampling_phase()
+            if self.executor.reused:
+                self.progress.note(f"reference cache: {len(self.executor.reused)} reference batches read from "
+                                   f"{self.cache.dir}, not generated again")
         except (KeyboardInterrupt, Interrupted) as exc:
             status = "interrupted"
             stopped = StoppedAt(**(self.executor.current or {}), reason=str(exc) or "interrupted (SIGINT)")

@@ -1,0 +1,75 @@
+"""A served reference's outputs are cached like a local one's (issue 48, item 6): keyed by the stack's version,
+launch line and environment, so a second gate of the same head reads them back, and a changed launch line
+misses. Real servers on localhost (gate/testing/server.py), launched by the gate."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # launches two stand-in servers per run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFIG = """\
+version: 1
+models: {target: {path: "specguard:demo/target"}, device: cpu, local_weights: false}
+speculation: {num_draft_tokens: 4, method: other}
+batching: {batch_sizes: [1, 2]}
+generation: {max_new_tokens: 8}
+suite: {path: "specguard:suites/default.jsonl", max_prompts_per_slice: 1}
+checks: {speedup: {enabled: false}}
+output: {dir: out, cache_dir: cache}
+engines:
+  - type: http
+    name: served
+    http:
+      preset: vllm
+      server: {url: "http://127.0.0.1:%(server)d", startup_timeout_s: 180,
+               launch: [%(py)s, -m, gate.testing.server, --port, "{port}", --mode, speculative, --threads, "1"]}
+      reference: {url: "http://127.0.0.1:%(reference)d", startup_timeout_s: 180,
+                  launch: [%(py)s, -m, gate.testing.server, --port, "{port}", --mode, reference, --threads,
+                           "%(ref_threads)s"]}
+"""
+
+
+def ports() -> dict[str, int]:
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        return {"server": a.getsockname()[1], "reference": b.getsockname()[1]}
+
+
+def run(tmp_path: Path, ref_threads: str, where: dict[str, int]) -> tuple[dict, str]:
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(CONFIG % {**where, "py": json.dumps(sys.executable), "ref_threads": ref_threads})
+    plan = subprocess.run([sys.executable, "-m", "gate", "plan", str(cfg)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert "cache: the served reference's" in plan.stdout, plan.stdout + plan.stderr
+    proc = subprocess.run([sys.executable, "-m", "gate", "run", str(cfg), "--threads", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((tmp_path / "out" / "results.json").read_text()), proc.stdout + proc.stderr
+
+
+def test_a_served_reference_is_read_from_the_cache_and_missed_when_its_launch_line_changes(tmp_path):
+    where = ports()
+    first, _ = run(tmp_path, "1", where)
+    assert first["cache"]["reused"] == []
+    made = {(ex["phase"], ex["batch_size"], ex["batch"]) for ex in first["executions"] if ex["engine"] == "reference"}
+    second, log = run(tmp_path, "1", where)
+    reused = second["cache"]["reused"]
+    assert reused and "reference batches read from" in log and "not generated again" in log, log[-3000:]
+    cached = [ex for ex in second["executions"] if ex.get("cached")]
+    assert cached and all(ex["engine"] == "reference" for ex in cached)
+    same = {(ex["phase"], ex["batch_size"], ex["batch"]): ex["sequences"] for ex in second["executions"]
+            if ex["engine"] == "reference"}
+    assert {k for k in same} == made  # the same reference batches, each from the cache or regenerated
+    third, _ = run(tmp_path, "2", where)  # the reference server's launch line changed: nothing of it is reused
+    assert third["cache"]["reused"] == []
