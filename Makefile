@@ -45,7 +45,8 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  13 to 16 minutes on 2 AMD cores from a fresh clone (746 tests, 2026-12-04).
+# 4 minutes instead of 19 s).  11 minutes on 2 Intel cores from a fresh clone (823 tests, 2026-12-05); 13 to 16
+# on 2 AMD cores (746 tests, 2026-12-04).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
@@ -90,8 +91,8 @@ vllm: $(VENV)/.installed
 	$(BIN)/python scripts/vllm_demo.py install
 	$(BIN)/python scripts/vllm_demo.py config specguard-vllm/specguard.yaml --sampling 4 --traffic "2, 8"
 
-# The real-vLLM test alone (after make vllm): its two servers take minutes to start and spin while idle, so it stays
-# out of make test, where it starved the other worker (tests/test_vllm.py); about 6 minutes here.
+# The real-vLLM tests alone (after make vllm): each starts two servers that spin while idle, so they stay out of
+# make test, where they starved the other worker (tests/test_vllm.py: five tests, about 13 minutes here).
 test-vllm: $(VENV)/.installed
 	SPECGUARD_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/test_vllm.py
 

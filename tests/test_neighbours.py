@@ -78,6 +78,21 @@ def test_an_interfered_side_is_named_with_its_direction_and_its_cells_are_neithe
     assert analyze_speedup(quiet, 200).engines["speculative"].neighbours is None and speedup_cells(quiet)
 
 
+def test_both_sides_slowed_are_both_named_with_their_directions():
+    """Under load both servers can read slower beside each other: the sentence names each with the way it moves
+    the speedup, never only the first one found."""
+    from gate.checks.speedup import interfered
+
+    results = probed("reference", 0.45)
+    engine = NeighbourProbe(engine="speculative", alone_s=[1.0] * 3, beside_s=[1.6] * 3, slowdown=0.6,
+                            interfered=True)
+    results = results.model_copy(update={"neighbours": [*results.neighbours, engine]})
+    sentence = interfered(results)["speculative"]
+    assert sentence.startswith("the reference ran 45% slower (which inflates the speedup) and 'speculative' ran "
+                               "60% slower beside the other launched servers"), sentence
+    assert "deflates the speedup" in sentence
+
+
 def test_a_paused_process_group_does_not_run_until_resumed(tmp_path):
     """Server.pause is SIGSTOP of the launched process group, children included; stop() still ends a paused one."""
     counter = tmp_path / "count"

@@ -160,14 +160,23 @@ def interfered(results: Results) -> dict[str, str]:
     out = {}
     for engine in sorted({p.engine for p in results.judged_timing_pairs()}):
         against = own.get(engine, REFERENCE)
-        for side, direction in ((against, "inflates"), (engine, "deflates")):
-            if side in hit:
-                p = hit[side]
-                who = "the reference" if side == REFERENCE else f"{side!r}"
-                out[engine] = NEIGHBOURS.format(who=who, slowdown=p.slowdown, rounds=len(p.alone_s),
-                                                direction=direction)
-                break
+        sides = [(side, direction) for side, direction in ((against, "inflates"), (engine, "deflates"))
+                 if side in hit]
+        if len(sides) == 1:
+            (side, direction), = sides
+            p = hit[side]
+            out[engine] = NEIGHBOURS.format(who=_who(side), slowdown=p.slowdown, rounds=len(p.alone_s),
+                                            direction=direction)
+        elif sides:  # both slowed: the speedup moves both ways at once, by how much neither says
+            (ref, _), (eng, _) = sides
+            out[engine] = NEIGHBOURS.format(
+                who=f"{_who(ref)} ran {hit[ref].slowdown:.0%} slower (which inflates the speedup) and {_who(eng)}",
+                slowdown=hit[eng].slowdown, rounds=len(hit[eng].alone_s), direction="deflates")
     return out
+
+
+def _who(side: str) -> str:
+    return "the reference" if side == REFERENCE else f"{side!r}"
 
 
 def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
