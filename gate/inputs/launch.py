@@ -121,7 +121,9 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
                 if isinstance(file.get(f[2:]), str):
                     draft, draft_flag = file[f[2:]], f"--config {flags['--config']} {f[2:]}"
                     break
-        for f, spec in _vllm_specs(flags, argv, file):
+        found = _vllm_spec(flags, argv, file)
+        if found is not None:
+            f, spec = found
             if "num_speculative_tokens" in spec:
                 k, k_flag = _int(f"{f} num_speculative_tokens", str(spec["num_speculative_tokens"])), \
                     f"{f} num_speculative_tokens"
@@ -180,9 +182,9 @@ def _vllm_file(flags: dict[str, str]) -> dict:
     return {str(k).replace("_", "-"): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _vllm_specs(flags: dict[str, str], argv: list[str], file: dict) -> list[tuple[str, dict]]:
-    """The speculative config as vLLM assembles it, as one (where it came from, keys) pair, or none: the file's,
-    then the command line's JSON over it, then its dotted keys over both."""
+def _vllm_spec(flags: dict[str, str], argv: list[str], file: dict) -> tuple[str, dict] | None:
+    """The speculative config as vLLM assembles it, (where it came from, keys), or None: the file's, then the
+    command line's JSON over it, then its dotted keys over both."""
     where, spec = None, {}
     if "speculative-config" in file:
         where, spec = f"--config {flags['--config']} speculative-config", \
@@ -202,7 +204,7 @@ def _vllm_specs(flags: dict[str, str], argv: list[str], file: dict) -> list[tupl
     if dotted:
         spec = {**spec, **dotted}
         where = where + " and its dotted flags" if where else "--speculative-config.*"
-    return [(where, spec)] if where else []
+    return (where, spec) if where else None
 
 
 def unread(preset: str | None, argv: list[str]) -> list[str]:

@@ -176,8 +176,9 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "
         f"{gen.max_new_tokens} new tokens"))
 
-    served_reference = any(e.served_reference is not None for e in cfg.engines)
-    cache = ReferenceCache(cache_dir) if cache_dir is not None and not served_reference else None
+    served = next((e.served_reference for e in cfg.engines if e.served_reference is not None), None)
+    # a served reference's key holds its stack's version, known once it answers: no hits are counted before
+    cache = ReferenceCache(cache_dir) if cache_dir is not None and served is None else None
     context = cache_context(pair, cfg, fp.hardware(pair.device)) if cache is not None else None
     eos = _eos(loaded, pair)
     greedy = GenerationSettings(0.0, cfg.speculation.num_draft_tokens, eos)
@@ -229,7 +230,6 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                               f"{'/'.join(map(str, p.calibrate))}")
     cached = sum(w.cached for (phase, _, _), w in report.work.items() if phase != "sampling")
     cacheable = sum(1 for j in p.jobs() if j.cacheable)
-    served = next((e.served_reference for e in cfg.engines if e.served_reference is not None), None)
     if cache_dir is None:
         report.cache = "not used (output.cache_dir is null)"
     elif served is not None and not served.launch:
