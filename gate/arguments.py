@@ -1,5 +1,5 @@
 """The command line's words and value types: every command's and option's help, by name, and the form or range of
-every value the CLI takes (``gate/cli.py`` builds the parser from these)."""
+every value the CLI takes, and the parser built from them (``gate/cli.py`` runs what it parses)."""
 
 import argparse
 import os
@@ -172,3 +172,129 @@ shard = typed(lambda t: (lambda m: (int(m[1]), int(m[2])) if m and 0 <= int(m[1]
                          else None)(re.fullmatch(r"(\d{1,4})/(\d{1,4})", t.strip())),
               f"INDEX/COUNT with 0 <= INDEX < COUNT <= {MAX_SHARDS} (a job matrix holds at most {MAX_SHARDS} jobs), "
               "such as 0/4")
+
+
+def parser(commands) -> argparse.ArgumentParser:
+    """The ``specguard`` parser; ``commands``: what runs each command (gate.cli's ``cmd_*`` functions)."""
+    from gate import __version__
+
+    p = argparse.ArgumentParser(prog="specguard", description=HELP["specguard"], epilog=HELP["exit codes"])
+    p.add_argument("--version", action="version", version=f"specguard {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(parent, name: str, fn, **kw):
+        q = parent.add_parser(name, help=HELP[name], **kw)
+        q.set_defaults(fn=fn, parser=q)
+        return q
+
+    def arg(q, *names, **kw):
+        q.add_argument(*names, **{"help": HELP.get(names[-1]), **kw})
+
+    def talk(q):
+        for short, name in (("-q", "--quiet"), ("-v", "--verbose")):
+            arg(q, short, name, action="store_true")
+
+    def generating(q, config: bool = True):
+        if config:
+            arg(q, "config")
+        arg(q, "--out")
+        for name in ("--resume", "--no-cache"):
+            arg(q, name, action="store_true")
+        arg(q, "--threads", type=threads)
+        arg(q, "--hardware-key", type=hardware_key, metavar="KEY")
+        arg(q, "--run-id", type=run_id)
+        talk(q)
+
+    arg(command(sub, "validate", commands.cmd_validate), "config")
+    r = command(sub, "run", commands.cmd_run)
+    generating(r)
+    arg(r, "--shard", type=shard, metavar="INDEX/COUNT")
+    arg(r, "--timing-only", action="store_true")
+    mg = command(sub, "merge", commands.cmd_merge)
+    arg(mg, "dirs", nargs="+", metavar="SHARD_DIR")
+    arg(mg, "--out", required=True, help=HELP["merge --out"])
+    c = command(sub, "check", commands.cmd_check)
+    for name, kw in (("config", {}), ("--out", {"help": HELP["check --out"]}), ("--threads", {"type": threads})):
+        arg(c, name, **kw)
+    talk(c)
+    rp = command(sub, "repro", commands.cmd_repro)
+    arg(rp, "run_dir", metavar="RUN_DIR")
+    arg(rp, "--config", required=True, help=HELP["repro --config"])
+    arg(rp, "--budget-s", type=seconds, metavar="S", help=HELP["repro --budget-s"])
+    arg(rp, "--threads", type=threads)
+    talk(rp)
+    m = command(sub, "compare", commands.cmd_compare)
+    arg(m, "run_dir", metavar="RUN_DIR")
+    for name in ("--baseline", "--baselines-dir", "--config"):
+        arg(m, name)
+    arg(m, "--out", help=HELP["compare --out"])
+    talk(m)
+    for name, fn in (("gate", commands.cmd_gate), ("demo", commands.cmd_demo)):
+        g = command(sub, name, fn)
+        generating(g, config=name == "gate")
+        arg(g, "--baselines-dir")
+        if name == "gate":
+            arg(g, "--against", metavar="BASE.yaml")
+            for name in ("--refresh", "--force", "--reason"):
+                arg(g, name, **({} if name == "--reason" else {"action": "store_true"}))
+        else:
+            g.set_defaults(against=None, refresh=False, force=False, reason=None)
+    bsub = command(sub, "baseline", None).add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
+    br = command(bsub, "refresh", commands.cmd_baseline_refresh)
+    arg(br, "config")
+    arg(br, "--from", dest="from_dir", required=True, metavar="RUN_DIR", help=HELP["--from"])
+    for name in ("--force", "--reason", "--dir"):
+        arg(br, name, **({"action": "store_true"} if name == "--force" else {}))
+    bh = command(bsub, "history", commands.cmd_baseline_history)
+    for name in ("name", "--dir", "--config", "--hardware"):
+        arg(bh, name)
+    ch = command(sub, "changed", commands.cmd_changed)
+    arg(ch, "--base", required=True, metavar="REV")
+    arg(ch, "--head", default="HEAD", metavar="REV")
+    arg(ch, "--config", default="specguard.yaml", help=HELP["changed --config"])
+    arg(ch, "--repo", default=".")
+    ghsub = command(sub, "github", None).add_subparsers(dest="github_command", required=True, metavar="ACTION")
+    gc = command(ghsub, "comment", commands.cmd_github_comment)
+    arg(gc, "--pr", type=count(1, 1 << 31), required=True)
+    arg(gc, "--when", choices=("always", "on-change", "on-failure", "never"), default="always")
+    arg(gc, "--config", help=HELP["comment --config"])
+    what = gc.add_mutually_exclusive_group(required=True)
+    for name, kw in (("--run-dir", {}), ("--refused", {"action": "store_true"}),
+                     ("--skipped", {"action": "store_true"}), ("--setup-failed", {"metavar": "WHY"})):
+        arg(what, name, **kw)
+    arg(gc, "--update-only", action="store_true")
+    gr = command(ghsub, "refresh-pr", commands.cmd_github_refresh_pr)
+    arg(gr, "config")
+    arg(gr, "--run-dir", required=True, help=HELP["refresh-pr --run-dir"])
+    arg(gr, "--base-branch", required=True)
+    for name in ("--branch", "--push-only", "--dir", "--repo"):
+        arg(gr, name, **({"action": "store_true"} if name == "--push-only" else
+                         {"default": "."} if name == "--repo" else {}))
+    s = command(sub, "selftest", commands.cmd_selftest, epilog=HELP["selftest epilog"])
+    for name in ("--json", "--speed", "--null"):
+        arg(s, name, action="store_true")
+    arg(s, "--seeds", type=count(0, 1000), default=20)
+    arg(s, "--samples", type=count(100, 1_000_000), default=600)
+    arg(s, "--mutant", action="append")
+    arg(s, "--dtype", choices=("float32", "bfloat16"), default="float32")
+    arg(s, "--repro", metavar="DIR", help=HELP["selftest --repro"])
+    for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 16)):
+        arg(s, name, type=count(low, 1000), default=default)
+    arg(s, "--threads", type=threads)
+    talk(s)
+    si = command(command(sub, "suite", None).add_subparsers(dest="suite_command", required=True, metavar="ACTION"),
+                 "import", commands.cmd_suite_import)
+    for name, kw in (("file", {"metavar": "FILE", "help": HELP["FILE"]}), ("--slice-field", {"default": "slice"}),
+                     ("--out", {"required": True, "help": HELP["suite --out"]})):
+        arg(si, name, **kw)
+    for name, low, high, default in (("--per-slice", 1, 100_000, 16), ("--max-rows", 1, 1_000_000, 1000),
+                                     ("--seed", 0, 1 << 31, 0), ("--max-bytes", 1, 1 << 40, 256 << 20)):
+        arg(si, name, type=count(low, high), default=default)
+    pl = command(sub, "plan", commands.cmd_plan)
+    for name, kw in (("config", {}), ("--out", {"help": HELP["check --out"]}), ("--json", {"action": "store_true"}),
+                     ("--against", {"metavar": "BASE.yaml", "help": HELP["plan --against"]}),
+                     ("--tokens-per-s", {"type": tokens_per_s, "metavar": "N", "help": HELP["plan --tokens-per-s"]}),
+                     ("--hardware-key", {"type": hardware_key, "metavar": "KEY",
+                                         "help": HELP["plan --hardware-key"]})):
+        arg(pl, name, **kw)
+    return p

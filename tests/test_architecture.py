@@ -121,4 +121,29 @@ def test_the_pipeline_only_sequences_and_no_module_grows_into_a_god_module():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
              for p in (ROOT / "gate").rglob("*.py")}
     assert sizes["gate/pipeline.py"] <= 300, sizes["gate/pipeline.py"]
+    assert sizes["gate/cli.py"] <= 300, "the command line parses and maps exit codes (issue 47, item 7)"
     assert not {p: n for p, n in sizes.items() if n > 600}
+
+
+def test_no_module_imports_itself_through_others():
+    """Issue 47, item 7: gate/engines/plugin.py and gate/engines/types/plugin.py imported each other (one inside a
+    function).  Every import counts, those inside functions too: no two modules of the gate reach each other."""
+    import grimp
+
+    graph = grimp.build_graph("gate")
+    cycles = {tuple(sorted({a, b})) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
+              if graph.chain_exists(importer=b, imported=a)}
+    assert not cycles, sorted(cycles)
+
+
+def test_the_minimal_cases_name_no_engine_type():
+    """Issue 47, item 7: how a case describes and replays its engine is the engine type's (EngineType.case_engine,
+    case_batch, report_lines); gate/repro, replay.py included, never compares with a type's name."""
+    from gate.engines import engine_types
+
+    names = set(engine_types())
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+             for path in (ROOT / "gate" / "repro").glob("*.py")
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and node.value in names]
+    assert not found, found

@@ -143,7 +143,7 @@ def test_check_without_results_is_a_clear_error(small, capsys):
 
 @pytest.mark.slow
 def test_selftest_catches_every_mutant_and_passes_the_correct_engine(capsys):
-    from gate.selftest.mutants import LOOKUP_MUTANTS, MUTANTS
+    from gate.engines.mutants import LOOKUP_MUTANTS, MUTANTS
 
     # 100 samples, not 600: the two sampling mutants are still caught (and the correct engine raises no alarm)
     code = main(["selftest", "--json", "--seeds", "1", "--samples", "100"])

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.checks import distribution as dist
-from gate.checks.proposers import NgramProposer
+from gate.checks.proposers import NGRAM_TESTS, NgramProposer
 from gate.errors import ConfigError
 from gate.inputs.config import parse_config
 from gate.inputs.launch import mismatches, read_launch
@@ -184,7 +184,7 @@ def leaning_run(lean: float, n: int, seed: int, vocab: int = 24):
 
 
 def test_the_n_gram_test_catches_a_sampler_that_leans_towards_the_proposal_and_passes_the_correct_one():
-    tests = dist.NGRAM_TESTS
+    tests = NGRAM_TESTS
     caught = sum(dist.rejects(dist.observed_pvalues(dist.analyze_distributions(*leaning_run(0.15, 400, s)),
                                                     np.random.default_rng(s + 1000), tests), 0.01) for s in range(10))
     assert caught >= 9, caught

@@ -53,8 +53,9 @@ def case_folder(tmp_path: Path, url: str) -> Path:
     folder = tmp_path / "case"
     folder.mkdir()
     shutil.copy(Path(replay.__file__), folder / "replay.py")
-    case = {"check": "equivalence", "engine": {"type": "http", "url": url, "route": "/v1/completions",
-                                               "bodies": [{"prompt": [1, 2, 3], "max_tokens": 4, "stream": True}]},
+    case = {"check": "equivalence", "engine": {"type": "http", "replay": "requests", "url": url,
+                                               "route": "/v1/completions"},
+            "bodies": [{"prompt": [1, 2, 3], "max_tokens": 4, "stream": True}],
             "settings": {"max_new_tokens": 4, "temperature": 0.0, "num_draft_tokens": 4, "eos_token_ids": []},
             "prompts": [[1, 2, 3]],
             "finding": {"row": 0, "position": 2, "expected": EXPECTED, "kind": "confident"}}
@@ -101,6 +102,21 @@ def test_a_sampling_cases_report_names_the_serving_stacks_version():
     results.fingerprint.stacks = {"vllm": StackIdentity(version="0.32.0", launch=["vllm", "serve"])}
     count = {"tokens": 100, "draft_argmax_hits": 60, "expected": 20.0, "z": 9.1}
     doc = {"count": {"engine": count, "control": None}, "engine_label": "vllm", "trigger": "sampling at T=1",
-           "by_position": [], "settings": {"alpha": 0.01}, "smallest_rejecting_tokens": 100}
+           "by_position": [], "settings": {"alpha": 0.01}, "smallest_rejecting_tokens": 100,
+           "engine": {"type": "http", "replay": "requests", "url": "http://127.0.0.1:8000", "route": "/v1/completions"}}
     text = _report(doc, results)
     assert "- serving stacks: vllm: 0.32.0" in text and text.endswith("\n")
+    assert "python replay.py" in text
+    doc["engine"] = {"type": "unheard-of", "replay": None}  # a type that says nothing of how to rebuild it
+    text = _report(doc, results)
+    assert "No replay: the engine's type (`unheard-of`)" in text and "python replay.py" not in text
+
+
+def test_a_case_whose_type_gives_no_replay_says_so_and_gives_no_verdict(tmp_path):
+    folder = case_folder(tmp_path, "http://127.0.0.1:9")
+    case = json.loads((folder / "case.json").read_text())
+    case["engine"] = {"type": "unheard-of", "replay": None}
+    (folder / "case.json").write_text(json.dumps(case))
+    proc = run(folder)
+    assert proc.returncode == 2 and "reproduced" not in proc.stdout, proc.stdout
+    assert "cannot replay: the engine's type ('unheard-of') says no way to rebuild it alone" in proc.stderr

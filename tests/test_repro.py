@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM
 
 from gate.engines.base import GenerationSettings, Request
 from gate.engines.speculative import SpeculativeEngine
-from gate.selftest.mutants import MUTANTS
+from gate.engines.mutants import MUTANTS
 
 _E = {}
 
@@ -110,7 +110,7 @@ def test_selftest_shrinks_mutants_to_cases_that_replay_against_the_mutant_and_no
         assert all(c["reproduced"] for c in index["cases"]) and check in [c["check"] for c in index["cases"]], index
         folder = into / mutant / f"{check}-1"
         case = json.loads((folder / "case.json").read_text())
-        assert case["engine"]["mutant"] == mutant
+        assert case["engine"]["variant"] == mutant and case["engine"]["replay"] == "function"
         if check == "equivalence":
             assert len(case["prompts"]) <= case["shrunk_from"]["batch_size"]
         else:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from gate.engines.base import GenerationSettings
+from gate.engines.mutants import InvertedRatio, NoResidual
 from gate.engines.speculative import SpeculativeEngine
-from gate.selftest.mutants import InvertedRatio, NoResidual
 
 ROWS = 200_000
 # The target p_j and the draft q_j at positions 1..3 (p has a 4th row, p_{K+1}, for the bonus).

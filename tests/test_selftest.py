@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from gate.checks.analysis import run_checks
+from gate.engines.mutants import MUTANTS
 from gate.engines.reference import ReferenceEngine
 from gate.inputs.config import PACKAGE_DIR, REFERENCE, parse_config
 from gate.run.plan import Job, plan_batches_per_cell
 from gate.run.records import Phase
 from gate.run.runner import Runner
 from gate.selftest import EOS_TEXT, selftest_suite
-from gate.selftest.mutants import MUTANTS
 
 GREEDY_ONLY = """\
 version: 1

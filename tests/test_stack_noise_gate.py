@@ -34,7 +34,7 @@ from transformers import AutoModelForCausalLM
 
 from gate.engines.base import GenerationSettings, Request
 from gate.engines.reference import ReferenceEngine
-from gate.selftest.mutants import MUTANTS
+from gate.engines.mutants import MUTANTS
 from gate.engines.speculative import SpeculativeEngine
 
 _ENGINES = {}

@@ -4,7 +4,12 @@ other file of the gate touched."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import toy_engine  # noqa: F401  (registers `type: toy`)
@@ -13,6 +18,7 @@ from helpers import THREADS
 from gate.cli import main
 
 pytestmark = pytest.mark.slow  # the gate runs on the demo pair
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = """\
 version: 1
@@ -53,3 +59,36 @@ def test_a_toy_engine_type_runs_through_validate_plan_and_gate(tmp_path, capsys)
     assert all(s["exact_match"] == 1.0 for s in checks["equivalence"]["toy"].values())
     assert set(checks["speedup"]["engines"]["toy"]["load_curve"]) == {"1", "2"}
     assert "not_a_speedup" not in checks["speedup"]["engines"]["toy"], "its plain decoding is the gate's reference"
+
+
+def test_a_toy_engine_with_a_batched_bug_fails_is_shrunk_and_replays_from_its_own_file(tmp_path, capsys):
+    """Issue 47, item 7: how a case is described and replayed is the type's, so a type the gate has never heard of
+    (in tests/, named by no file under gate/) fails a gate, is shrunk to its minimal case, and replays."""
+    named = [f"{p.relative_to(ROOT)}:{node.lineno}" for p in (ROOT / "gate").rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if (isinstance(node, ast.Constant) and node.value in ("toy", "toy_engine"))
+             or (isinstance(node, ast.Import | ast.ImportFrom) and "toy_engine" in ast.unparse(node))]
+    assert not named, f"no code under gate/ may name the toy type: {named}"
+    cfg = tmp_path / "specguard.yaml"
+    cfg.write_text(CONFIG % "{max_batch_size: 2, bug: true}")
+    out = tmp_path / "out"
+    assert main(["gate", str(cfg), "--out", str(out), "--threads", THREADS, "-q"]) == 1
+    capsys.readouterr()
+    index = json.loads((out / "repro" / "index.json").read_text())
+    (case,) = [c for c in index["cases"] if c["check"] == "equivalence"]
+    assert case["engine"] == "toy" and case["reproduced"], case
+    folder = out / case["folder"]
+    doc = json.loads((folder / "case.json").read_text())
+    assert len(doc["prompts"]) == 2 and doc["finding"]["row"] == 1, "shrunk to the smallest batch the bug needs"
+    assert doc["engine"]["replay"] == "function" and doc["engine"]["callable"] == "toy_engine:replay"
+    assert "python replay.py --engine correct" in (folder / "REPORT.md").read_text()
+    env = {**os.environ, "PYTHONPATH": ""}  # replay.py finds the toy through case.json's pythonpath alone
+
+    def replay(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "replay.py", *args], cwd=folder, capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    assert replay().startswith("reproduced: row 1"), "the toy's own replay function rebuilds it with its bug"
+    assert replay("--engine", "correct").startswith("not reproduced: ")

@@ -59,22 +59,12 @@ import torch
 
 from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
+from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS, ngram_categories, plan_for
 from gate.engines.scoring import Item, Scorer
 from gate.inputs.config import REFERENCE
 
 EPSILONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POWER_TARGET = 0.8
-TESTS = ("pit_ks", "draft_top", "draft_logprob", "draft_ratio")
-# With no draft loaded (a served target, models.local_weights: false) the same martingale statistics run with the
-# target in the draft's place: f(y) = 1[y = argmax p] and f(y) = log p(y).  A sampler that leans towards a draft
-# trained to agree with the target emits the target's likely tokens too often, and a sharpened one does by
-# definition; the ratio statistic is constant (1/2) when q = p, so it has no target form.
-TARGET_TESTS = ("pit_ks", "target_top", "target_logprob")
-# n-gram lookup (speculation.method: ngram): the lookup's proposal, recomputed at each position, as a point mass q
-# (gate.checks.proposers); only the top statistic means anything for a point mass
-NGRAM_TESTS = ("pit_ks", "ngram_top")
-SAME_STATISTIC = {"target_top": "draft_top", "target_logprob": "draft_logprob", "ngram_top": "draft_top"}
-FAMILIES = ("toward_draft", "sharpened")
 CHUNK_ELEMENTS = 1 << 22  # positions x vocabulary per chunk: 32 MB per float64 array
 CALIBRATE_BELOW = 20_000  # tokens: beyond, the z-tests' normal approximation holds and no null draws are made
 NULL_TRIALS = 2000
@@ -452,7 +442,6 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
         return None, [VerdictLine.of("distribution", None, "info", f"not measured: {why}")]
     if how == "server":
         return _served(results, ctx, groups)
-    from gate.checks.proposers import plan_for
 
     draft_loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
     if not ctx.local or (not draft_loaded and ctx.config.method.draft_model):
@@ -498,7 +487,6 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
     as one outcome, :func:`coarsened`), the draft-aware ones only with the draft loaded here."""
     ctx.say("distribution tests on the served target's scores")
     dcfg = ctx.config.checks.distribution
-    from gate.checks.proposers import ngram_categories, plan_for
 
     loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
     how = plan_for(ctx.config, loaded)

@@ -24,6 +24,18 @@ import torch
 from gate.inputs.methods import ngram_proposal
 
 NGRAM_DEFAULT = (5, 5)  # vLLM's prompt_lookup_min/max when neither is given
+# The distribution check's tests, per proposer (gate.checks.distribution computes them)
+TESTS = ("pit_ks", "draft_top", "draft_logprob", "draft_ratio")
+# With no draft loaded (a served target, models.local_weights: false) the same martingale statistics run with the
+# target in the draft's place: f(y) = 1[y = argmax p] and f(y) = log p(y).  A sampler that leans towards a draft
+# trained to agree with the target emits the target's likely tokens too often, and a sharpened one does by
+# definition; the ratio statistic is constant (1/2) when q = p, so it has no target form.
+TARGET_TESTS = ("pit_ks", "target_top", "target_logprob")
+# n-gram lookup (speculation.method: ngram): the lookup's proposal, recomputed at each position, as a point mass q
+# (below); only the top statistic means anything for a point mass
+NGRAM_TESTS = ("pit_ks", "ngram_top")
+SAME_STATISTIC = {"target_top": "draft_top", "target_logprob": "draft_logprob", "ngram_top": "draft_top"}
+FAMILIES = ("toward_draft", "sharpened")
 
 
 @dataclass(frozen=True)
@@ -101,8 +113,6 @@ class Plan:
 
 def plan_for(config, draft_loaded: bool) -> Plan:
     """The draft-side tests where the proposer can be recomputed here, else the target-side ones."""
-    from gate.checks.distribution import FAMILIES, NGRAM_TESTS, TARGET_TESTS, TESTS
-
     method = config.method
     if method.proposer == "draft" and draft_loaded:
         return Plan(TESTS, FAMILIES, "draft")
@@ -116,4 +126,5 @@ def plan_for(config, draft_loaded: bool) -> Plan:
     return Plan(TARGET_TESTS, ("sharpened",), "target", f"target-side tests only: {why}")
 
 
-__all__ = ["NGRAM_DEFAULT", "NgramProposer", "Plan", "lookup_lengths", "ngram_categories", "plan_for"]
+__all__ = ["FAMILIES", "NGRAM_DEFAULT", "NGRAM_TESTS", "SAME_STATISTIC", "TARGET_TESTS", "TESTS", "NgramProposer",
+           "Plan", "lookup_lengths", "ngram_categories", "plan_for"]

@@ -7,7 +7,7 @@
   :mod:`gate.engines.hf_assisted`), ``plugin`` (an in-house engine named by a callable, :mod:`gate.engines.plugin`),
   ``http`` (a serving stack over its OpenAI-compatible API, :mod:`gate.engines.http`);
 * paired mode's base engine (:mod:`gate.engines.paired`);
-* mutants: deliberately broken speculative engines for the self-test (:mod:`gate.selftest.mutants`).
+* mutants: deliberately broken speculative engines for the self-test (:mod:`gate.engines.mutants`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from gate.errors import EngineFailure  # noqa: F401 (the engine contract's failure: plug-ins may raise it)
 
@@ -284,3 +284,33 @@ class Engine(Protocol):
     capabilities: Capabilities
 
     def generate(self, requests: list[Request], settings: GenerationSettings) -> BatchResult: ...
+
+
+@runtime_checkable
+class ServedEngine(Protocol):
+    """An engine that is a server the gate sends requests to (gate/engines/http.py): what the gate may ask of it
+    beyond :meth:`Engine.generate`.  Ask :func:`served` for it, never an attribute by name."""
+
+    name: str
+
+    def identity(self) -> str | None:
+        """The stack's version as the server reports it (results.json's stacks), None where it reports none."""
+        ...
+
+    def stream(self, req: Request, settings: GenerationSettings) -> tuple[SequenceResult, float, list[float]]:
+        """One request while others run (a request-rate replay): its result, when it was sent, each token's arrival."""
+        ...
+
+    def score(self, prompt_ids, continuation: list[int]) -> tuple[list[float], list[dict]]:
+        """The target's log-probabilities of ``continuation`` after ``prompt_ids`` as the server computes them, and
+        its most likely tokens at each position."""
+        ...
+
+    def body(self, req: Request, settings: GenerationSettings) -> dict:
+        """The request exactly as sent (a minimal case's replay and curl lines)."""
+        ...
+
+
+def served(engine: object) -> ServedEngine | None:
+    """``engine`` as a server the gate sends requests to, or None for an engine that is not one."""
+    return engine if isinstance(engine, ServedEngine) else None

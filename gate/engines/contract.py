@@ -12,6 +12,7 @@ import inspect
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
+from gate.engines.base import Capabilities
 from gate.errors import EngineError, Problem
 
 ENTRY_POINT_GROUP = "specguard.engines"
@@ -72,3 +73,11 @@ def load_callable(spec: str, source: str = "config"):
     except ValueError:
         pass  # no introspectable signature (a builtin): trust it
     return fn
+
+
+def capabilities_for(max_batch_size: int | None) -> Capabilities:
+    """A plug-in's capabilities, known from its config before it loads.  Not steppable: the gate cannot time a
+    plug-in's draft and target steps, so the Leviathan expectation is "not measured" for it rather than borrowed
+    from the loaded pair."""
+    return Capabilities(max_batch_size=max_batch_size, steppable=False,
+                        batch_limit_reason=f"engines[].max_batch_size is {max_batch_size}" if max_batch_size else None)

@@ -39,9 +39,8 @@ from gate.engines.base import (
     precision_name,
 )
 from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
-from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, load_callable  # noqa: F401 (re-exported)
+from gate.engines.contract import ENTRY_POINT_GROUP, PluginSettings, capabilities_for, load_callable  # noqa: F401 (re-exported)
 from gate.engines.tracking import check_requests
-from gate.engines.types.plugin import capabilities_for
 from gate.errors import EngineError, Problem, SpecguardError
 
 COUNTER_LISTS = ("num_accepted_tokens_per_pos", "num_draft_tokens_per_pos")

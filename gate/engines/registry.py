@@ -9,9 +9,11 @@ An engine type is everything the gate knows of one kind of engine:
 * how to build it, its own plain decoding (timed beside it, its noise measured on it), the engine that serves the
   gate's reference where it has one;
 * how paired mode times the base config's speculative configuration beside it (:mod:`gate.engines.paired`);
-* what ``validate`` checks before a run (a plug-in's callable, imported in its worker).
+* what ``validate`` checks before a run (a plug-in's callable, imported in its worker);
+* how a minimal case (gate/repro) describes it and how the case's replay.py rebuilds it alone.
 
-``build_engine``, ``plan``, the checks and paired mode ask the registry or the section, never the type's name.
+``build_engine``, ``plan``, the checks, paired mode and the minimal cases ask the registry or the section, never the
+type's name.
 Adding a type is one module that defines a section and an :class:`EngineType` and calls :func:`register`: in
 ``gate/engines/types/`` for a built-in one (every module there is loaded the first time a config is read), or
 any module imported before the config is read (tests/toy_engine.py).
@@ -71,6 +73,25 @@ class EngineType:
         """Paired mode: the base config as it must run beside the head's (a server moved to a port of its own),
         and what was changed, in words."""
         return base, []
+
+    def case_engine(self, spec: EngineConfig | None, engine: Engine, loaded: LoadedConfig | None, pair: ModelPair,
+                    label: str, variant: str | None = None) -> dict:
+        """A minimal case's ``engine`` (case.json): what the case folder's replay.py needs to rebuild the engine
+        alone.  Its ``replay`` says how: ``"requests"`` (a server: each batch's request bodies, from
+        :meth:`case_batch`, sent to ``url`` + ``route``), ``"callable"`` (a plug-in's callable, called as the gate
+        calls it), ``"function"`` (``callable``, imported from ``pythonpath``, rebuilds the engine and runs one
+        batch: :mod:`gate.engines.replaying`), or None: it cannot be replayed alone, and the case says so (the
+        default).  ``variant``: which build of the type (a self-test mutant's name); ``spec`` None: an engine
+        built without a config entry (the self-test's)."""
+        return {"type": self.name, "label": label, "replay": None}
+
+    def case_batch(self, engine: Engine, requests: list, settings) -> dict:
+        """What replay.py needs to re-run one batch beyond its prompts, seeds and budget (a server's bodies)."""
+        return {}
+
+    def report_lines(self, described: dict) -> list[str]:
+        """REPORT.md's lines after ``python replay.py`` (another build to compare with, the requests with curl)."""
+        return []
 
     def preflight(self, loaded: LoadedConfig, index: int, spec: EngineConfig, log_dir=None,
                   started: dict | None = None) -> list[Problem]:

@@ -201,7 +201,7 @@ class SpeculativeEngine:
             n = torch.zeros(len(drafts), dtype=torch.long, device=self.device)
         return n, sample(self.final_distribution(p, q, n, k_row), u_final)
 
-    # --- mutation seams: the self-test's broken engines (gate/selftest/mutants.py) override the ones below
+    # --- mutation seams: the self-test's broken engines (gate/engines/mutants.py) override the ones below
     # --- (accept_test, accepted_count, next_position, residual, target_keep, drop_finished), draft_token above, the
     # --- batch layout's (gate/engines/layout.py: positions, attention_mask, reject, select) or the tracker's
     # --- (gate/engines/tracking.py: eos_at); the correct versions ignore some parameters on purpose, so a mutant

@@ -38,11 +38,12 @@ def reproduce(out, loaded, models, budget_s: float, say: Callable[[str], None] =
     """Shrink every failing equivalence and distribution check of the run in ``out`` (a RunDir) with the engines in
     ``models`` (:class:`gate.run.setup.Models`), within ``budget_s`` seconds in all; the folders and the index
     written under ``root`` (default: the run's ``repro/``, cleared first).  ``describe(label, spec, engine)``:
-    case.json's engine description (the self-test's: a mutant's name).  ``checked``: (results, checks) already in
+    case.json's engine description (default: the engine's type's, :meth:`EngineType.case_engine`; the self-test's
+    names its mutant).  ``checked``: (results, checks) already in
     memory (the self-test's), else read from ``out``."""
     from gate.checks.context import CheckContext
     from gate.checks.doc import load_checked
-    from gate.engines import build_reference
+    from gate.engines import build_reference, engine_type
     from gate.repro import equivalence as eq
     from gate.repro import sampling
 
@@ -64,8 +65,9 @@ def reproduce(out, loaded, models, budget_s: float, say: Callable[[str], None] =
     left = lambda: budget_s - (time.monotonic() - started)  # noqa: E731
     def info(label: str) -> dict:
         spec, engine = specs.get(label), engines.get(label)
-        return describe(label, spec, engine) if describe else eq.engine_description(spec, engine, loaded,
-                                                                                       models.pair, label)
+        if describe:
+            return describe(label, spec, engine)
+        return engine_type(spec).case_engine(spec, engine, loaded, models.pair, label)
 
     for n, (label, bs) in enumerate(todo.get("equivalence", []), 1):
         rel = f"{root.name}/equivalence-{n}"
@@ -95,8 +97,9 @@ def reproduce(out, loaded, models, budget_s: float, say: Callable[[str], None] =
         if engine is None:
             written.append(_not_shrunk(root.parent / rel, rel, "distribution", label, bs, _cannot(ctx, None, 1), say))
             continue
-        written.append(sampling.write_sampling_case(root.parent / rel, rel, ctx, results, label, bs, info(label), say,
-                                                    http=engine if hasattr(engine, "body") else None))
+        described = info(label)
+        written.append(sampling.write_sampling_case(root.parent / rel, rel, ctx, results, label, bs, described, say,
+                                                    extra=eq.batch_of(described, engine)))
     write_index(root, written, budget_s, time.monotonic() - started, results.run_id)
     return written
 

@@ -45,6 +45,29 @@ def write_folder(folder: Path, case: dict, report: str, replay: bool = True) -> 
         (folder / "replay.py").chmod(0o755)
 
 
+def replayable(described: dict) -> bool:
+    """Whether the case folder's replay.py can rebuild this engine alone (its type said how)."""
+    return described.get("replay") is not None
+
+
+def replay_section(described: dict, what: str, bodies: list[dict] | None = None) -> list[str]:
+    """REPORT.md's replay section: the commands the engine's type gives (and a server's requests as curl lines),
+    or why there is no replay.py in the folder."""
+    from gate.engines.registry import engine_type, engine_types
+
+    kind = described.get("type")
+    if not replayable(described):
+        return ["## Replay", "", f"No replay: the engine's type (`{kind}`) does not say how to rebuild it alone, so "
+                "this folder has no replay.py; case.json holds the prompts, the settings and the tokens.", ""]
+    extra = engine_type(kind).report_lines(described) if kind in engine_types() else []
+    lines = ["## Replay", "", what, "", "```sh", "python replay.py          # prints 'reproduced' or 'not reproduced'",
+             *extra, "```", ""]
+    if described["replay"] == "requests" and bodies:
+        lines += ["The same requests with curl (the rows in flight together):", "", "```sh",
+                  *curl_lines(described["url"], described["route"], bodies), "```", ""]
+    return lines
+
+
 def no_case(folder: Path, rel: str, check: str, engine: str, bs: int, why: str, say) -> Written:
     """A failing check with no minimal case: the folder says why (no replay.py: nothing to replay)."""
     write_folder(folder, {"schema": CASE_SCHEMA, "check": check, "engine": {"label": engine}, "reproduced": False,
@@ -84,5 +107,5 @@ def tokens_line(ids: list[int], decode) -> str:
     return f"`{ids}`" + (f" ({json.dumps(text)})" if text else "")
 
 
-__all__ = ["CASE_SCHEMA", "INDEX", "REPLAY", "Written", "curl_lines", "no_case", "read_index", "tokens_line",
-           "write_folder", "write_index"]
+__all__ = ["CASE_SCHEMA", "INDEX", "REPLAY", "Written", "curl_lines", "no_case", "read_index", "replay_section",
+           "replayable", "tokens_line", "write_folder", "write_index"]

@@ -10,11 +10,13 @@ re-run and the reference and the target confirming every candidate (:class:`gate
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from gate.engines.base import GenerationSettings
-from gate.repro.case import CASE_SCHEMA, Written, curl_lines, tokens_line, write_folder
+from gate.engines.registry import engine_type
+from gate.repro.case import CASE_SCHEMA, Written, replay_section, replayable, tokens_line, write_folder
 from gate.repro.probe import EquivalenceProbe, Finding
 from gate.repro.shrink import Case, Shrinker, Shrunk
 from gate.run.records import Phase
@@ -27,7 +29,7 @@ class Target:
     engine: object
     label: str
     case: Case
-    describe: dict  # case.json's "engine": what replay.py needs to rebuild it (see engine_description)
+    describe: dict  # case.json's "engine": what replay.py needs to rebuild it (its type's case_engine)
     plain: object | None = None  # its own plain decoding, where it has one
 
 
@@ -79,26 +81,30 @@ def trigger(case: Case, f: Finding, greedy_k: int) -> str:
             f"{f.position}")
 
 
+def batch_of(described: dict, engine) -> Callable | None:
+    """``(requests, settings) -> dict``: what replay.py needs for one batch beyond its prompts, seeds and budget (the
+    engine type's :meth:`~gate.engines.registry.EngineType.case_batch`: a server's request bodies)."""
+    if engine is None or not replayable(described):
+        return None
+    kind = engine_type(described["type"])
+    return lambda requests, settings: kind.case_batch(engine, requests, settings)
+
+
 def write_case(folder: Path, rel: str, target: Target, shrunk: Shrunk, probe: EquivalenceProbe, results, decode,
                say) -> Written:
-    """case.json, replay.py and REPORT.md for a shrunk equivalence failure."""
+    """case.json, replay.py (where the engine's type can be replayed) and REPORT.md for a shrunk equivalence
+    failure."""
     case, f = shrunk.case, shrunk.finding
     settings = probe.settings
     rank = probe.rank(case.prompts[f.row], f.actual, f.position)
     sentence = trigger(case, f, settings.num_draft_tokens)
-    describe = dict(target.describe)
-    if describe.get("type") == "http":
-        describe["bodies"] = [target.engine.body(r, settings) for r in probe.requests(case)]
-    elif describe.get("type") == "plugin":
-        describe["settings"] = {**describe["settings"], "max_new_tokens": [case.max_new_tokens] * case.batch_size,
-                                "seeds": [probe.seed] * case.batch_size, "temperature": settings.temperature,
-                                "num_draft_tokens": settings.num_draft_tokens,
-                                "eos_token_ids": list(settings.eos_token_ids)}
-    doc = {"schema": CASE_SCHEMA, "check": "equivalence", "engine": describe,
+    extra = batch_of(target.describe, target.engine)
+    doc = {"schema": CASE_SCHEMA, "check": "equivalence", "engine": dict(target.describe),
            "settings": {"temperature": settings.temperature, "num_draft_tokens": settings.num_draft_tokens,
                         "eos_token_ids": list(settings.eos_token_ids), "max_new_tokens": case.max_new_tokens,
                         "seed": probe.seed},
            "prompts": [list(p) for p in case.prompts], "prompt_names": list(case.names),
+           **(extra(probe.requests(case), settings) if extra else {}),
            "expected": [list(probe.expected(p, case.max_new_tokens)) for p in case.prompts],
            "finding": f.to_dict(), "evidence": {"gap": f.gap, "tolerance": f.tolerance, "rank": rank,
                                                 "argmax": f.argmax},
@@ -107,7 +113,7 @@ def write_case(folder: Path, rel: str, target: Target, shrunk: Shrunk, probe: Eq
                            "prompt_lengths": [len(p) for p in target.case.prompts], "prompt_names":
                            list(target.case.names)},
            "stopped": shrunk.stopped, "log": [s.line() for s in shrunk.log]}
-    write_folder(folder, doc, report(doc, results, decode, rank))
+    write_folder(folder, doc, report(doc, results, decode, rank), replay=replayable(doc["engine"]))
     say(f"repro: {folder.name}: {sentence}")
     return Written("equivalence", target.label, rel, True, sentence, case.batch_size)
 
@@ -118,22 +124,17 @@ def report(doc: dict, results, decode, rank: int | None) -> str:
     fp = results.fingerprint
     libs = ", ".join(f"{k} {v}" for k, v in sorted(fp.libraries.items()))
     stacks = "; ".join(f"{name}: {s.version or 'version not reported'}" for name, s in (fp.stacks or {}).items())
-    lines = [f"# Minimal case: {doc['check']} of `{doc['engine'].get('label') or doc['engine']['type']}`", "",
+    lines = [f"# Minimal case: {doc['check']} of `{e.get('label') or e['type']}`", "",
              f"**Trigger:** {doc['trigger']}.", "",
              "## What was expected and what came out", "",
              f"- expected (the non-speculative reference, the prompt alone): {tokens_line(f['expected'], decode)}",
              f"- actual (row {f['row']}): {tokens_line(f['actual'], decode)}",
              f"- evidence: {f['detail']}" + (f"; the emitted token is the target's number {rank} choice there "
                                              "given the engine's own prefix" if rank else ""), "",
-             "## Replay", "", "```sh", "python replay.py          # prints 'reproduced' or 'not reproduced'"]
-    if e["type"] == "speculative":
-        lines.append("python replay.py --engine speculative   # the correct engine: 'not reproduced'")
-    lines.append("```")
-    if e["type"] == "http":
-        lines += ["", "The same requests with curl (the rows in flight together):", "", "```sh",
-                  *curl_lines(e["url"], e["route"], e["bodies"]), "```"]
+             *replay_section(e, "`python replay.py` runs the case's batch on the engine alone and compares the "
+                                "failing row with the expected tokens.", doc.get("bodies"))]
     shrunk = doc["shrunk_from"]
-    lines += ["", "## Versions", "", f"- hardware: {fp.hardware_key} ({platform.platform()})", f"- {libs}"]
+    lines += ["## Versions", "", f"- hardware: {fp.hardware_key} ({platform.platform()})", f"- {libs}"]
     if stacks:
         lines.append(f"- serving stacks: {stacks}")
     lines += ["", "## How it was found", "",
@@ -146,28 +147,9 @@ def report(doc: dict, results, decode, rank: int | None) -> str:
     return "\n".join(lines)
 
 
-def engine_description(spec, engine, loaded, pair, label: str, mutant: str | None = None) -> dict:
-    """case.json's ``engine``: what replay.py needs to rebuild the engine alone."""
-    kind = getattr(spec, "type", "speculative")
-    models = loaded.config.models if loaded is not None else None
-    if kind == "plugin":
-        base = engine.base
-        return {"type": "plugin", "label": label, "callable": spec.callable,
-                "pythonpath": [str(r) for r in loaded.import_roots(spec)],
-                "settings": {"target": base.target, "draft": base.draft, "dtype": base.dtype, "device": base.device,
-                             "draft_dtype": base.draft_dtype, "extra": dict(base.extra)}}
-    if kind == "http":
-        return {"type": "http", "label": label, "url": engine.url, "route": engine.preset.route,
-                "preset": engine.preset.name}
-    return {"type": kind, "label": label, "mutant": mutant, "target": pair.target.location,
-            "draft": pair.draft.location if pair.draft is not None else None,
-            "dtype": models.target.dtype if models else "float32",
-            "draft_dtype": models.draft.dtype if models and models.draft else "float32", "device": str(pair.device)}
-
-
 def settings_of(results) -> GenerationSettings:
     s = results.settings
     return GenerationSettings(0.0, s.num_draft_tokens, tuple(s.eos_token_ids))
 
 
-__all__ = ["Target", "engine_description", "failing_batches", "settings_of", "shrink_one", "trigger", "write_case"]
+__all__ = ["Target", "batch_of", "failing_batches", "settings_of", "shrink_one", "trigger", "write_case"]

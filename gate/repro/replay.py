@@ -3,10 +3,10 @@
 
 Copied by specguard into each case folder beside its ``case.json``; it needs nothing of specguard's analysis:
 
-    python replay.py                      # the engine the gate found failing, as case.json names it
-    python replay.py --engine speculative # built-in engine only: another one (the correct engine, or a mutant)
-    python replay.py --url URL            # a server: another address
-    python replay.py --show               # also print every row's tokens
+    python replay.py             # the engine the gate found failing, as case.json names it
+    python replay.py --engine X  # an in-process engine: another build of its type (REPORT.md names the correct one)
+    python replay.py --url URL   # a server: another address
+    python replay.py --show      # also print every row's tokens
 
 An equivalence case prints ``reproduced`` when the failing row's greedy tokens depart from the reference's expected
 tokens at or before the failing position (anywhere, for a corruption signature), else ``not reproduced``.  A
@@ -14,9 +14,11 @@ sampling case re-runs every sampled batch with its seeds and re-scores the token
 (torch and transformers): ``reproduced`` when the draft-argmax count, the draft's log-probability, the draft-target
 ratio or the randomized PIT departs from what the target's distribution gives, at the case's alpha (Bonferroni over
 the four).  Exit 0 either way; 2: it could not run; 3: the engine answered, but no token ids could be read from a
-row of its reply (never "reproduced": an empty row departs from anything).  What each engine type needs: a server,
-the standard library (the equivalent ``curl`` lines are in REPORT.md); a plug-in, its own package (imported from
-``pythonpath``); specguard's built-in engine, specguard, torch and transformers.
+row of its reply (never "reproduced": an empty row departs from anything).  How the engine is rebuilt is what its
+type wrote in case.json (``engine.replay``): ``requests``, a server sent the batch's own request bodies (the
+standard library; the equivalent ``curl`` lines are in REPORT.md); ``callable``, a plug-in's callable called as the
+gate calls it (its own package, imported from ``pythonpath``); ``function``, the type's own function that rebuilds
+an in-process engine and runs one batch (specguard's types: specguard, torch and transformers).
 """
 
 from __future__ import annotations
@@ -29,9 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-
-_LOADED: dict = {}
 
 
 @dataclass(frozen=True)
@@ -56,40 +55,29 @@ class PluginSettings:
         return self.temperature == 0.0
 
 
-def builtin(case: dict, engine: str | None, prompts: list, seeds: list, max_new: int) -> list[list[int]]:
-    """specguard's own batched speculative engine (or a self-test mutant) on one batch."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def function(case: dict, variant: str | None, prompts: list, seeds: list, max_new: int) -> list[list[int]]:
+    """An in-process engine: the function its type names (``callable``, imported from ``pythonpath``) rebuilds it
+    alone and runs one batch (specguard's own types need specguard, torch and transformers)."""
+    e = case["engine"]
+    fn = _imported(e["callable"], e.get("pythonpath", []))
+    return [list(row) for row in fn(e, [list(p) for p in prompts], list(seeds), max_new, case["settings"], variant)]
 
-    from gate.engines.base import GenerationSettings, Request
-    from gate.engines.speculative import SpeculativeEngine
-    from gate.selftest.mutants import MUTANTS
 
-    e, s = case["engine"], case["settings"]
-    name = engine or e.get("mutant") or "speculative"
-    if name not in _LOADED:
-        cls = SpeculativeEngine if name == "speculative" else MUTANTS[name]
-        dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-                  "auto": torch.float32}
-        device = torch.device(e.get("device", "cpu"))
-        target = AutoModelForCausalLM.from_pretrained(e["target"], dtype=dtypes[e["dtype"]]).to(device).eval()
-        draft = AutoModelForCausalLM.from_pretrained(e["draft"], dtype=dtypes[e.get("draft_dtype", e["dtype"])])
-        _LOADED[name] = cls(target, draft.to(device).eval(), device)
-    requests = [Request(tuple(p), max_new, seed) for p, seed in zip(prompts, seeds)]
-    settings = GenerationSettings(s["temperature"], s["num_draft_tokens"], tuple(s["eos_token_ids"]))
-    return [list(r.token_ids) for r in _LOADED[name].generate(requests, settings).sequences]
+def _imported(name: str, pythonpath: list):
+    import importlib
+
+    sys.path[:0] = [p for p in pythonpath if p not in sys.path]
+    module, _, attr = name.partition(":")
+    fn = importlib.import_module(module)
+    for part in attr.split("."):
+        fn = getattr(fn, part)
+    return fn
 
 
 def plugin(case: dict, prompts: list, seeds: list, max_new: int) -> list[list[int]]:
     """The plug-in's callable, imported from its own folders, called as specguard calls it."""
-    import importlib
-
     e, s = case["engine"], case["settings"]
-    sys.path[:0] = [p for p in e.get("pythonpath", []) if p not in sys.path]
-    module, _, attr = e["callable"].partition(":")
-    fn = importlib.import_module(module)
-    for part in attr.split("."):
-        fn = getattr(fn, part)
+    fn = _imported(e["callable"], e.get("pythonpath", []))
     settings = PluginSettings(**{**e["settings"], "max_new_tokens": [max_new] * len(prompts), "seeds": list(seeds),
                                  "temperature": s["temperature"], "num_draft_tokens": s["num_draft_tokens"],
                                  "eos_token_ids": list(s["eos_token_ids"])})
@@ -150,16 +138,22 @@ def http(case: dict, url: str | None, bodies: list[dict]) -> list[list[int]]:
     return out
 
 
-def run_batch(case: dict, args, prompts: list, seeds: list, max_new: int, bodies: list | None = None
+class CannotReplay(Exception):
+    """case.json names no way to rebuild its engine alone."""
+
+
+def run_batch(case: dict, args, prompts: list, seeds: list, max_new: int, batch: dict | None = None
               ) -> list[list[int]]:
-    kind = case["engine"]["type"]
-    if kind == "speculative":
-        return builtin(case, args.engine, prompts, seeds, max_new)
-    if kind == "plugin":
+    """One batch on the engine, the way its type said to rebuild it (case.json's ``engine.replay``)."""
+    how = case["engine"].get("replay")
+    if how == "function":
+        return function(case, args.engine, prompts, seeds, max_new)
+    if how == "callable":
         return plugin(case, prompts, seeds, max_new)
-    if kind == "http":
-        return http(case, args.url, bodies if bodies is not None else case["engine"]["bodies"])
-    raise ValueError(f"no replay for engine type {kind!r}")
+    if how == "requests":
+        return http(case, args.url, (batch if batch is not None else case)["bodies"])
+    raise CannotReplay(f"the engine's type ({case['engine'].get('type')!r}) says no way to rebuild it alone "
+                       f"(engine.replay is {how!r})")
 
 
 def equivalence(case: dict, args) -> None:
@@ -214,7 +208,7 @@ def sampling(case: dict, args) -> None:
     pit: list[float] = []
     rng = random.Random(0)
     for batch in case["batches"]:
-        outs = run_batch(case, args, batch["prompts"], batch["seeds"], batch["max_new_tokens"], batch.get("bodies"))
+        outs = run_batch(case, args, batch["prompts"], batch["seeds"], batch["max_new_tokens"], batch)
         for prompt, out in zip(batch["prompts"], outs):
             if not out:
                 continue
@@ -258,7 +252,8 @@ def sampling(case: dict, args) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", help="built-in engine only: 'speculative' (correct) or a self-test mutant's name")
+    ap.add_argument("--engine", help="an in-process engine: another build of its type (REPORT.md names them: the "
+                    "correct engine, or a self-test mutant by name)")
     ap.add_argument("--url", help="a server: replay against this address instead")
     ap.add_argument("--show", action="store_true", help="print every row's tokens")
     args = ap.parse_args()
@@ -268,6 +263,9 @@ def main() -> int:
     except Unreadable as exc:  # neither reproduced nor not: the reply says nothing of the tokens
         print(f"unreadable: {exc}")
         return 3
+    except CannotReplay as exc:
+        print(f"cannot replay: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # the engine itself failed: say so, not a verdict
         print(f"could not run the {case['engine'].get('type')} engine: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ import numpy as np
 
 from gate.checks.distribution import analyze, observed_pvalues, pvalues, rejects
 from gate.inputs.config import REFERENCE
-from gate.repro.case import CASE_SCHEMA, Written, no_case, write_folder
+from gate.repro.case import CASE_SCHEMA, Written, no_case, replay_section, replayable, write_folder
 from gate.run.records import Phase
 
 STEP = 8  # the smallest rejecting n is searched on a grid of this many tokens, then token by token below it
@@ -87,8 +87,9 @@ def by_position(a, lengths: list[int], k: int) -> list[dict]:
 
 
 def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: int, engine: dict, say,
-                        http=None) -> Written:
-    """The sampling case's folder (case.json, replay.py, REPORT.md) from the run's own sampled tokens."""
+                        extra=None) -> Written:
+    """The sampling case's folder (case.json, replay.py, REPORT.md) from the run's own sampled tokens.
+    ``extra(requests, settings)``: what replay.py needs for one batch beyond its prompts (the engine type's)."""
     if not ctx.config.method.draft_model:
         return no_case(folder, rel, "distribution", label, bs, f"a sampling case's replay recounts against a draft "
                        f"model's argmax, and method {ctx.config.method.name} has none (not built for it yet)", say)
@@ -117,12 +118,12 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
             batch = {"prompts": [list(results.prompt(s.prompt_id).prompt_ids) for s in ex.sequences],
                      "seeds": [s.seed for s in ex.sequences],
                      "max_new_tokens": max(results.prompt(s.prompt_id).max_new_tokens for s in ex.sequences)}
-            if http is not None:  # the server's own requests, seeds included
+            if extra is not None:  # a server's own requests, seeds included
                 from gate.engines.base import GenerationSettings, Request
 
                 settings = GenerationSettings(temperature, k, tuple(results.settings.eos_token_ids))
-                batch["bodies"] = [http.body(Request(tuple(p), batch["max_new_tokens"], seed), settings)
-                                   for p, seed in zip(batch["prompts"], batch["seeds"])]
+                batch.update(extra([Request(tuple(p), batch["max_new_tokens"], seed)
+                                    for p, seed in zip(batch["prompts"], batch["seeds"])], settings))
             batches.append(batch)
     where = by_position(a, [len(s.token_ids) for s in seqs], k)
     pv = observed_pvalues(a, np.random.default_rng(bs)) if a.n else {}
@@ -144,7 +145,7 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
            "batches": batches, "emitted": [list(s.token_ids) for s in seqs],
            "smallest_rejecting_tokens": n, "count": {"engine": engine_count, "control": control},
            "by_position": where, "trigger": sentence, "reproduced": True}
-    write_folder(folder, doc, _report(doc, results))
+    write_folder(folder, doc, _report(doc, results), replay=replayable(engine))
     say(f"repro: {folder.name}: {sentence}")
     return Written("distribution", label, rel, True, sentence, bs)
 
@@ -172,11 +173,11 @@ def _report(doc: dict, results) -> str:
              f"The gate's test (Bonferroni over its tests at alpha={doc['settings']['alpha']:g}) rejects on every "
              f"prefix of {doc['smallest_rejecting_tokens']} or more of the engine's sampled tokens (in run order)." if
              doc["smallest_rejecting_tokens"] else "The gate's test does not reject on any prefix of these tokens.",
-             "", "## Replay", "",
-             "`case.json` holds each sampled batch (prompt token ids and the per-row seeds the engine was given) and "
-             "what it emitted; `python replay.py` runs the engine on the same batches with the same seeds, recounts "
-             "as above and prints 'reproduced' or 'not reproduced' (it needs torch and transformers to re-score).",
-             "", "## Versions", "",
+             "", *replay_section(doc["engine"], "`case.json` holds each sampled batch (prompt token ids and the "
+                                 "per-row seeds the engine was given) and what it emitted; `python replay.py` runs the "
+                                 "engine on the same batches with the same seeds, recounts as above and prints "
+                                 "'reproduced' or 'not reproduced' (it needs torch and transformers to re-score)."),
+             "## Versions", "",
              f"- hardware: {fp.hardware_key}", f"- {', '.join(f'{k} {v}' for k, v in sorted(fp.libraries.items()))}"]
     if fp.stacks:  # the serving stack's own version, as results.json recorded it (issue 47, item 6)
         lines.append("- serving stacks: " + "; ".join(f"{name}: {st.version or 'version not reported'}"

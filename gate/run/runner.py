@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gate.engines import ENGINE_VERSION, Engine, GenerationSettings
+from gate.engines.base import served
 from gate.engines.paired import PairedBase
 from gate.errors import Problem, ResumeError, RunInterrupted, SuiteError
 from gate.inputs import fingerprint as fp
@@ -207,8 +208,8 @@ class Runner:
             for e in self.cfg.engines:
                 for where, ep in e.endpoints():
                     launches[e.label if where.endswith(".server") else REFERENCE] = ep.launch
-            self._stacks = {engine.name: StackIdentity(version=engine.identity(), launch=launches.get(engine.name))
-                            for engine in [*self.engines, self.reference] if hasattr(engine, "identity")}
+            self._stacks = {s.name: StackIdentity(version=s.identity(), launch=launches.get(s.name))
+                            for s in map(served, [*self.engines, self.reference]) if s is not None}
         return self._stacks
 
     def header(self) -> RunHeader:
@@ -334,13 +335,13 @@ class Runner:
         from gate.run.traffic import http_sender, make_trace, replay, replay_record, sides, trace_seed
 
         tc = self.cfg.checks.traffic
-        pairs = [e for e in self.engines if hasattr(e, "stream")]
-        if not hasattr(self.reference, "stream") or not pairs:
+        pairs = [e for e in map(served, self.engines) if e is not None]
+        if served(self.reference) is None or not pairs:
             self.progress.note("request-rate traffic skipped: no engine takes requests while others run "
                                "(an http engine with http.reference)")
             return
         settings = self.greedy if self.cfg.generation.greedy else self.sampled
-        base = self.paired.engine if self.paired is not None and hasattr(self.paired.engine, "stream") else None
+        base = served(self.paired.engine) if self.paired is not None else None
         head = self.paired.head_engine if base is not None else None
         todo = len(tc.rates) * tc.repeats * sum(len(sides(0, e.name == head)) for e in pairs)
         self.progress.start(f"request-rate traffic: {len(tc.rates)} rates x {tc.repeats} repeats x "
@@ -419,7 +420,8 @@ class Runner:
         self.log = log
         seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
         scoring, _ = self.cfg.distribution_scoring()
-        score = self.reference.score if scoring == "server" and hasattr(self.reference, "score") else None
+        server = served(self.reference) if scoring == "server" else None
+        score = server.score if server is not None else None
         self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
                                  cache_context=self.cache_context(), previous=previous, say=self.progress.note,
                                  score=score)

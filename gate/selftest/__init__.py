@@ -3,7 +3,7 @@
 On the embedded demo pair, with a small slice-balanced subset of the default
 suite, the gate's checks are run against:
 
-* every mutant in :mod:`gate.selftest.mutants` — each must be caught by at least
+* every mutant in :mod:`gate.engines.mutants` — each must be caught by at least
   one named check (equivalence, a corruption signature, or distribution);
 * the correct speculative engine, over ``seeds`` runs — it must raise no alarm
   at all.  The first run is the control: the mutants' own configuration, seed
@@ -27,6 +27,7 @@ import torch
 
 from gate.checks.analysis import run_checks
 from gate.checks.doc import ChecksDoc
+from gate.engines.mutants import LOOKUP_MUTANTS, MUTANTS
 from gate.engines.reference import ReferenceEngine
 from gate.engines.speculative import SpeculativeEngine
 from gate.engines.tolerance import noise_reused
@@ -36,7 +37,6 @@ from gate.inputs.models import load_pair
 from gate.inputs.suite import Suite, load_suite
 from gate.run.cache import ReferenceCache
 from gate.run.runner import Runner
-from gate.selftest.mutants import LOOKUP_MUTANTS, MUTANTS
 
 SELFTEST_CONFIG = """\
 version: 1
@@ -133,13 +133,14 @@ def _shrink(run_dir: Path, results, checks: ChecksDoc, loaded, pair, engine, int
             say) -> None:
     """A caught mutant's minimal cases, as `specguard repro` writes them for a failing run (its replay.py rebuilds
     the mutant by name)."""
+    from gate.engines.types.speculative import SPECULATIVE
     from gate.io.rundir import RunDir
     from gate.repro import reproduce
-    from gate.repro.equivalence import engine_description
     from gate.run.setup import Models
 
     reproduce(RunDir(run_dir), loaded, Models(pair, [engine]), budget_s, say, root=into, checked=(results, checks),
-              describe=lambda label, spec, e: engine_description(None, e, loaded, pair, label, mutant=engine.name))
+              describe=lambda label, spec, e: SPECULATIVE.case_engine(None, e, loaded, pair, label,
+                                                                      variant=engine.name))
 
 
 def _alarms(checks: ChecksDoc, engine: str) -> list[str]:

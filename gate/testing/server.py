@@ -256,7 +256,7 @@ def engine_for(mode: str, pair):
     if mode == "speculative":
         return SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
     if mode.startswith("mutant:"):
-        from gate.selftest.mutants import MUTANTS
+        from gate.engines.mutants import MUTANTS
 
         return MUTANTS[mode.split(":", 1)[1]](pair.target.model, pair.draft.model, pair.device)
     raise SystemExit(f"unknown mode {mode!r}: speculative, reference or mutant:<name>")

@@ -46,6 +46,37 @@ class HFAssistedType(EngineType):
                                       max_ngram=sp.prompt_lookup_max or sp.prompt_lookup_min or 2)
         return HFAssistedEngine(pair.target.model, pair.draft.model, pair.device, pad if pad is not None else 0)
 
+    def case_engine(self, spec, engine, loaded, pair, label, variant=None):
+        from gate.engines.hf_assisted import PromptLookupEngine
+        from gate.engines.replaying import local_models
+
+        lookup = isinstance(engine, PromptLookupEngine)
+        return {"type": self.name, "label": label, "replay": "function", "callable": f"{__name__}:replay",
+                "pythonpath": [], "variant": variant, "pad_token_id": engine.pad_token_id,
+                "max_ngram": engine.max_ngram if lookup else None, **local_models(loaded, pair)}
+
+    def report_lines(self, described):
+        if described.get("max_ngram") is None:
+            return []
+        return ["python replay.py --engine prompt-lookup   # the correct prompt lookup: 'not reproduced'"]
+
+
+def replay(engine: dict, prompts, seeds, max_new_tokens: int, settings: dict, variant: str | None = None):
+    """A minimal case's replay: transformers' assisted generation (its prompt lookup where case.json gives
+    ``max_ngram``; a lookup mutant, or ``prompt-lookup`` for the correct one, where ``variant`` names it)."""
+    from gate.engines.hf_assisted import HFAssistedEngine, PromptLookupEngine
+    from gate.engines.mutants import LOOKUP_MUTANTS
+    from gate.engines.replaying import built, run
+
+    name = variant or engine.get("variant")
+    pad = engine["pad_token_id"]
+    if engine.get("max_ngram") is None:
+        make = lambda target, draft, device: HFAssistedEngine(target, draft, device, pad)  # noqa: E731
+    else:
+        cls = LOOKUP_MUTANTS[name] if name and name != "prompt-lookup" else PromptLookupEngine
+        make = lambda target, draft, device: cls(target, device, pad, max_ngram=engine["max_ngram"])  # noqa: E731
+    return run(built(engine, name or "assisted", make), prompts, seeds, max_new_tokens, settings)
+
 
 HF_ASSISTED = register(HFAssistedType())
 __all__ = ["HF_ASSISTED", "HFAssistedEngineConfig"]

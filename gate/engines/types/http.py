@@ -250,6 +250,13 @@ class HttpType(EngineType):
         return http_engine(base_spec, base_spec.http.server.url, pair, base, speculative=True,
                            name=f"base-{head.label}")
 
+    def case_engine(self, spec, engine, loaded, pair, label, variant=None):
+        return {"type": self.name, "label": label, "replay": "requests", "url": engine.url,
+                "route": engine.preset.route, "preset": engine.preset.name}
+
+    def case_batch(self, engine, requests, settings):
+        return {"bodies": [engine.body(r, settings) for r in requests]}
+
 
 def _where(url: str) -> tuple[str, int]:
     """(host, port) of a url, every name of this machine one host."""

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
-from gate.engines.base import Capabilities
+from gate.engines.contract import capabilities_for
 from gate.engines.registry import EngineType, base_engine_of, register
 from gate.inputs.config import OWN_REFERENCE_SUFFIX, EngineConfig
 from gate.inputs.fields import BatchSize, Seconds, Strict
@@ -93,13 +93,6 @@ class PluginEngineConfig(EngineConfig):
         return (self.isolation or "process") == "process"
 
 
-def capabilities_for(max_batch_size: int | None) -> Capabilities:
-    """Not steppable: the gate cannot time a plug-in's draft and target steps, so the Leviathan expectation is "not
-    measured" for it rather than borrowed from the loaded pair."""
-    return Capabilities(max_batch_size=max_batch_size, steppable=False,
-                        batch_limit_reason=f"engines[].max_batch_size is {max_batch_size}" if max_batch_size else None)
-
-
 class PluginType(EngineType):
     name = "plugin"
     section = PluginEngineConfig
@@ -160,6 +153,14 @@ class PluginType(EngineType):
         return self.build(base_spec.model_copy(update={"name": f"base-{head.label}"}), base_pair, base,
                           log_dir=log_dir)
 
+    def case_engine(self, spec, engine, loaded, pair, label, variant=None):
+        """Its callable, called as the gate called it (replay.py needs the plug-in's own package, not specguard)."""
+        base = engine.base
+        return {"type": self.name, "label": label, "replay": "callable", "callable": spec.callable,
+                "pythonpath": [str(r) for r in loaded.import_roots(spec)],
+                "settings": {"target": base.target, "draft": base.draft, "dtype": base.dtype, "device": base.device,
+                             "draft_dtype": base.draft_dtype, "extra": dict(base.extra)}}
+
     def preflight(self, loaded, index, spec, log_dir=None, started=None):
         """Import the callable (and the own reference's) in its own worker, never in the gate: a module that calls
         ``os._exit`` or prints workflow commands at import cannot end or speak for the gate."""
@@ -176,4 +177,4 @@ class PluginType(EngineType):
 
 
 PLUGIN = register(PluginType())
-__all__ = ["PLUGIN", "PluginEngineConfig", "PluginReference", "capabilities_for"]
+__all__ = ["PLUGIN", "PluginEngineConfig", "PluginReference"]

@@ -40,6 +40,27 @@ class SpeculativeType(EngineType):
 
         return SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
 
+    def case_engine(self, spec, engine, loaded, pair, label, variant=None):
+        from gate.engines.replaying import local_models
+
+        return {"type": self.name, "label": label, "replay": "function", "callable": f"{__name__}:replay",
+                "pythonpath": [], "variant": variant, **local_models(loaded, pair)}
+
+    def report_lines(self, described):
+        return ["python replay.py --engine speculative   # the correct engine: 'not reproduced'"]
+
+
+def replay(engine: dict, prompts, seeds, max_new_tokens: int, settings: dict, variant: str | None = None):
+    """A minimal case's replay: the gate's engine, or the self-test mutant ``variant`` names (``speculative``: the
+    correct one), rebuilt alone on the case's models (:mod:`gate.engines.replaying`)."""
+    from gate.engines.mutants import MUTANTS
+    from gate.engines.replaying import built, run
+    from gate.engines.speculative import SpeculativeEngine
+
+    name = variant or engine.get("variant") or "speculative"
+    cls = SpeculativeEngine if name == "speculative" else MUTANTS[name]
+    return run(built(engine, name, cls), prompts, seeds, max_new_tokens, settings)
+
 
 SPECULATIVE = register(SpeculativeType())
 __all__ = ["SPECULATIVE", "SpeculativeEngineConfig"]
