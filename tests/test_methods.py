@@ -202,3 +202,33 @@ def test_a_served_targets_outcomes_carry_the_lookups_proposal_as_a_point_mass():
     tops = [{3: -0.1, 7: -2.0}, {5: -0.5, 6: -1.0}]
     q = ngram_categories([(prompt, tokens, [-0.1, -3.0], tops)], NgramProposer(1, 2), 3)
     assert q.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [None, "lookup-lean"])
+def test_a_prompt_lookup_case_replays_the_engine_its_type_described(demo_pair, demo_prompts, variant):
+    """Issue 47, item 7: an hf_assisted case had no replay although its REPORT.md said to run one.  Its type now
+    describes the engine (prompt lookup, its n-gram size, the mutant) and its replay function rebuilds the same one."""
+    import importlib
+
+    from helpers import demo_config
+
+    from gate.engines import engine_type
+    from gate.engines.base import GenerationSettings, Request
+    from gate.engines.hf_assisted import PromptLookupEngine
+    from gate.engines.mutants import LOOKUP_MUTANTS
+
+    cls = LOOKUP_MUTANTS[variant] if variant else PromptLookupEngine
+    engine = cls(demo_pair.target.model, demo_pair.device, demo_pair.tokenizer.pad_token_id or 0, max_ngram=2)
+    kind = engine_type("hf_assisted")
+    described = kind.case_engine(None, engine, demo_config(), demo_pair, "lookup", variant=variant)
+    assert described["replay"] == "function" and described["max_ngram"] == 2
+    assert kind.report_lines(described) == ["python replay.py --engine prompt-lookup   # the correct prompt lookup: "
+                                             "'not reproduced'"]
+    settings = {"temperature": 0.0, "num_draft_tokens": 4, "eos_token_ids": []}
+    module, _, name = described["callable"].partition(":")
+    replay = getattr(importlib.import_module(module), name)
+    prompts = [list(p[:40]) for p in demo_prompts[:2]]
+    for prompt in prompts:  # batch size 1, as the engine runs
+        own = engine.generate([Request(tuple(prompt), 8)], GenerationSettings(0.0, 4, ())).sequences[0].token_ids
+        assert replay(described, [prompt], [0], 8, settings) == [list(own)]
