@@ -115,8 +115,10 @@ def config(args) -> None:
     e, r = (args.port, args.port + 1) if args.port else free_ports(2)
     cores = os.cpu_count() or 2
     bind = {"server": "0" if cores > 1 else "all", "reference": "1" if cores > 1 else "all"}
-    sampling = (f"\n  sampling: {{temperature: 1.0, seed: 0, batch_sizes: [{args.sampling}]}}" if args.sampling
-                else "")
+    cut = "".join(f", {name}: {v}" for name, v in (("top_k", args.top_k), ("top_p", args.top_p),
+                                                    ("min_p", args.min_p)) if v is not None)
+    sampling = (f"\n  sampling: {{temperature: {args.temperature:g}, seed: 0, batch_sizes: [{args.sampling}]{cut}}}"
+                if args.sampling else "")
     distribution = (f"\n  distribution: {{num_samples: {args.samples}, alpha: 0.01, power_trials: 20}}" if args.sampling
                     else "")
     speedup = ("{min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 10, max_batches_per_cell: 1"
@@ -214,23 +216,31 @@ def recount_rows(run: str | Path) -> dict[tuple[str, int], dict]:
     draft = AutoModelForCausalLM.from_pretrained(DEMO / "draft", dtype=torch.float32).eval()
     results = json.loads((Path(run) / "results.json").read_text())
     prompts = {p["id"]: p["prompt_ids"] for p in results["prompts"]}
-    temperature = (results["config"]["generation"].get("sampling") or {}).get("temperature", 1.0)
+    sampling = results["config"]["generation"].get("sampling") or {}
+    temperature = sampling.get("temperature", 1.0)
+    # vLLM V1's order after the temperature (min_p, then top_k, then top_p), with transformers' own warpers
+    from transformers import LogitsProcessorList, MinPLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    cut = LogitsProcessorList([w(v) for w, v, off in ((MinPLogitsWarper, sampling.get("min_p", 0.0), 0.0),
+                                                      (TopKLogitsWarper, sampling.get("top_k", 0), 0),
+                                                      (TopPLogitsWarper, sampling.get("top_p", 1.0), 1.0)) if v != off])
     sums: dict[tuple[str, int], dict[str, float]] = {}
     for ex in results["executions"]:
         if ex["phase"] != "sampling" or ex.get("failure"):
             continue
         acc = sums.setdefault((ex["engine"], ex["batch_size"]), dict.fromkeys(
-            ("tokens", "draft_hits", "draft_expected", "draft_var", "target_hits", "target_expected", "target_var"),
-            0.0))
+            ("tokens", "draft_hits", "draft_expected", "draft_var", "target_hits", "target_expected", "target_var",
+             "outside"), 0.0))
         for s in ex["sequences"][:ex["n_real"]]:
             prompt, out = prompts[s["prompt_id"]], s["token_ids"]
             if not out:
                 continue
             ids = torch.tensor([prompt + out])
             with torch.inference_mode():
-                p = torch.softmax(target(ids).logits[0, len(prompt) - 1:-1].double() / temperature, -1)
-                q = torch.softmax(draft(ids).logits[0, len(prompt) - 1:-1].double() / temperature, -1)
+                p = torch.softmax(cut(None, target(ids).logits[0, len(prompt) - 1:-1].double() / temperature), -1)
+                q = torch.softmax(cut(None, draft(ids).logits[0, len(prompt) - 1:-1].double() / temperature), -1)
             y = torch.tensor(out)
+            acc["outside"] += int((p.gather(1, y[:, None])[:, 0] == 0).sum())  # tokens the truncation excludes
             for who, star in (("draft", q.argmax(-1)), ("target", p.argmax(-1))):
                 m = p.gather(1, star[:, None])[:, 0]
                 acc[f"{who}_hits"] += int((y == star).sum())
@@ -246,11 +256,12 @@ def recount_rows(run: str | Path) -> dict[tuple[str, int], dict]:
 
 def recount(args) -> None:
     print("| engine | batch size | tokens | emitted = draft argmax | expected under the target | z "
-          "| emitted = target argmax | expected | z |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| emitted = target argmax | expected | z | outside the truncation |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (engine, bs), r in sorted(recount_rows(args.run).items()):
         print(f"| {engine} | {bs} | {r['tokens']:.0f} | {r['draft_hits']:.0f} | {r['draft_expected']:.1f} | "
-              f"{r['draft_z']:+.1f} | {r['target_hits']:.0f} | {r['target_expected']:.1f} | {r['target_z']:+.1f} |")
+              f"{r['draft_z']:+.1f} | {r['target_hits']:.0f} | {r['target_expected']:.1f} | {r['target_z']:+.1f} | "
+              f"{r['outside']:.0f} |")
 
 
 def main() -> None:
@@ -263,7 +274,10 @@ def main() -> None:
     c.add_argument("--tokens", type=int, default=32)
     c.add_argument("--per-slice", type=int, default=3)
     c.add_argument("--batch-sizes", default="1, 4, 8")
-    c.add_argument("--sampling", type=int, help="also sample at this batch size, T=1 (the distribution test)")
+    c.add_argument("--sampling", type=int, help="also sample at this batch size (the distribution test)")
+    c.add_argument("--temperature", type=float, default=1.0, help="the sampling temperature")
+    for name in ("--top-k", "--top-p", "--min-p"):
+        c.add_argument(name, type=int if name == "--top-k" else float, help="generation.sampling's truncation")
     c.add_argument("--samples", type=int, default=600, help="checks.distribution.num_samples")
     c.add_argument("--quick", action="store_true", help="the fewest timing repeats (a test, not a measurement)")
     c.add_argument("--traffic", help="a request-rate sweep, e.g. '2, 8'")

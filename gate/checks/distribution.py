@@ -60,6 +60,8 @@ import torch
 from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
 from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS, ngram_categories, plan_for
+from gate.engines.base import GenerationSettings
+from gate.engines.sampling import truncate as truncate_logits
 from gate.engines.scoring import Item, Scorer
 from gate.inputs.config import REFERENCE
 
@@ -194,6 +196,7 @@ class Analysis:
     sim: Simulation | None = None
     null_sim: Simulation | None = None
     draws: NullDraws | None = None  # the calibration's null draws (None: past CALIBRATE_BELOW, or not asked)
+    outside: int = 0  # sampled tokens the truncated distribution gives probability 0 (top_k/top_p/min_p drop them)
 
     def calibration(self, n: int | None = None) -> Calibration | None:
         """The calibration of the whole analysis, or (with ``n``, where the draws kept their positions) of its
@@ -284,7 +287,7 @@ class _Accumulator:
         return out
 
 
-def analyze(target: Scorer, draft, items: list[Item], temperature: float, vocab: int,
+def analyze(target: Scorer, draft, items: list[Item], temperature: float | GenerationSettings, vocab: int,
             power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
             keep: bool = False) -> Analysis:
     """Stream the teacher-forced distributions of ``items`` in chunks, keeping only per-position scalars.
@@ -294,11 +297,17 @@ def analyze(target: Scorer, draft, items: list[Item], temperature: float, vocab:
     ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).  ``draft``: a
     Scorer (a draft model's ``q``), a function (chunk, the target's rows) -> the rows that stand for ``q``
     (:meth:`gate.checks.proposers.NgramProposer.q`), or None (``q = p``: the target-side tests).
+    ``temperature``: the sampling settings (GenerationSettings: its truncation too), or a temperature alone.
     """
     acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed, null_trials, keep)
+    sampling = temperature if isinstance(temperature, GenerationSettings) else GenerationSettings(float(temperature))
+    outside = 0
 
     def softmax(_, rows: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(rows / temperature, -1).cpu()
+        x = rows / sampling.temperature
+        if sampling.truncated:  # as served: each truncation, then renormalised (gate/engines/sampling.py)
+            x = truncate_logits(x, sampling.top_k, sampling.top_p, sampling.min_p, sampling.order)
+        return torch.softmax(x, -1).cpu()
 
     for chunk in _chunks(items, vocab):
         ps = [x for x in target.logits_rows(chunk, softmax) if x is not None]
@@ -308,9 +317,12 @@ def analyze(target: Scorer, draft, items: list[Item], temperature: float, vocab:
             qs = [x for x in draft.logits_rows(chunk, softmax) if x is not None]
         else:
             qs = draft([it for it in chunk if it[1]], ps)
-        acc.add(torch.cat(ps).double(), torch.cat(qs).double(),
-                torch.tensor([t for _, o in chunk for t in o], dtype=torch.long))
-    return acc.result()
+        p, tokens = torch.cat(ps).double(), torch.tensor([t for _, o in chunk for t in o], dtype=torch.long)
+        outside += int((p.gather(1, tokens[:, None]) == 0).sum()) if sampling.truncated else 0
+        acc.add(p, torch.cat(qs).double(), tokens)
+    out = acc.result()
+    out.outside = outside
+    return out
 
 
 def analyze_distributions(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, power_trials: int = 0,
@@ -449,7 +461,9 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
                                      "target and the draft loaded locally (models.local_weights is false)")]
     ctx.say("distribution tests")
     dcfg = ctx.config.checks.distribution
-    temperature = ctx.config.generation.sampling.temperature
+    sampling = ctx.config.generation.sampling
+    temperature = sampling.temperature
+    settings = GenerationSettings(temperature, **sampling.truncation())
     target = ctx.scorer_for(ctx.pair.target.model)
     how = plan_for(ctx.config, draft_loaded)
     draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else \
@@ -457,6 +471,8 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     vocab = ctx.pair.target.vocab_size
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
                       "tests": list(how.tests), "engines": {}}
+    if settings.truncated:
+        findings["truncation"] = {k: v for k, v in sampling.truncation().items() if k != "order" or sampling.min_p}
     if how.note:
         findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
@@ -466,19 +482,20 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
         items = truncate([(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs],
                          dcfg.num_samples)
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze(target, draft, items, temperature, vocab, power_trials=trials, null_trials=dcfg.draws)
+        a = analyze(target, draft, items, settings, vocab, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), how.tests)
         asymptotic = observed_pvalues(a, np.random.default_rng(bs), how.tests, asymptotic=True) if a.draws else None
-        failed = bool(pv) and rejects(pv, dcfg.alpha)
+        failed = (bool(pv) and rejects(pv, dcfg.alpha)) or a.outside > 0
         if trials and a.n:
             findings["power"] = power(a, dcfg.alpha, trials, how.tests, how.families)
             findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials, how.tests)
             power_done = True
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
                                                                "control": engine == REFERENCE,
-                                                               "asymptotic": asymptotic}
+                                                               "asymptotic": asymptotic,
+                                                               **({"outside": a.outside} if settings.truncated else {})}
         findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic)
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic, a.outside, sampling)
     return Distribution.model_validate(findings), verdicts
 
 
@@ -539,8 +556,14 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
 
 
 def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg,
-              asymptotic: dict | None = None) -> list[VerdictLine]:
+              asymptotic: dict | None = None, outside: int = 0, sampling=None) -> list[VerdictLine]:
     out = []
+    if outside:  # no p-value needed: the served distribution gives these tokens probability 0
+        what = (f"{outside} of {n} sampled tokens lie outside the truncated distribution ({sampling.described()} "
+                "drops them): the sampler does not apply the truncation")
+        out.append(VerdictLine.of("distribution", engine, "warn" if engine == REFERENCE else "fail",
+                                  f"the control (plain sampling) too: {what}" if engine == REFERENCE else what, bs))
+        return out
     if n < dcfg.num_samples:
         out.append(VerdictLine.of("distribution", engine, "warn", f"only {n} of {dcfg.num_samples} sampled tokens "
                                                            "available", bs))

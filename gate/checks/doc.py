@@ -150,6 +150,8 @@ class DistributionRow(_Doc):
     rejected: bool
     control: bool
     asymptotic: dict[str, float] | None = omitted_when_none()  # the normal approximations' p-values beside them
+    # with truncated sampling (top_k/top_p/min_p): sampled tokens the truncated distribution gives probability 0
+    outside: int | None = omitted_when_none()
 
 
 class PowerFamily(_Doc):
@@ -178,6 +180,8 @@ class Distribution(_Doc):
     proposer: str | None = omitted_when_none()
     # where the target's distribution came from when it is served, not loaded here (None: the loaded target)
     scoring: str | None = omitted_when_none()
+    # the truncation the target's distribution was truncated with, as served (absent: none)
+    truncation: dict | None = omitted_when_none()
 
 
 class SpeedupCI(_Doc):

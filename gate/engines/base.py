@@ -50,13 +50,28 @@ class GenerationSettings:
     temperature: float = 0.0  # 0 means greedy (argmax)
     num_draft_tokens: int = 4  # k, for speculative engines
     eos_token_ids: tuple[int, ...] = ()  # empty: never stop early
+    # sampling's truncation, as served (gate/inputs/generation.py; gate/engines/sampling.py applies it): 0 / 1.0 /
+    # 0.0 is off, and ``order`` says how the three combine
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    order: str = "vllm"
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def truncated(self) -> bool:
+        return not self.greedy and (self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings (the truncation only where there is one: cache keys made before it keep their digest)."""
+        d = asdict(self)
+        if not self.truncated:
+            for name in ("top_k", "top_p", "min_p", "order"):
+                del d[name]
+        return d
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,12 @@ class PluginSettings:
     device: str
     draft_dtype: str = "float32"  # the draft's dtype as in the config
     extra: dict = field(default_factory=dict)  # engines[].extra from the config, passed through unchanged
+    # sampling's truncation (generation.sampling; 0 / 1.0 / 0.0: off), applied after the temperature in ``order``
+    # ("vllm": min_p, top_k, top_p; "transformers": top_k, top_p, min_p), as gate.engines.sampling.truncate does
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    order: str = "vllm"
 
     @property
     def greedy(self) -> bool:

@@ -32,9 +32,11 @@ import copy
 from contextlib import contextmanager
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
 from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
+from gate.engines.sampling import truncate
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
 
@@ -120,6 +122,17 @@ def _swapped_generation_config(model, cfg):
         model.generation_config = original
 
 
+class _Truncation(LogitsProcessor):
+    """Temperature and truncation as gate/engines/sampling.py applies them (what the checks score against)."""
+
+    def __init__(self, settings: GenerationSettings):
+        self.settings = settings
+
+    def __call__(self, input_ids, scores):
+        s = self.settings
+        return truncate(scores.float() / s.temperature, s.top_k, s.top_p, s.min_p, s.order).to(scores.dtype)
+
+
 class HFAssistedEngine:
     name = "hf_assisted"
     speculative = True
@@ -146,10 +159,14 @@ class HFAssistedEngine:
             num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
             assistant_confidence_threshold=0.0, repetition_penalty=None,
         )
+        processors = None
         if not settings.greedy:
             # top_k=0 and top_p=1.0, not None: None means "use the default" (top_k=50) in the
             # assistant's copy of the config, which truncates the distribution.
-            gen_cfg.update(temperature=settings.temperature, top_k=0, top_p=1.0, typical_p=1.0)
+            gen_cfg.update(temperature=settings.temperature, top_k=0, top_p=1.0, typical_p=1.0, min_p=None)
+        if settings.truncated:  # the gate's truncation, in the config's order (generate()'s own has one order)
+            gen_cfg.update(temperature=1.0)
+            processors = LogitsProcessorList([_Truncation(settings)])
         ids = torch.tensor([list(req.prompt_ids)], device=self.device)
         clock = Clock(self.device)
         stream = _TokenClock(clock)
@@ -162,7 +179,8 @@ class HFAssistedEngine:
             start = clock.now()
             with _count_matches(self.target, steps) as counting:
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                           generation_config=gen_cfg, streamer=stream, **self.proposer_kwargs())
+                                           generation_config=gen_cfg, streamer=stream, logits_processor=processors,
+                                           **self.proposer_kwargs())
             wall = clock.now() - start
         tokens = out[0, ids.shape[1]:].tolist()
         eos = set(settings.eos_token_ids)

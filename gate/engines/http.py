@@ -286,6 +286,8 @@ class HttpEngine:
             b["model"] = self.model
         if not settings.greedy:
             b["seed"] = req.seed
+        if settings.truncated:  # vLLM's names; 0 / 1.0 / 0.0 are its "off" too
+            b.update(top_k=settings.top_k or None, top_p=settings.top_p, min_p=settings.min_p)
         if not settings.eos_token_ids:
             b["ignore_eos"] = True
         return {k: v for k, v in b.items() if v is not None}

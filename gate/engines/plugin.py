@@ -318,7 +318,8 @@ class PluginEngine:
             temperature=settings.temperature, num_draft_tokens=settings.num_draft_tokens,
             eos_token_ids=list(settings.eos_token_ids), target=self.base.target, draft=self.base.draft,
             dtype=self.base.dtype, device=self.base.device, draft_dtype=self.base.draft_dtype,
-            extra=dict(self.base.extra),
+            extra=dict(self.base.extra), top_k=settings.top_k, top_p=settings.top_p, min_p=settings.min_p,
+            order=settings.order,
         )
         clock = Clock(self.device)
         reset_peak_memory(self.device)

@@ -51,7 +51,7 @@ class ReferenceEngine:
             else:
                 u = torch.zeros(len(rows), dtype=torch.float64, device=self.device)
                 u[active] = rnd.uniform([rows[j] for j in active], 1)[:, 0]
-                nxt = sample(probs(logits, settings.temperature), u)
+                nxt = sample(probs(logits, settings), u)
             nxt = nxt.tolist()
             now = clock.now()
             lag = {}

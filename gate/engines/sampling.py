@@ -28,8 +28,37 @@ class RowRandom:
         return u.to(self.device)
 
 
-def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    return torch.softmax(logits.float() / temperature, dim=-1)
+def probs(logits: torch.Tensor, settings) -> torch.Tensor:
+    """The distribution a token is drawn from: ``logits`` [..., V] at the settings' temperature, truncated by their
+    ``top_k``, ``top_p`` and ``min_p`` in their ``order`` and renormalised (float32)."""
+    x = logits.float() / settings.temperature
+    if settings.truncated:
+        x = truncate(x, settings.top_k, settings.top_p, settings.min_p, settings.order)
+    return torch.softmax(x, dim=-1)
+
+
+# The order each stack applies its truncations in, after the temperature: vLLM V1's sampler applies min_p as a
+# logits processor before its top-k/top-p step (top-p over the top-k renormalised); transformers' generate() builds
+# its warpers top-k, top-p, min-p.  Each mask is the same in both (ties at the k-th logit kept, at least one token
+# kept by top-p, min_p against the largest probability of what reaches it).
+ORDERS = {"vllm": ("min_p", "top_k", "top_p"), "transformers": ("top_k", "top_p", "min_p")}
+
+
+def truncate(x: torch.Tensor, top_k: int, top_p: float, min_p: float, order: str = "vllm") -> torch.Tensor:
+    """Tempered logits ``x`` [..., V] with every token the truncation drops set to -inf."""
+    for step in ORDERS[order]:
+        if step == "top_k" and 0 < top_k < x.shape[-1]:
+            kth = x.topk(top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
+        elif step == "top_p" and top_p < 1.0:
+            ordered, index = x.sort(dim=-1, descending=False)
+            drop = ordered.softmax(-1).cumsum(-1) <= 1.0 - top_p
+            drop[..., -1] = False  # the most likely token always stays
+            x = x.masked_fill(torch.zeros_like(drop).scatter(-1, index, drop), float("-inf"))
+        elif step == "min_p" and min_p > 0.0:
+            p = x.softmax(-1)
+            x = x.masked_fill(p < min_p * p.amax(-1, keepdim=True), float("-inf"))
+    return x
 
 
 def sample(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

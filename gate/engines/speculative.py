@@ -161,7 +161,7 @@ class SpeculativeEngine:
             if settings.greedy:
                 d = logits.argmax(-1)  # [R]
             else:
-                q = probs(logits, settings.temperature)  # [R, V]: q_j, the draft distribution at position j
+                q = probs(logits, settings)  # [R, V]: q_j, the draft distribution at position j
                 d = self.draft_token(q, u_draft[:, j])  # [R]
                 qs.append(q)
             drafts.append(d)
@@ -192,7 +192,7 @@ class SpeculativeEngine:
             (drafts.shape, logits.shape, k_row.shape, u_final.shape)
         assert K == 0 or (q is not None and q.shape == (R, K, logits.shape[2]) and u_accept.shape[0] == R), \
             (None if q is None else q.shape, logits.shape)
-        p = probs(logits, settings.temperature)  # [R, K+1, V]: p_1 .. p_{K+1}
+        p = probs(logits, settings)  # [R, K+1, V]: p_1 .. p_{K+1}
         if K:
             p_d = p[:, :K].gather(2, drafts[..., None])[..., 0]  # [R, K]: p_j(d_j)
             q_d = q.gather(2, drafts[..., None])[..., 0]  # [R, K]: q_j(d_j)

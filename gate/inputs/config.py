@@ -29,6 +29,7 @@ from gate.errors import ConfigError, Problem
 from gate.inputs.checks_config import ChecksConfig
 from gate.inputs.config_errors import dotted, problems_from_validation
 from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict
+from gate.inputs.generation import GenerationConfig, SamplingConfig  # noqa: F401 (re-exported)
 from gate.inputs.methods import METHODS, Method, MethodName
 from gate.inputs.yaml_text import line_index, screen_yaml
 from gate.io.files import read_input
@@ -104,25 +105,6 @@ class BatchingConfig(Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"expected distinct batch sizes, got {v}")
         return sorted(v)
-
-
-class SamplingConfig(Strict):
-    temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 0.8
-    seed: Annotated[StrictInt, Field(ge=-(1 << 63), lt=1 << 63)] = 0
-    batch_sizes: list[BatchSize] | None = None  # default: every batching.batch_sizes entry
-
-
-class GenerationConfig(Strict):
-    max_new_tokens: Annotated[StrictInt, Field(ge=1, le=4096)] = 48
-    greedy: StrictBool = True
-    sampling: SamplingConfig | None = None
-    stop_at_eos: StrictBool = True
-
-    @model_validator(mode="after")
-    def _some_mode(self) -> GenerationConfig:
-        if not self.greedy and self.sampling is None:
-            raise ValueError("nothing to generate: set greedy: true or add a sampling: section")
-        return self
 
 
 class SuiteConfig(Strict):
@@ -413,6 +395,10 @@ class Config(Strict):
             return None, (f"the reference server's prompt logprobs are the target's distribution at T=1, and this "
                           f"run samples at T={self.generation.sampling.temperature:g} (its top-k cannot be rescaled "
                           "exactly): sample at temperature 1.0, or load the target here")
+        if self.generation.sampling is not None and self.generation.sampling.truncated:
+            return None, (f"the reference server's prompt logprobs are its top tokens only, and the truncated "
+                          f"distribution ({self.generation.sampling.described()}) needs the whole one to renormalise: "
+                          "load the target here (models.local_weights: true)")
         return "server", ("the reference server scores each sampled continuation, teacher-forced (its top "
                           "prompt_logprobs and the rest of the vocabulary as one outcome)")
 

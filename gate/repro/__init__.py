@@ -38,9 +38,9 @@ def reproduce(out, loaded, models, budget_s: float, say: Callable[[str], None] =
     """Shrink every failing equivalence and distribution check of the run in ``out`` (a RunDir) with the engines in
     ``models`` (:class:`gate.run.setup.Models`), within ``budget_s`` seconds in all; the folders and the index
     written under ``root`` (default: the run's ``repro/``, cleared first).  ``describe(label, spec, engine)``:
-    case.json's engine description (default: the engine's type's, :meth:`EngineType.case_engine`; the self-test's
-    names its mutant).  ``checked``: (results, checks) already in
-    memory (the self-test's), else read from ``out``."""
+    case.json's engine description (default: the engine's type's,
+    :meth:`gate.engines.registry.EngineType.case_engine`; the self-test's names its mutant).  ``checked``:
+    (results, checks) already in memory (the self-test's), else read from ``out``."""
     from gate.checks.context import CheckContext
     from gate.checks.doc import load_checked
     from gate.engines import build_reference, engine_type

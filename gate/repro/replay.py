@@ -49,6 +49,10 @@ class PluginSettings:
     device: str
     draft_dtype: str = "float32"
     extra: dict = field(default_factory=dict)
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    order: str = "vllm"
 
     @property
     def greedy(self) -> bool:

@@ -93,6 +93,10 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
     if not ctx.config.method.draft_model:
         return no_case(folder, rel, "distribution", label, bs, f"a sampling case's replay recounts against a draft "
                        f"model's argmax, and method {ctx.config.method.name} has none (not built for it yet)", say)
+    if ctx.config.generation.sampling.truncated:
+        return no_case(folder, rel, "distribution", label, bs, "a sampling case's replay re-scores at the temperature "
+                       "alone, and this run truncates (top_k/top_p/min_p): not built for it yet; the run's "
+                       "checks.json has the verdict", say)
     if not ctx.local or ctx.pair.draft is None or ctx.pair.draft.model is None:
         return no_case(folder, rel, "distribution", label, bs, "the run's tokens are re-scored with the target "
                        f"and the draft, which are not both loaded here (models.local_weights is "

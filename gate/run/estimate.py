@@ -182,8 +182,8 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
     context = cache_context(pair, cfg, fp.hardware(pair.device)) if cache is not None else None
     eos = _eos(loaded, pair)
     greedy = GenerationSettings(0.0, cfg.speculation.num_draft_tokens, eos)
-    sampled = GenerationSettings(gen.sampling.temperature, cfg.speculation.num_draft_tokens, eos) \
-        if gen.sampling else None
+    sampled = GenerationSettings(gen.sampling.temperature, cfg.speculation.num_draft_tokens, eos,
+                                 **gen.sampling.truncation()) if gen.sampling else None
     seed = gen.sampling.seed if gen.sampling else 0
 
     def hit(job: Job) -> bool:

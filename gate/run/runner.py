@@ -177,8 +177,8 @@ class Runner:
                 self.plan = shard_plan(self.plan, *shard)
         k = self.cfg.speculation.num_draft_tokens
         self.greedy = GenerationSettings(0.0, k, pair.eos_token_ids if gen.stop_at_eos else ())
-        self.sampled = GenerationSettings(gen.sampling.temperature, k, self.greedy.eos_token_ids) \
-            if gen.sampling else None
+        self.sampled = GenerationSettings(gen.sampling.temperature, k, self.greedy.eos_token_ids,
+                                          **gen.sampling.truncation()) if gen.sampling else None
         self.executor: Executor | None = None
         self.anchored: AnchorRecord | None = None
         self.traffic: list[TrafficReplay] = []

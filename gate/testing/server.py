@@ -45,7 +45,7 @@ METRIC = "vllm:spec_decode_num_"
 @dataclass
 class _Pending:
     request: Request
-    temperature: float
+    temperature: tuple  # (temperature, top_k, top_p, min_p): requests batch together only with the same
     done: threading.Event = field(default_factory=threading.Event)
     result: object = None
     error: BaseException | None = None
@@ -63,7 +63,7 @@ class Batcher:
         self.queue: queue.Queue[_Pending] = queue.Queue()
         threading.Thread(target=self._loop, daemon=True, name="batcher").start()
 
-    def submit(self, request: Request, temperature: float):
+    def submit(self, request: Request, temperature: tuple):
         p = _Pending(request, temperature)
         self.queue.put(p)
         p.done.wait()
@@ -81,12 +81,12 @@ class Batcher:
                     batch.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
-            for temperature in {p.temperature for p in batch}:
-                group = [p for p in batch if p.temperature == temperature]
+            for sampling in {p.temperature for p in batch}:  # (temperature, top_k, top_p, min_p)
+                group = [p for p in batch if p.temperature == sampling]
                 try:
                     t0 = time.perf_counter()
                     out = self.engine.generate([p.request for p in group],
-                                               GenerationSettings(temperature, self.k, self.eos))
+                                               GenerationSettings(sampling[0], self.k, self.eos, *sampling[1:]))
                     self.contend(time.perf_counter() - t0)
                     for p, s in zip(group, out.sequences):
                         p.result = s
@@ -187,7 +187,8 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
             raise HTTPException(400, "prompt must be a non-empty list of token ids or a string")
         max_tokens = int(body.get("max_tokens") or 16)
-        temperature = float(body.get("temperature") or 0.0)
+        temperature = (float(body.get("temperature") or 0.0), int(body.get("top_k") or 0),
+                       float(body.get("top_p") or 1.0), float(body.get("min_p") or 0.0))
         seed = int(body.get("seed") or 0)
         k_top = body.get("logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids"))

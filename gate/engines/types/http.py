@@ -24,6 +24,13 @@ NO_SCORING = {
     "openai": "preset openai: an OpenAI-compatible completions route scores only what it generates",
 }
 
+# The presets whose truncation the gate reproduces (gate/engines/sampling.py ORDERS), and why the others are refused
+TRUNCATES_AS = {"vllm": "vllm"}
+NO_TRUNCATION = {
+    "llamacpp": "llama.cpp's default sampler chain applies top_k, top_p and min_p before the temperature",
+    "sglang": "SGLang masks top_k, top_p and min_p on one distribution, top_p not renormalised after top_k",
+}
+
 
 class EndpointConfig(Strict):
     """Where a serving stack answers, and optionally how the gate starts it."""
@@ -167,6 +174,13 @@ class HttpEngineConfig(EngineConfig):
             except ValueError as err:
                 found = [str(err)]
             out += [(("http", role, "launch"), m, None) for m in found]
+        sampling = config.generation.sampling
+        if sampling is not None and sampling.truncated and self.http.preset not in TRUNCATES_AS:
+            out.append((("http", "preset"), f"generation.sampling truncates ({sampling.described()}), and preset "
+                        f"{self.http.preset} truncates in an order the gate does not model "
+                        f"({NO_TRUNCATION.get(self.http.preset, 'not documented')}): its sampled tokens would be "
+                        "judged against another distribution",
+                        "sample without top_k/top_p/min_p for this stack, or gate it through preset vllm"))
         return out
 
 
