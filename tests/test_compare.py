@@ -433,3 +433,14 @@ def test_the_comment_links_the_run_the_artifact_and_the_baseline_from_the_job_en
     assert "baseline_commit" not in run_links("b.json", "zz) [x](http://evil)", env)
     assert "baseline" not in run_links("../../etc/passwd", None, env)
     assert run_links(None, None, {}) == {}
+
+
+def test_a_run_without_a_draft_model_renders_its_footer(base_run):
+    """An n-gram, EAGLE or MTP run has no draft model: the footer names the models the run has (the report crashed
+    on `models["draft"]` after a whole vLLM n-gram gate)."""
+    run = base_run.model_copy(deep=True)
+    del run.fingerprint.models["draft"]
+    checks = syn.checks_for(run)
+    v = syn.judge(run, checks, syn.config(), baseline=None, baseline_path="b.json")
+    text = render_comment(build_page(run, checks, v, None, "demo"))
+    assert f"target {run.fingerprint.models['target'].fingerprint}</sub>" in text and " · draft " not in text

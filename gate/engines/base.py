@@ -80,6 +80,9 @@ class Request:
     max_new_tokens: int
     seed: int = 0  # per-request seed: sampled output does not depend on batch composition
     prompt_id: str = ""  # for messages only
+    # a chat row's messages ((role, content) pairs; prompt_ids is their rendering): an http engine on the chat
+    # route sends these and checks that the server rendered them to prompt_ids
+    messages: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)

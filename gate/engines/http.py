@@ -60,6 +60,7 @@ class Chunk:
     # no ids: each token's text and the top-k keyed by text, as OpenAI's legacy logprobs give them
     texts: list[str] | None = None
     top_texts: list[dict[str, float]] | None = None
+    prompt_ids: list[int] | None = None  # the chat route's first event: the prompt the server rendered
 
 
 def _as_id(t) -> int | None:
@@ -102,6 +103,30 @@ def parse_openai(event: dict) -> Chunk:
             top_texts = [{str(k): float(v) for k, v in d.items() if isinstance(v, (int, float))} for d in raw]
     return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "",
                  finish=choice.get("finish_reason"), texts=texts, top_texts=top_texts)
+
+
+def parse_chat(event: dict) -> Chunk:
+    """vLLM's chat route with ``return_token_ids``: ``choices[0].token_ids`` per event, the rendered prompt's ids
+    in the first (``prompt_token_ids``), the text in ``delta.content``, and with logprobs
+    (``return_tokens_as_token_ids``) ``logprobs.content[].top_logprobs[]`` keyed "token_id:<n>"."""
+    choice = first_choice(event)
+    ids = choice.get("token_ids")
+    if ids is not None and not (isinstance(ids, list) and all(_as_id(t) is not None for t in ids)):
+        raise TypeError("token_ids is not a list of ids")
+    tops = None
+    content = (choice.get("logprobs") or {}).get("content")
+    if isinstance(content, list) and content:
+        tops = [{_as_id(t.get("token")): float(t["logprob"]) for t in (c.get("top_logprobs") or [])
+                 if _as_id(t.get("token")) is not None} for c in content]
+    prompt = event.get("prompt_token_ids")
+    if prompt is not None and not (isinstance(prompt, list) and all(_as_id(t) is not None for t in prompt)):
+        raise TypeError("prompt_token_ids is not a list of ids")
+    return Chunk([int(t) for t in ids] if ids is not None else None, tops,
+                 (choice.get("delta") or {}).get("content") or "", finish=choice.get("finish_reason"),
+                 prompt_ids=[int(t) for t in prompt] if prompt is not None else None)
+
+
+CHAT_ROUTE = "/v1/chat/completions"
 
 
 def parse_sglang(event: dict) -> Chunk:
@@ -239,8 +264,10 @@ class HttpEngine:
                  api_key: str | None = None, logprobs: int = 5, timeout_s: float = 300.0,
                  extra_body: dict | None = None, metrics_path: str | None = "/metrics",
                  counters: dict[str, str] | None = None, tokenize: Callable[[str], list[int]] | None = None,
-                 detokenize: Callable[[list[int]], str] | None = None, where: tuple[str, str] | None = None):
+                 detokenize: Callable[[list[int]], str] | None = None, where: tuple[str, str] | None = None,
+                 chat: bool = False):
         self.name = name
+        self.chat = chat  # a chat row goes to the chat route, rendered by the server's own template
         self.where = where or (f"engine {name!r}", "http")  # (config file, "engines[i].http") for errors
         self.url = url.rstrip("/")
         self.preset = preset
@@ -275,13 +302,24 @@ class HttpEngine:
                 self.model = ""
         return self.model or None
 
+    def route(self, req: Request) -> str:
+        """Where ``req`` goes: a chat row to the chat route on ``http.route: chat``, the rest to the preset's."""
+        return CHAT_ROUTE if self.chat and req.messages is not None else self.preset.route
+
     def body(self, req: Request, settings: GenerationSettings) -> dict:
-        prompt = self.detokenize(list(req.prompt_ids)) if self.preset.prompt_as_text and self.detokenize \
-            else list(req.prompt_ids)
-        extra = self.preset.engine_request if self.speculative else \
-            {"logprobs": self._reference_logprobs(), **self.preset.reference_request}
-        b = {"prompt": prompt, "max_tokens": req.max_new_tokens, "temperature": settings.temperature,
-             "stream": True, **extra, **self.extra_body}
+        if self.route(req) == CHAT_ROUTE:  # the server renders the messages; ids and its prompt come back
+            top = None if self.speculative else self._reference_logprobs()
+            extra = {"return_token_ids": True, "return_tokens_as_token_ids": True,
+                     **({"logprobs": True, "top_logprobs": top} if top else {})}
+            b = {"messages": [{"role": r, "content": c} for r, c in req.messages]}
+        else:
+            prompt = self.detokenize(list(req.prompt_ids)) if self.preset.prompt_as_text and self.detokenize \
+                else list(req.prompt_ids)
+            extra = self.preset.engine_request if self.speculative else \
+                {"logprobs": self._reference_logprobs(), **self.preset.reference_request}
+            b = {"prompt": prompt}
+        b.update({"max_tokens": req.max_new_tokens, "temperature": settings.temperature, "stream": True, **extra,
+                  **self.extra_body})
         if self._model():
             b["model"] = self.model
         if not settings.greedy:
@@ -338,6 +376,21 @@ class HttpEngine:
             raise failure
         after = scrape(self.metrics_url, self.preset, self.counters, self._headers) if self.metrics_url else None
         return BatchResult(seqs, wall_s=wall, counters=counters_between(before, after))
+
+    def _same_prompt(self, rendered: list[int] | None, req: Request, i: int, n: int) -> None:
+        """The chat route's prompt as the server rendered it must be the one the gate scores and the reference
+        gets: else every comparison would be between two different prompts."""
+        if rendered is None:
+            raise self._fail("contract", i, n, req, "the chat route returned no prompt_token_ids (return_token_ids "
+                                                    "was asked): the gate cannot tell what prompt the server rendered")
+        ours = list(req.prompt_ids)
+        if rendered != ours:
+            at = next((j for j, (a, b) in enumerate(zip(rendered, ours)) if a != b), min(len(rendered), len(ours)))
+            raise self._fail("contract", i, n, req, f"the server's chat template rendered the messages to "
+                                                    f"{len(rendered)} tokens, the gate's to {len(ours)}, first "
+                                                    f"different at token {at} (server {rendered[at:at + 3]}, gate "
+                                                    f"{ours[at:at + 3]}): set suite.chat_template to the template the "
+                                                    "server uses")
 
     def _fail(self, kind: str, i: int, n: int, req: Request, text: str) -> EngineFailure:
         who = f"request {i + 1} of {n} (load level {n}" + (f", prompt {req.prompt_id!r}" if req.prompt_id else "") + ")"
@@ -402,8 +455,11 @@ class HttpEngine:
     def _one(self, i: int, req: Request, settings: GenerationSettings, start: float, n: int,
              times_out: list[float] | None = None) -> SequenceResult:
         body = self.body(req, settings)
+        route = self.route(req)
+        parse = parse_chat if route == CHAT_ROUTE else self.preset.parse
+        rendered = None
         try:
-            resp = self.session.post(self.url + self.preset.route, json=body, stream=True,
+            resp = self.session.post(self.url + route, json=body, stream=True,
                                      headers=self._headers, timeout=(10, self.timeout_s))
         except requests.Timeout:
             raise self._fail("timeout", i, n, req, f"timed out after {self.timeout_s:.0f} s") from None
@@ -438,7 +494,7 @@ class HttpEngine:
                     done = True
                     break
                 try:
-                    chunk = self.preset.parse(json.loads(data))
+                    chunk = parse(json.loads(data))
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                     raise self._fail("crash", i, n, req, f"malformed stream chunk: {data[:120]!r}") from None
                 now = time.perf_counter()
@@ -459,6 +515,8 @@ class HttpEngine:
                         tops += chunk.tops
                     else:
                         have_tops = False
+                if chunk.prompt_ids is not None:
+                    rendered = chunk.prompt_ids
                 if chunk.counters:
                     counters = chunk.counters
                 finish = chunk.finish or finish
@@ -472,6 +530,8 @@ class HttpEngine:
         if not done:
             end = "[DONE]" if self.preset.route == "/v1/completions" else "its last event (stop: true)"
             raise self._fail("crash", i, n, req, f"the stream stopped early, after {len(ids)} tokens, without {end}")
+        if route == CHAT_ROUTE:
+            self._same_prompt(rendered, req, i, n)
         if generated is not None and ids and generated != len(ids):  # llama-server holds back an incomplete UTF-8
             raise self._fail("contract", i, n, req, f"the server generated {generated} tokens but streamed the ids "
                                                     f"of {len(ids)}: token ids are missing from its stream")

@@ -85,8 +85,8 @@ class Executor:
 
     def requests(self, batch: PlannedBatch, repeat: int) -> list[Request]:
         return [Request(self.prompts[i].prompt_ids, self.prompts[i].max_new_tokens,
-                        prompt_seed(self.seed, self.prompts[i].id, repeat), self.prompts[i].id)
-                for i in batch.members]
+                        prompt_seed(self.seed, self.prompts[i].id, repeat), self.prompts[i].id,
+                        self.prompts[i].messages) for i in batch.members]
 
     def cache_key(self, batch: PlannedBatch, repeat: int, settings: GenerationSettings) -> str:
         """Everything a reference generation depends on (see :mod:`gate.run.cache`); the draft is not part of it, and

@@ -49,6 +49,7 @@ class PromptInfo:
     bucket: str
     prompt_ids: tuple[int, ...]
     max_new_tokens: int
+    messages: tuple[tuple[str, str], ...] | None = None  # a chat row's, as rendered to prompt_ids
 
     def record(self) -> PromptRecord:
         return PromptRecord(id=self.id, slice=self.slice, bucket=self.bucket, n_prompt_tokens=len(self.prompt_ids),

@@ -84,10 +84,11 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
     unrendered: dict[str, list[str]] = {}  # why -> the chat prompts that failed so (said once, with a count)
     for i, p in enumerate(suite.prompts):
         if p.messages is None:
-            ids = tuple(pair.encode(p.text))
+            ids = ids_full = tuple(pair.encode(p.text))
         else:
             try:
                 ids = tuple(pair.encode_chat(p.as_messages(), suite.chat_template))
+                ids_full = ids
             except Exception as exc:  # no template, or one that raises (jinja's TemplateError, its raise_exception)
                 why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 unrendered.setdefault(why, []).append(p.id)
@@ -104,7 +105,9 @@ def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edge
                                         hint="shorten it, lower its max_new_tokens, or set "
                                              "suite.truncate_long_prompts: true"))
                 continue
-        out.append(PromptInfo(i, p.id, p.slice, bucket_name(len(ids), bucket_edges), ids, budget))
+        truncated = p.messages is not None and len(ids) != len(ids_full)
+        out.append(PromptInfo(i, p.id, p.slice, bucket_name(len(ids), bucket_edges), ids, budget,
+                              None if truncated else p.messages))
     for why, ids in unrendered.items():
         which = f"prompt {ids[0]!r} has" if len(ids) == 1 else (
             f"{len(ids)} prompts ({', '.join(map(repr, ids[:3]))}{', …' if len(ids) > 3 else ''}) have")

@@ -168,7 +168,7 @@ def http_sender(engine, settings) -> Callable[[Arrival], Sent]:
 
     def send(a: Arrival) -> Sent:
         p = a.prompt
-        req = Request(tuple(p.prompt_ids), p.max_new_tokens, a.seed, p.id)
+        req = Request(tuple(p.prompt_ids), p.max_new_tokens, a.seed, p.id, p.messages)
         sent = time.perf_counter()
         try:
             seq, sent, times = engine.stream(req, settings)

@@ -9,6 +9,9 @@ vLLM's OpenAI-compatible server that the ``vllm`` preset expects:
   ``stream_options.include_usage`` (a last chunk with ``"choices": []`` and the usage, as vLLM sends it; always,
   with ``--force-include-usage``, as vLLM's ``--enable-force-include-usage``), and ``prompt_logprobs`` (vLLM's: the
   target's top-k and the actual token at each prompt position, teacher-forced; non-streaming);
+* ``POST /v1/chat/completions``, streamed: ``messages`` rendered by the server's own chat template
+  (``--chat-template``), with ``return_token_ids`` (the rendered prompt's ids in the first event, each token's id)
+  and ``logprobs``/``top_logprobs`` keyed "token_id:<n>", as vLLM sends them;
 * ``GET /health``, ``GET /v1/models``, ``GET /version``;
 * ``GET /metrics``: Prometheus text with vLLM's counters ``vllm:spec_decode_num_drafts``,
   ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position}``.
@@ -34,6 +37,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -101,8 +105,9 @@ class Batcher:
 
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
              fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server",
-             contend=lambda elapsed_s: None):
-    """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early."""
+             contend=lambda elapsed_s: None, chat_template: str | None = None):
+    """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early.
+    ``chat_template``: what the chat route renders messages with (None: the tokenizer's own)."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import PlainTextResponse, StreamingResponse
     from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -233,6 +238,47 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    @app.post("/v1/chat/completions")
+    def chat(body: dict):
+        """vLLM's chat route, streamed, as the http engine's ``route: chat`` reads it (``return_token_ids``): the
+        messages rendered by this server's own chat template (``--chat-template``, else the tokenizer's)."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not body.get("stream"):
+            raise HTTPException(400, "messages must be a non-empty list, and only streaming is served")
+        try:
+            prompt = pair.encode_chat([{"role": m["role"], "content": m["content"]} for m in messages],
+                                      chat_template)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HTTPException(400, f"cannot render the messages: {exc}") from None
+        max_tokens = int(body.get("max_tokens") or 16)
+        sampling = (float(body.get("temperature") or 0.0), int(body.get("top_k") or 0),
+                    float(body.get("top_p") or 1.0), float(body.get("min_p") or 0.0))
+        seq = batcher.submit(Request(tuple(prompt), max_tokens, int(body.get("seed") or 0)), sampling)
+        out = list(seq.token_ids)
+        finish = "stop" if seq.stop_reason == "eos" else "length"
+        k_top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        lps = top_logprobs(prompt, out, k_top) if k_top and out else []
+        ids = bool(body.get("return_token_ids"))
+        rid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+
+        def events():
+            for i, t in enumerate(out):
+                choice = {"index": 0, "delta": {"content": pair.decode([t])},
+                          "finish_reason": finish if i == len(out) - 1 else None}
+                if ids:
+                    choice["token_ids"] = [t]
+                if lps:
+                    top, chosen = lps[i]
+                    choice["logprobs"] = {"content": [{"token": f"token_id:{t}", "logprob": chosen, "top_logprobs": [
+                        {"token": f"token_id:{j}", "logprob": v} for j, v in top.items()]}]}
+                chunk = {"id": rid, "object": "chat.completion.chunk", "model": model_name, "choices": [choice]}
+                if i == 0 and ids:
+                    chunk["prompt_token_ids"] = list(prompt)
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
     return app
 
 
@@ -343,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fault", choices=("error500", "truncate"), help="misbehave, for fault tests")
+    ap.add_argument("--chat-template", metavar="FILE",
+                    help="the Jinja template /v1/chat/completions renders messages with (default: the tokenizer's)")
     ap.add_argument("--force-include-usage", action="store_true",
                     help="end every stream with a usage-only chunk (choices: []), like vLLM's "
                          "--enable-force-include-usage")
@@ -366,6 +414,7 @@ def main(argv: list[str] | None = None) -> None:
 
     uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault,
                          force_include_usage=args.force_include_usage, mode_name=args.mode,
+                         chat_template=Path(args.chat_template).read_text() if args.chat_template else None,
                          contend=slowed_by(args.slowed_by) if args.slowed_by else lambda elapsed_s: None),
                 host=args.host, port=args.port, log_level="warning")
 

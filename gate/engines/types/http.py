@@ -24,6 +24,8 @@ NO_SCORING = {
     "openai": "preset openai: an OpenAI-compatible completions route scores only what it generates",
 }
 
+# The presets whose chat route reports the prompt it rendered and each token's id (vLLM: return_token_ids)
+CHAT = {"vllm"}
 # The presets whose truncation the gate reproduces (gate/engines/sampling.py ORDERS), and why the others are refused
 TRUNCATES_AS = {"vllm": "vllm"}
 NO_TRUNCATION = {
@@ -87,6 +89,9 @@ class HttpConfig(Strict):
     extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
     metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
     counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
+    # "chat": a suite's `messages` rows go to /v1/chat/completions and the server's own chat template renders them
+    # (the rest stay on the completions route); left out of the digest while "completions"
+    route: Literal["completions", "chat"] = Field("completions", exclude_if=lambda v: v == "completions")
 
     @field_validator("api_key_env")
     @classmethod
@@ -174,6 +179,10 @@ class HttpEngineConfig(EngineConfig):
             except ValueError as err:
                 found = [str(err)]
             out += [(("http", role, "launch"), m, None) for m in found]
+        if self.http.route == "chat" and self.http.preset not in CHAT:
+            out.append((("http", "route"), f"preset {self.http.preset} has no chat route the gate can read token ids "
+                        "and the rendered prompt from", "use route: completions (the gate renders the chat "
+                        "template), or preset vllm (return_token_ids)"))
         sampling = config.generation.sampling
         if sampling is not None and sampling.truncated and self.http.preset not in TRUNCATES_AS:
             out.append((("http", "preset"), f"generation.sampling truncates ({sampling.described()}), and preset "
@@ -192,7 +201,7 @@ def http_engine(spec: HttpEngineConfig, url: str, pair, loaded, speculative: boo
     return HttpEngine(name, url, PRESETS[h.preset], speculative, model=h.model,
                       api_key=api_key(h.api_key_env, f"engine {spec.label!r}"), logprobs=h.logprobs,
                       timeout_s=h.request_timeout_s, extra_body=h.extra_body, metrics_path=h.metrics,
-                      counters=h.counters, tokenize=pair.encode, detokenize=pair.decode,
+                      counters=h.counters, tokenize=pair.encode, detokenize=pair.decode, chat=h.route == "chat",
                       where=(str(loaded.source), f"engines[{loaded.config.engines.index(spec)}].http"))
 
 
