@@ -87,13 +87,15 @@ NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 4}  # the n-gram lookup's 
 
 
 def server_command(port: int, k: int | None, max_logprobs: int = 20, method: str = "draft_model",
-                   prefill_chunk: int | None = None) -> list[str]:
+                   prefill_chunk: int | None = None, chat: bool = False) -> list[str]:
     """A vLLM OpenAI-compatible server on the demo target; with ``k``, speculation on: the demo draft
     (``draft_model``), n-gram lookup in the context (``ngram``, no draft model), or the demo EAGLE head
     (``eagle``: gate/demo/eagle, scripts/train_eagle_head.py)."""
     cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(DEMO / "target"),
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--max-logprobs", str(max_logprobs),
            "--no-enable-prefix-caching"]  # a batch repeats prompts (18 in the demo suite): no cache hit may flatter
+    if chat:  # the server's own chat template renders the chat route's messages (the demo tokenizer has none)
+        cmd += ["--chat-template", str(DEMO / "chat_template.jinja")]
     if prefill_chunk:  # chunked prefill on purpose: a prompt longer than this is prefilled over several steps
         cmd += ["--max-num-batched-tokens", str(prefill_chunk)]
     if k and method == "ngram":
@@ -132,13 +134,19 @@ def config(args) -> None:
     method = {"ngram": ", method: ngram, " + ", ".join(f"{key}: {v}" for key, v in NGRAM.items()),
               "eagle": ', method: eagle, head: "specguard:demo/eagle"'}.get(args.method, "")
 
+    suite = (f'{{path: "specguard:suites/chat.jsonl", chat_template: "specguard:demo/chat_template.jinja", '
+             f'max_prompts_per_slice: {args.per_slice}}}' if args.chat else
+             f'{{path: "specguard:suites/default.jsonl", max_prompts_per_slice: {args.per_slice}}}')
+    route = "\n      route: chat" if args.chat else ""
+
     def endpoint(role: str, port: int, k: int | None) -> str:
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": bind[role], "HF_HUB_OFFLINE": "1"}
         if args.binding == "default":  # vLLM's own binding: both servers' threads on every core (issue 46)
             del env["VLLM_CPU_OMP_THREADS_BIND"]
         return (f"""      {role}:
         url: http://127.0.0.1:{port}
-        launch: {json.dumps(server_command(port, k, method=args.method, prefill_chunk=args.prefill_chunk))}
+        launch: {json.dumps(server_command(port, k, method=args.method, prefill_chunk=args.prefill_chunk,
+                                           chat=args.chat))}
         startup_timeout_s: 600
         env: {json.dumps(env)}
 """)
@@ -157,7 +165,7 @@ batching: {{batch_sizes: [{args.batch_sizes}], compositions: 1}}
 generation:
   max_new_tokens: {args.tokens}
   greedy: true{sampling}
-suite: {{path: "specguard:suites/default.jsonl", max_prompts_per_slice: {args.per_slice}}}
+suite: {suite}
 checks:
   speedup: {speedup}{distribution}{traffic}
 output: {{dir: {args.out}, cache_dir: null}}
@@ -165,7 +173,7 @@ engines:
   - type: http
     name: vllm
     http:
-      preset: vllm
+      preset: vllm{route}
       logprobs: 5
       request_timeout_s: 600
 {endpoint("server", e, args.k)}{endpoint("reference", r, None)}"""
@@ -295,6 +303,8 @@ def main() -> None:
     c.add_argument("--prefill-chunk", type=int, metavar="N",
                    help="--max-num-batched-tokens N on both servers: prompts longer than N are prefilled in chunks "
                         "(vLLM's chunked prefill, exercised on purpose; the demo suite's longest are ~570 tokens)")
+    c.add_argument("--chat", action="store_true",
+                   help="the chat suite on the chat route (http.route: chat), rendered by each server's own template")
     c.add_argument("--isolate", action="store_true",
                    help="checks.speedup.isolate_servers: true (time one server at a time, the other frozen)")
     c.add_argument("--out", default="out", help="the run directory, relative to the config")
