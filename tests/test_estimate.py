@@ -83,7 +83,8 @@ def test_plan_takes_the_last_run_of_the_hardware_key_it_is_given(tmp_path, capsy
     out = tmp_path / "specguard-out"
     out.mkdir()
     (out / "results.json").write_text(synthetic.results_json(results))
-    (out / "phases.json").write_text(PhasesDoc(wall_s=100.0, seconds={"timing": 50.0}).model_dump_json())
+    (out / "phases.json").write_text(PhasesDoc(wall_s=100.0, seconds={"timing": 50.0, "server start": 31.0,
+                                                                       "model load": 4.0}).model_dump_json())
     key = results.fingerprint.hardware_key
     assert main(["plan", str(DEMO_CONFIG), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -91,6 +92,8 @@ def test_plan_takes_the_last_run_of_the_hardware_key_it_is_given(tmp_path, capsy
     assert main(["plan", str(DEMO_CONFIG), "--json", "--hardware-key", key]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["estimate_s"] is not None and f"made on {key}" in doc["estimate_from"], doc["estimate_from"]
+    assert "its fixed costs 50 s (server start-up 31 s, model load 4 s of them)" in doc["estimate_from"], \
+        "the servers' start-up and the model load, measured on that run, are counted and named (issue 48, item 6)"
 
 
 REPEATS = """\

@@ -449,9 +449,13 @@ def _estimate(report: PlanReport, out_dir: Path, pair, tokens_per_s: float | Non
     scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
     traffic = report.traffic_s * scale
     report.estimate_s = (fixed + work + warm + least + traffic, fixed + work + warm + most + traffic)
+    named = [f"{name} {_duration(phases.seconds[key])}" for key, name in (("server start", "server start-up"),
+                                                                          ("model load", "model load"))
+             if phases.seconds.get(key)]
     report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}"
                             + (f", made on {hardware_key}" if hardware_key else "")
-                            + f"), its fixed costs {_duration(fixed)}")
+                            + f"), its fixed costs {_duration(fixed)}" + (f" ({', '.join(named)} of them)" if named
+                                                                          else ""))
 
 
 def server_lines(loaded, prefix: str, only_server: bool = False) -> list[str]:
