@@ -24,7 +24,8 @@ def test_a_chat_row_goes_to_the_chat_route_with_its_messages_and_a_prompt_row_st
     chat = Request((1, 2, 3), 8, 7, "c", MESSAGES)
     body = engine.body(chat, GenerationSettings(0.0, 4, (2,)))
     assert engine.route(chat) == CHAT_ROUTE and "prompt" not in body
-    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is a list?"}]
+    assert body["messages"] == [{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": "What is a list?"}]
     assert body["return_token_ids"] is True and (body["logprobs"], body["top_logprobs"]) == (True, 5)
     plain = Request((1, 2, 3), 8, 7, "p")
     assert engine.route(plain) == "/v1/completions" and engine.body(plain, GenerationSettings())["prompt"] == [1, 2, 3]

