@@ -156,3 +156,21 @@ def test_assisted_generation_samples_inside_the_truncation(demo_pair, demo_promp
             logits = demo_pair.target.model(ids).logits[0, len(prompt) - 1:-1]
         top3 = logits.topk(3, -1).indices
         assert all(t in row for t, row in zip(out, top3.tolist())), (out, top3.tolist())
+
+
+def test_a_refusal_streamed_as_an_event_is_reported_in_the_servers_words(httpserver):
+    """vLLM 0.32 refuses min_p with speculation by an error event in the stream (status 200): the failure quotes it,
+    never "malformed stream chunk"."""
+    from gate.engines.base import Request
+    from gate.engines.http import PRESETS, HttpEngine
+    from gate.errors import EngineFailure
+
+    message = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+    httpserver.expect_request("/v1/completions").respond_with_data(
+        f'data: {{"error": {{"message": "{message}", "type": "BadRequestError", "code": 400}}}}\n\ndata: [DONE]\n\n',
+        content_type="text/event-stream")
+    engine = HttpEngine("vllm", httpserver.url_for("/").rstrip("/"), PRESETS["vllm"], True, model="m",
+                        metrics_path=None)
+    with pytest.raises(EngineFailure) as err:
+        engine.generate([Request((1, 2, 3), 4, 0)], GenerationSettings(0.7, 4, (), min_p=0.1))
+    assert f"the server answered with an error: {message}" in err.value.message, err.value.message

@@ -105,6 +105,15 @@ def parse_openai(event: dict) -> Chunk:
                  finish=choice.get("finish_reason"), texts=texts, top_texts=top_texts)
 
 
+def _error_event(event) -> str | None:
+    """The message of a streamed ``{"error": {...}}`` event (an OpenAI-style error sent in the stream), else None."""
+    if not isinstance(event, dict) or "error" not in event or "choices" in event:
+        return None
+    err = event["error"]
+    text = err.get("message") if isinstance(err, dict) else err
+    return str(text or err)[:300]
+
+
 def parse_chat(event: dict) -> Chunk:
     """vLLM's chat route with ``return_token_ids``: ``choices[0].token_ids`` per event, the rendered prompt's ids
     in the first (``prompt_token_ids``), the text in ``delta.content``, and with logprobs
@@ -494,9 +503,14 @@ class HttpEngine:
                     done = True
                     break
                 try:
-                    chunk = parse(json.loads(data))
+                    event = json.loads(data)
+                    refused = _error_event(event)
+                    chunk = None if refused else parse(event)
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                     raise self._fail("crash", i, n, req, f"malformed stream chunk: {data[:120]!r}") from None
+                if refused:  # vLLM streams a refusal as an event with status 200 (a sampling parameter it refuses)
+                    resp.close()
+                    raise self._fail("crash", i, n, req, f"the server answered with an error: {refused}")
                 now = time.perf_counter()
                 text += chunk.text
                 if chunk.text and pieces is not None:
