@@ -94,8 +94,8 @@ def test_the_distribution_check_fails_a_sampler_that_drops_a_truncation_and_pass
     from gate.selftest import selftest_suite
 
     class Ignoring(SpeculativeEngine):
-        """vLLM's speculative path (0.32): its rejection sampler verifies against the target tempered and cut by
-        top_k and top_p, never min_p (its logits processors are off while speculation is on)."""
+        """A speculative path that verifies against the target tempered and cut by top_k and top_p, never min_p
+        (vLLM turns its logits processors, min_p's among them, off while speculation is on)."""
 
         def accept_sampling(self, drafts, logits, q, k_row, settings, u_accept, u_final):
             return super().accept_sampling(drafts, logits, q, k_row, dataclasses.replace(settings, min_p=0.0),
