@@ -87,6 +87,11 @@ def _flags(argv: list[str]) -> dict[str, str]:
     return out
 
 
+def launch_flags(argv: list[str]) -> dict[str, str]:
+    """Each ``--flag value`` of a launch line (the last one winning): what other readers of a line use."""
+    return _flags(argv)
+
+
 def _int(flag: str, value: str) -> int:
     try:
         return int(value)

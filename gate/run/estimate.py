@@ -64,6 +64,7 @@ class PlanReport:
     warnings: list[str] = field(default_factory=list)  # what the run will do that measures less than it seems
     servers: list[str] = field(default_factory=list)  # every server the run names (paired mode: both sides), in words
     prefill: list[str] = field(default_factory=list)  # per launched server: whether a prompt is prefilled in chunks
+    memory: list[str] = field(default_factory=list)  # per launched server: its weights against its memory share
 
     def lines(self) -> list[str]:
         out = [f"plan for {self.config}: {self.summary}"]
@@ -92,6 +93,7 @@ class PlanReport:
             out.append(f"request-rate traffic: {self.traffic}")
         out += [f"server: {line}" for line in self.servers]
         out += [f"prefill: {line}" for line in self.prefill]
+        out += [f"memory: {line}" for line in self.memory]
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
@@ -113,7 +115,7 @@ class PlanReport:
                 "calibration": self.calibration, "traffic": self.traffic, "traffic_s": self.traffic_s,
                 "cache": self.cache,
                 "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from,
-                "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill}
+                "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill, "memory": self.memory}
 
 
 def _duration(seconds: float) -> str:
@@ -498,6 +500,11 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
     report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir,
                       tokens_per_s=tokens_per_s, hardware_key=hardware_key)
     report.servers = server_lines(loaded, "")
+    if loaded.config.models.device != "cpu":  # a CPU server claims no GPU share
+        from gate.run.weights import gpu_memory_bytes, weight_lines
+
+        report.memory, unfit = weight_lines(loaded, gpu_memory_bytes())
+        report.warnings += unfit
     if side is not None:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
         if loaded.config.models.device != "cpu":  # and its server takes GPU memory beside the head's
             both = memory_warnings(launched_shares(loaded.config.engines)
