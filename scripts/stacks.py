@@ -139,7 +139,7 @@ def row(s: dict) -> str:
         found += f": {s['minimal_case']}"
     version = s.get("version") or "version not recorded"
     if s.get("version") and not s.get("version_recorded", True):
-        version += ", as installed: the run does not record it"
+        version += ", named when summarized: the run does not record it"
     route = ", chat route" if s.get("route") == "chat" else ""
     cells = [f"{s['stack']} ({version})", f"{s['method']}{k}{route}", str(s["dtype"]),
              s["hardware"], _greedy(s), _sampling(s), _speed(s), found, s["date"], f"`{s['command']}`"]

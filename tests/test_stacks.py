@@ -87,4 +87,4 @@ def test_the_committed_matrix_is_what_its_summaries_give():
 def test_a_version_given_by_hand_is_marked_and_never_overrides_a_recorded_one(tmp_path):
     summary = stacks.summarize(run_dir(tmp_path, rejected=False), "Lib", "c", date="2026-12-05", version="lib 1.2")
     assert summary["version"] == "lib 1.2" and not summary["version_recorded"]
-    assert "Lib (lib 1.2, as installed: the run does not record it)" in stacks.row(summary)
+    assert "Lib (lib 1.2, named when summarized: the run does not record it)" in stacks.row(summary)

@@ -47,13 +47,12 @@ import torch  # noqa: E402
 torch.cuda.synchronize = lambda *a, **k: None  # CPU: nothing to synchronise (their timing calls it unconditionally)
 torch.cuda.empty_cache = lambda *a, **k: None
 
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaTokenizerFast  # noqa: E402
-from transformers.tokenization_utils_base import BatchEncoding  # noqa: E402
-
 from src.baselines.bsp import run_adaptive_speculative_inference  # noqa: E402
 from src.baselines.dsd import run_dsd_inference  # noqa: E402
 from src.baselines.inference import run_standard_inference  # noqa: E402
 from src.custom.batch_speculative import run_speculative_inference  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaTokenizerFast  # noqa: E402
+from transformers.tokenization_utils_base import BatchEncoding  # noqa: E402
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": torch.float32}
 _MODELS: dict[tuple[str, str], torch.nn.Module] = {}
@@ -84,7 +83,8 @@ def _load_tokenizer(path: str):
         tok = AutoTokenizer.from_pretrained(path)
     except ValueError as exc:
         print(f"[bridge] AutoTokenizer: {exc}; using LlamaTokenizerFast from tokenizer.json", file=LOG)
-        cfg = json.load(open(os.path.join(path, "tokenizer_config.json")))
+        with open(os.path.join(path, "tokenizer_config.json")) as fh:
+            cfg = json.load(fh)
         special = {k: cfg[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if cfg.get(k)}
         tok = LlamaTokenizerFast(tokenizer_file=os.path.join(path, "tokenizer.json"), **special)
     if tok.pad_token is None:

@@ -5,8 +5,8 @@ spec_dec pins transformers 4.51.3 (later KV-cache APIs break it) while the gate 
 (in the gate's plug-in worker) imports neither: it starts ONE persistent ``bridge.py`` process in spec_dec's own venv
 per worker and sends it each batch as token ids over JSON lines.  Config (``engines[].extra``):
 
-    spec_dec: /root/.cache/specguard-ebay/src          # an extracted checkout of eBay/spec_dec (imported, never copied)
-    python:   /root/.cache/specguard-ebay/venv/bin/python   # torch 2.13.0+cpu, transformers 4.51.3
+    spec_dec: ~/.cache/specguard-ebay/src          # an extracted checkout of eBay/spec_dec (imported, never copied)
+    python:   ~/.cache/specguard-ebay/venv/bin/python   # torch 2.13.0+cpu, transformers 4.51.3
     batcher:  eqspec | bsp | dsd
     threads:  2                                       # torch threads in the bridge (optional)
 
@@ -36,8 +36,8 @@ _LOCK = threading.Lock()
 
 
 def _bridge(extra: dict) -> subprocess.Popen:
-    python = str(extra.get("python") or os.path.expanduser("~/.cache/specguard-ebay/venv/bin/python"))
-    spec_dec = str(extra.get("spec_dec") or os.path.expanduser("~/.cache/specguard-ebay/src"))
+    python = os.path.expanduser(str(extra.get("python") or "~/.cache/specguard-ebay/venv/bin/python"))
+    spec_dec = os.path.expanduser(str(extra.get("spec_dec") or "~/.cache/specguard-ebay/src"))
     key = (python, spec_dec)
     proc = _BRIDGES.get(key)
     if proc is None or proc.poll() is not None:
@@ -92,7 +92,8 @@ def _run(batcher: str, prompt_ids, settings) -> list[dict]:
             ids, cut_eos = ids[: first + 1], cut_eos + 1
         if len(ids) > budget:
             ids, cut_budget = ids[:budget], cut_budget + 1
-        out.append({"token_ids": ids, "wall_s": reply["wall_s"], "precision": settings.dtype if settings.dtype in ("float32", "bfloat16", "float16") else "float32",
+        precision = settings.dtype if settings.dtype in ("float32", "bfloat16", "float16") else "float32"
+        out.append({"token_ids": ids, "wall_s": reply["wall_s"], "precision": precision,
                     "stop_reason": "eos" if ids and ids[-1] in eos else "max_tokens"})
     if cut_eos or cut_budget:
         print(f"[ebay_engine] {batcher} bs={len(out)}: {cut_eos} row(s) cut after EOS, {cut_budget} row(s) cut "

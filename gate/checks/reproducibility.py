@@ -91,7 +91,9 @@ def decoding(results: Results, engine: str) -> tuple[bool, str | None]:
     if engine in results.own_references().values():
         return False, "plain decoding (speculation off)"
     if engine in results.other_stacks() and not results.speculated(engine):
-        return False, "decoding (the engine reported no speculation)"
+        counted = any(ex.engine == engine and ex.counters() is not None for ex in results.executions)
+        return False, ("decoding (its counters show no drafts)" if counted else
+                       "decoding (the engine reports no speculation counters, so whether it speculated is unknown)")
     return True, None
 
 
