@@ -30,6 +30,7 @@ class P:
     slice: str
     prompt_ids: tuple
     max_new_tokens: int
+    messages: tuple | None = None  # a chat row's (gate.run.plan.PromptInfo)
 
 
 PROMPTS = [P(f"{'code' if i % 2 else 'prose'}-{i}", "code" if i % 2 else "prose", tuple(range(1, 20 + i)), 24)
