@@ -45,13 +45,13 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  11 minutes on 2 Intel cores from a fresh clone (823 tests, 2026-12-05); 13 to 16
+# 4 minutes instead of 19 s).  14 minutes on 2 Intel cores from a fresh clone (945 tests, 2026-12-06); 13 to 16
 # on 2 AMD cores (746 tests, 2026-12-04).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act); about a minute on 2 cores (542 tests). tests/conftest.py fails a fast test that does any of those.
+# act); about a minute on 2 cores (720 tests, 57 s on the Intel machine). tests/conftest.py fails a fast test that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
 
@@ -92,7 +92,7 @@ vllm: $(VENV)/.installed
 	$(BIN)/python scripts/vllm_demo.py config specguard-vllm/specguard.yaml --sampling 4 --traffic "2, 8"
 
 # The real-vLLM tests alone (after make vllm): each starts two servers that spin while idle, so they stay out of
-# make test, where they starved the other worker (tests/test_vllm.py: five tests, about 13 minutes here).
+# make test, where they starved the other worker (tests/test_vllm.py: eight tests, about 25 minutes here).
 test-vllm: $(VENV)/.installed
 	SPECGUARD_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/test_vllm.py
 
