@@ -61,7 +61,7 @@ from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
 from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS, ngram_categories, plan_for
 from gate.engines.base import GenerationSettings
-from gate.engines.sampling import truncate as truncate_logits
+from gate.engines.sampling import probs
 from gate.engines.scoring import Item, Scorer
 from gate.inputs.config import REFERENCE
 
@@ -303,11 +303,8 @@ def analyze(target: Scorer, draft, items: list[Item], temperature: float | Gener
     sampling = temperature if isinstance(temperature, GenerationSettings) else GenerationSettings(float(temperature))
     outside = 0
 
-    def softmax(_, rows: torch.Tensor) -> torch.Tensor:
-        x = rows / sampling.temperature
-        if sampling.truncated:  # as served: each truncation, then renormalised (gate/engines/sampling.py)
-            x = truncate_logits(x, sampling.top_k, sampling.top_p, sampling.min_p, sampling.order)
-        return torch.softmax(x, -1).cpu()
+    def softmax(_, rows: torch.Tensor) -> torch.Tensor:  # as served: tempered, truncated, renormalised
+        return probs(rows, sampling).cpu()
 
     for chunk in _chunks(items, vocab):
         ps = [x for x in target.logits_rows(chunk, softmax) if x is not None]

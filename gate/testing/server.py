@@ -103,6 +103,13 @@ class Batcher:
                     p.done.set()
 
 
+def sampling_of(body: dict) -> tuple[float, int, float, float]:
+    """A request's (temperature, top_k, top_p, min_p), vLLM's "off" where absent: requests batch together only when
+    these are equal."""
+    return (float(body.get("temperature") or 0.0), int(body.get("top_k") or 0), float(body.get("top_p") or 1.0),
+            float(body.get("min_p") or 0.0))
+
+
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
              fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server",
              contend=lambda elapsed_s: None, chat_template: str | None = None):
@@ -192,8 +199,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
             raise HTTPException(400, "prompt must be a non-empty list of token ids or a string")
         max_tokens = int(body.get("max_tokens") or 16)
-        temperature = (float(body.get("temperature") or 0.0), int(body.get("top_k") or 0),
-                       float(body.get("top_p") or 1.0), float(body.get("min_p") or 0.0))
+        temperature = sampling_of(body)
         seed = int(body.get("seed") or 0)
         k_top = body.get("logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
@@ -251,8 +257,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         except (KeyError, TypeError, ValueError) as exc:
             raise HTTPException(400, f"cannot render the messages: {exc}") from None
         max_tokens = int(body.get("max_tokens") or 16)
-        sampling = (float(body.get("temperature") or 0.0), int(body.get("top_k") or 0),
-                    float(body.get("top_p") or 1.0), float(body.get("min_p") or 0.0))
+        sampling = sampling_of(body)
         seq = batcher.submit(Request(tuple(prompt), max_tokens, int(body.get("seed") or 0)), sampling)
         out = list(seq.token_ids)
         finish = "stop" if seq.stop_reason == "eos" else "length"
