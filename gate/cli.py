@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -178,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser(sys.modules[__name__])
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The parser, built once per process (building it costs more than most commands' own checks): a parse keeps no
+    state in it."""
+    return build_parser()
+
+
 def _on_sigterm(signum, frame):
     raise Interrupted("SIGTERM")
 
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     import errno
     import signal
 
-    parser = build_parser()
+    parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the subcommand that was given them, with its own usage (not the top level's)
         getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")

@@ -31,7 +31,7 @@ from gate.inputs.config_errors import dotted, problems_from_validation
 from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict
 from gate.inputs.generation import GenerationConfig, SamplingConfig  # noqa: F401 (re-exported)
 from gate.inputs.methods import METHODS, Method, MethodName
-from gate.inputs.yaml_text import line_index, screen_yaml
+from gate.inputs.yaml_text import line_index, load_yaml, screen_yaml
 from gate.io.files import read_input
 
 CONFIG_VERSION = 1
@@ -482,7 +482,7 @@ def parse_config(text: str, source: str | Path) -> LoadedConfig:
     name = str(source)
     screen_yaml(text, name)
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         reason = getattr(exc, "problem", None) or str(exc)

@@ -13,7 +13,7 @@ import yaml
 from gate.errors import ConfigError, Problem
 from gate.inputs.config import BUILTIN_PREFIX, Config, LoadedConfig, SuiteConfig
 from gate.inputs.config_errors import dotted
-from gate.inputs.yaml_text import line_index, screen_yaml
+from gate.inputs.yaml_text import line_index, load_yaml, screen_yaml
 from gate.io.files import read_input
 
 
@@ -22,7 +22,7 @@ def read_raw(source: Path) -> tuple[str, Any]:
     try:
         text = read_input(source, ConfigError, "config file", "")  # never blocks on a FIFO
         screen_yaml(text, str(source))
-        return text, yaml.safe_load(text)
+        return text, load_yaml(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError):
         return "", None
 

@@ -483,6 +483,11 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
     from gate.run.setup import out_dir
 
     loaded = load_config(config)
+    side = None
+    if against:  # refused here as `gate --against` refuses it, before any estimate or tokenizer
+        from gate.engines.paired import base_side
+
+        side = base_side(against, loaded)
     device = resolve_device(loaded.config.models.device)
     target = config_only(loaded, "target", device)
     # a method without a draft model (speculation.method: ngram, eagle, ...) has none to read
@@ -492,11 +497,6 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
     cache_dir = loaded.resolve_path(cache) if cache else None
     if loaded.source.resolve() == DEMO_CONFIG:  # as `specguard demo` runs it: out and cache in the working directory
         out, cache_dir = out or "specguard-out", Path(".specguard-cache")
-    side = None
-    if against:  # refused here as `gate --against` refuses it, before any estimate
-        from gate.engines.paired import base_side
-
-        side = base_side(against, loaded)
     report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir,
                       tokens_per_s=tokens_per_s, hardware_key=hardware_key)
     report.servers = server_lines(loaded, "")
