@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +189,29 @@ def test_paired_modes_three_servers_are_summed_on_the_gpus_they_share(tmp_path):
                            + launched_shares(base.config.engines, "base ", only_server=True))
     assert len(said) == 1 and "0.45 + 0.45 + 0.45 = 1.35" in said[0], said
     assert "base engines[0].http.server.launch" in said[0] and "base engines[0].http.reference" not in said[0]
+
+
+@pytest.mark.parametrize("url,said", [
+    ("http://127.0.0.1:{port}", "{port} is a placeholder of the launch line only"),
+    ("http://127.0.0.1:99999", "a port from 1 to 65535"),
+    ("http://127.0.0.1:http", "a port from 1 to 65535"),
+])
+def test_a_url_whose_port_cannot_be_read_is_exit_2_from_validate_and_plan_against_alike(tmp_path, capsys, url, said):
+    """Issue 53, item 4: `{port}` in a url passed validate and ended `plan --against` in a ValueError traceback
+    (urlsplit's port); the url is refused at load now, naming the file, the line and the field."""
+    engines = f"""\
+  - type: http
+    name: stack
+    http:
+      preset: vllm
+      server: {{url: "{url}", launch: [vllm, serve, m, --port, "{{port}}"]}}
+      reference: {{url: "http://127.0.0.1:10"}}"""
+    head = write(tmp_path, engines=engines)
+    base = tmp_path / "base.yaml"
+    base.write_text(Path(head).read_text().replace(url, "http://127.0.0.1:9"))
+    for argv in (["validate", head], ["plan", head], ["plan", head, "--against", str(base)],
+                 ["plan", str(base), "--against", head]):
+        code = main(argv)
+        printed = capsys.readouterr()
+        text = printed.out + printed.err
+        assert code == 2 and f"{head}:13: engines[0].http.server.url: " in text and said in text, (argv, text)

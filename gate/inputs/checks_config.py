@@ -9,6 +9,8 @@ from pydantic import Field, StrictBool, StrictInt, field_validator, model_valida
 
 from gate.inputs.fields import MAX_COUNT, BatchSize, Fraction, PositiveInt, Seconds, Strict
 
+MAX_LOGIT_TOLERANCE = 1000.0  # nats: far past any float noise; beyond it every divergence would be a near-tie
+
 
 class EquivalenceCheck(Strict):
     logit_tolerance: float | Literal["auto"] = "auto"
@@ -19,8 +21,8 @@ class EquivalenceCheck(Strict):
     @field_validator("logit_tolerance")
     @classmethod
     def _tol(cls, v):
-        if v != "auto" and not v > 0:
-            raise ValueError(f"expected 'auto' or a number > 0, got {v!r}")
+        if v != "auto" and not 0 < v <= MAX_LOGIT_TOLERANCE:
+            raise ValueError(f"expected 'auto' or a number > 0 and <= {MAX_LOGIT_TOLERANCE:g} (nats), got {v!r}")
         return v
 
 

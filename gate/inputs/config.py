@@ -28,7 +28,7 @@ from pydantic import (
 from gate.errors import ConfigError, Problem
 from gate.inputs.checks_config import ChecksConfig
 from gate.inputs.config_errors import dotted, problems_from_validation
-from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict
+from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict, Text
 from gate.inputs.generation import GenerationConfig, SamplingConfig  # noqa: F401 (re-exported)
 from gate.inputs.methods import METHODS, Method, MethodName
 from gate.inputs.yaml_text import line_index, load_yaml, screen_yaml
@@ -45,7 +45,7 @@ BUILTIN_PREFIX = "specguard:"  # paths inside the installed package, e.g. specgu
 
 class ModelSpec(Strict):
     path: str = Field(description="Local directory, 'specguard:demo/...' or a hub id.")
-    revision: str | None = None
+    revision: Text | None = None
     dtype: Dtype = "float32"
 
     @field_validator("path")
@@ -108,14 +108,14 @@ class BatchingConfig(Strict):
 
 
 class SuiteConfig(Strict):
-    path: str = "specguard:suites/default.jsonl"
+    path: Text = "specguard:suites/default.jsonl"
     slices: list[str] = Field(default_factory=list)
     max_prompts_per_slice: PositiveInt | None = None
     stress_mix: StrictBool = False
     truncate_long_prompts: StrictBool = False
     # a Jinja chat template for rows with `messages` (default: the target tokenizer's own); left out of the digest
     # while unset, so configs written before it keep theirs
-    chat_template: str | None = Field(None, exclude_if=lambda v: v is None)
+    chat_template: Text | None = Field(None, exclude_if=lambda v: v is None)
 
 
 OWN_REFERENCE_SUFFIX = ".reference"  # a plug-in's own reference is timed as "<engine>.reference"
@@ -183,7 +183,7 @@ class EngineConfig(Strict):
             return handler(data)  # a section validating itself, or an engine already validated
         sections = engine_sections()
         kind = data.get("type")
-        if kind not in sections:
+        if not isinstance(kind, str) or kind not in sections:
             _refuse("type", data.get("type", ...), allowed=tuple(sections))
         section = sections[kind]
         data = {k: v for k, v in data.items()
@@ -299,7 +299,7 @@ HARDWARE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
 
 
 class BaselineConfig(Strict):
-    dir: str = "baselines"
+    dir: Text = "baselines"
     name: str | None = None  # default: the config file's name without .yaml
     history: Annotated[StrictInt, Field(ge=0, le=1000)] = 20
     acceptance_drop: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
@@ -333,8 +333,8 @@ class BaselineConfig(Strict):
 
 
 class OutputConfig(Strict):
-    dir: str = "specguard-out"
-    cache_dir: str | None = ".specguard-cache"
+    dir: Text = "specguard-out"
+    cache_dir: Text | None = ".specguard-cache"
 
 
 class Config(Strict):

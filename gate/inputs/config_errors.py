@@ -65,8 +65,9 @@ def problems_from_validation(err: ValidationError, model: type[BaseModel], sourc
     """Turn pydantic's errors into Problems with dotted paths, lines and suggestions (``raw``: the document
     validated, which names the class of an entry that its own content picks)."""
     out = []
+    unions: dict[tuple, int] = {}  # a field's place in ``out`` where its union's members each refused the value
     for e in err.errors(include_url=False):
-        loc = tuple(e["loc"])
+        loc, tags = _without_union_tags(tuple(e["loc"]), raw, e["type"])
         kind, hint = e["type"], None
         if kind == "extra_forbidden":
             known = _known_keys(model, loc[:-1], raw)
@@ -85,8 +86,43 @@ def problems_from_validation(err: ValidationError, model: type[BaseModel], sourc
                 if loc[:n] in lines:
                     at = lines[loc[:n]]
                     break
+        if tags and loc in unions:  # one problem per field: "expected a boolean or 'draft', got ..."
+            first = out[unions[loc]]
+            first.message = first.message.removesuffix(f", got {e.get('input')!r}") + " or " + \
+                msg.removeprefix("Input should be ")
+            continue
+        if tags:
+            unions[loc] = len(out)
         out.append(Problem(source, msg, field=dotted(loc), line=at, hint=hint))
     return out
+
+
+def _without_union_tags(loc: tuple, raw: Any, kind: str) -> tuple[tuple, bool]:
+    """``loc`` without pydantic's names of union members (``local_weights.bool``, ``.literal['draft']``), which are
+    no key of the document: each part is kept where the document ``raw`` has it (and the last one of a missing or
+    unknown key); whether any was dropped."""
+    if raw is None:
+        return loc, False
+    kept, node = [], raw
+    for i, part in enumerate(loc):
+        if isinstance(node, (dict, list)) and _has(node, part):
+            kept.append(part)
+            node = node[part]
+        elif i == len(loc) - 1 and kind in ("missing", "extra_forbidden"):
+            kept.append(part)
+        elif isinstance(part, str) and not isinstance(node, dict):
+            continue  # a union member's name under a value that is no mapping
+        elif (isinstance(part, str) and any(c in part for c in "[-")) or part in _TAGS:
+            continue
+        else:
+            kept.append(part)
+            node = None
+    return tuple(kept), len(kept) < len(loc)
+
+
+# pydantic's names of a union's plain members, as they appear in an error's location
+_TAGS = {"bool", "int", "float", "str", "list", "dict", "none", "constrained-int", "constrained-float",
+         "constrained-str", "constrained-list"}
 
 
 __all__ = ["dotted", "problems_from_validation"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
 from gate.inputs.fields import BatchSize, Strict
 
@@ -36,6 +36,14 @@ class SamplingConfig(Strict):
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = _unset(1.0)
     min_p: Annotated[float, Field(ge=0.0, lt=1.0)] = _unset(0.0)
     truncation_order: TruncationOrder = _unset("vllm")
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _some(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and not v:
+            raise ValueError("expected at least one batch size, got []: leave it out to sample at every "
+                             "batching.batch_sizes entry")
+        return v
 
     @property
     def truncated(self) -> bool:

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, StrictInt, field_validator
 
 from gate.engines.base import Capabilities
 from gate.engines.registry import EngineType, base_engine_of, register
 from gate.inputs.config import REFERENCE, EngineConfig
-from gate.inputs.fields import Seconds, Strict
+from gate.inputs.fields import Seconds, Strict, Text, UrlPath
+from gate.inputs.launch import PORT_PLACEHOLDER
 
 # What each preset's server lacks for scoring a given continuation teacher-forced (vLLM has prompt_logprobs).
 NO_SCORING = {
@@ -39,10 +41,10 @@ class EndpointConfig(Strict):
 
     url: str
     launch: list[str] | None = None  # a command the gate runs (own process group), waits on and tears down
-    health: str = "/health"
+    health: UrlPath = "/health"
     startup_timeout_s: Seconds = 600.0
     env: dict[str, str] = Field(default_factory=dict)
-    log: str | None = None  # file for a launched server's output
+    log: Text | None = None  # file for a launched server's output
 
     @field_validator("url")
     @classmethod
@@ -52,6 +54,18 @@ class EndpointConfig(Strict):
         if "@" in v.split("/", 3)[2]:  # user:password@host would be written to logs and results
             raise ValueError("credentials in the URL would end up in logs and reports: put the key in an "
                              "environment variable and name it in http.api_key_env")
+        if PORT_PLACEHOLDER in v:
+            raise ValueError(f"the url names the server's real port, and {PORT_PLACEHOLDER} is a placeholder of the "
+                             f"launch line only (the gate fills it in with the url's port), got {v!r}: write the "
+                             f"port in the url (http://127.0.0.1:8000) and --port {PORT_PLACEHOLDER} in launch")
+        try:  # every later reader (the launch line's port, paired mode's free port) parses it as urlsplit does
+            u = urlsplit(v)
+            port = u.port
+        except ValueError as exc:
+            raise ValueError(f"expected an http(s):// URL with a host and a port from 1 to 65535, got {v!r} "
+                             f"({exc})") from None
+        if not u.hostname or port == 0:
+            raise ValueError(f"expected an http(s):// URL with a host and a port from 1 to 65535, got {v!r}")
         return v.rstrip("/")
 
     @field_validator("launch", mode="before")
@@ -82,12 +96,12 @@ class HttpConfig(Strict):
     preset: Literal["vllm", "sglang", "tgi", "llamacpp", "openai"] = "vllm"
     server: EndpointConfig  # speculation on: the engine under test
     reference: EndpointConfig | None = None  # the same stack with speculation off: the gate's reference
-    model: str | None = None  # the request's "model" (default: the first of /v1/models)
+    model: Text | None = None  # the request's "model" (default: the first of /v1/models)
     api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
     logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
     request_timeout_s: Seconds = 300.0
     extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
-    metrics: str | None = "/metrics"  # the Prometheus endpoint; null: no counters
+    metrics: UrlPath | None = "/metrics"  # the Prometheus endpoint; null: no counters
     counters: dict[str, str] = Field(default_factory=dict)  # SpecCounters field -> metric family (custom mapping)
     # "chat": a suite's `messages` rows go to /v1/chat/completions and the server's own chat template renders them
     # (the rest stay on the completions route); left out of the digest while "completions"
