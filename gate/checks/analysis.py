@@ -17,8 +17,9 @@ from gate.checks import (
     traffic,
 )
 from gate.checks.context import CheckContext
-from gate.checks.doc import CHECKS_SCHEMA, ChecksDoc, Incomplete, Tolerance, VerdictLine
-from gate.inputs.config import Config
+from gate.checks.doc import CHECKS_SCHEMA, UNMEASURED, ChecksDoc, Incomplete, Tolerance, VerdictLine
+from gate.inputs.checks_config import REQUIRABLE
+from gate.inputs.config import REFERENCE, Config
 from gate.inputs.models import ModelPair
 from gate.run.results import Results
 
@@ -36,6 +37,31 @@ CHECKS = (
 )
 
 
+def measured(name: str, findings) -> bool:
+    """Whether a check measured an engine under test (the reference alone, sampled as the control, is not one)."""
+    if name == "distribution":
+        return findings is not None and any(e != REFERENCE for e in findings.engines)
+    if name == "speedup":
+        return findings is not None and bool(findings.engines)
+    return bool(findings)
+
+
+PHASE_MODE = {"equivalence": "greedy", "speedup": "greedy", "distribution": "sampling"}
+
+
+def required_failure(name: str, found: list[VerdictLine], results: Results) -> list[VerdictLine]:
+    """A required check that measured nothing: its own "not measured" lines become one failure with their reasons;
+    without one, the run's skipped batches of its phase say why (else that the results hold none of it)."""
+    said = [v.why.removeprefix("not measured: ") for v in found if v.status == "info"
+            and v.why.startswith("not measured")]
+    skipped = [s.reason for s in results.skipped if s.mode == PHASE_MODE[name]]
+    why = "; ".join(dict.fromkeys(said or skipped)) or (
+        f"the results hold no {name} measurement of an engine under test (its batches failed or were not run: "
+        "see the run's failures)")
+    return [v for v in found if not (v.status == "info" and v.why.startswith("not measured"))] + [
+        VerdictLine.of(name, None, "fail", f"{UNMEASURED}{why} (checks.{name}.required: true)")]
+
+
 def run_checks(results: Results, pair: ModelPair, config: Config,
                say: Callable[[str], None] = lambda m: None) -> ChecksDoc:
     started = time.perf_counter()
@@ -48,6 +74,8 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
         findings, found = check.run(results, ctx)
         if findings is not None:
             sections[name] = findings
+        if name in REQUIRABLE and getattr(config.checks, name).required and not measured(name, findings):
+            found = required_failure(name, found, results)
         verdicts += found
     analysis_s = time.perf_counter() - started
     return ChecksDoc(  # validated against its schema (gate/schemas/checks.schema.json) as it is made

@@ -440,15 +440,18 @@ def coarsened(rows: list[tuple[tuple, list[int], list[float], list[dict[int, flo
 
 
 def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
+    if ctx.config.generation.sampling is None:
+        return None, []
+    unreadable = ctx.config.unmeasurable("distribution")  # then the run sampled nothing (gate.run.plan)
+    if unreadable is not None:
+        return None, [VerdictLine.of("distribution", None, "info", f"not measured: {unreadable}")]
     groups = results.sampled_groups()
-    if not groups or ctx.config.generation.sampling is None:
+    if not groups:
         return None, []
     if ctx.retokenized:
         return None, [VerdictLine.of("distribution", None, "info", "not measured: the outputs of "
                               f"{', '.join(ctx.retokenized)} are re-tokenized text, not the tokens sampled")]
-    how, why = ctx.config.distribution_scoring()
-    if how is None:
-        return None, [VerdictLine.of("distribution", None, "info", f"not measured: {why}")]
+    how, _ = ctx.config.distribution_scoring()
     if how == "server":
         return _served(results, ctx, groups)
 

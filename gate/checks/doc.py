@@ -49,6 +49,15 @@ class VerdictLine(_Doc):
            slice: str | None = None) -> VerdictLine:
         return cls(check=check, engine=engine, batch_size=batch_size, status=status, why=why, slice=slice)
 
+    @property
+    def unmeasured(self) -> bool:
+        """A required check that measured nothing (``checks.<check>.required``): a failure of the run, not a finding
+        about the outputs."""
+        return self.status == "fail" and self.why.startswith(UNMEASURED)
+
+
+UNMEASURED = "required, and not measured: "  # how a required check's failure to measure begins (gate.checks.analysis)
+
 
 def _zero_omitted():
     """A count left out of the document while it is 0 (documents written before it keep their bytes)."""

@@ -9,6 +9,14 @@ from pydantic import Field, StrictBool, StrictInt, field_validator, model_valida
 
 from gate.inputs.fields import MAX_COUNT, BatchSize, Fraction, PositiveInt, Seconds, Strict
 
+
+# true: the check must be measured, or the gate fails with the reason it was not (a config that makes it impossible is
+# refused at load: Config.unmeasurable).  It judges, it does not measure: never in the config's digest.
+def _required():
+    return Field(False, exclude=True)
+
+
+REQUIRABLE = ("equivalence", "distribution", "speedup")
 MAX_LOGIT_TOLERANCE = 1000.0  # nats: far past any float noise; beyond it every divergence would be a near-tie
 
 
@@ -17,6 +25,7 @@ class EquivalenceCheck(Strict):
     max_confident_divergences: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
     max_confident_inconsistencies: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] = 0
     min_exact_match: Fraction = 0.0
+    required: StrictBool = _required()
 
     @field_validator("logit_tolerance")
     @classmethod
@@ -38,6 +47,7 @@ class DistributionCheck(Strict):
     # null draws that calibrate the z-tests' p-values (gate.checks.distribution); 0: their normal approximations;
     # unset: 2000, or 10 / alpha where that is more
     null_trials: Annotated[StrictInt, Field(ge=0, le=100_000)] | None = Field(None, exclude_if=lambda v: v is None)
+    required: StrictBool = _required()
 
     @property
     def draws(self) -> int:
@@ -73,6 +83,7 @@ class SpeedupCheck(Strict):
     # one server at a time, for a runner too small to isolate them (gate.run.isolation); left out of the digest
     # while false
     isolate_servers: StrictBool = Field(False, exclude_if=lambda v: not v)
+    required: StrictBool = _required()
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeedupCheck:

@@ -26,11 +26,11 @@ from pydantic import (
 )
 
 from gate.errors import ConfigError, Problem
-from gate.inputs.checks_config import ChecksConfig
+from gate.inputs.checks_config import REQUIRABLE, ChecksConfig
 from gate.inputs.config_errors import dotted, problems_from_validation
 from gate.inputs.fields import BatchSize, Dtype, Fraction, PositiveInt, Strict, Text
 from gate.inputs.generation import GenerationConfig, SamplingConfig  # noqa: F401 (re-exported)
-from gate.inputs.methods import METHODS, Method, MethodName
+from gate.inputs.methods import METHODS, Method, MethodName, method_problems
 from gate.inputs.yaml_text import line_index, load_yaml, screen_yaml
 from gate.io.files import read_input
 
@@ -402,6 +402,21 @@ class Config(Strict):
         return "server", ("the reference server scores each sampled continuation, teacher-forced (its top "
                           "prompt_logprobs and the rest of the vocabulary as one outcome)")
 
+    def unmeasurable(self, check: str) -> str | None:
+        """Why this config alone leaves ``check`` (one of ``REQUIRABLE``) nothing to measure, or None: the one rule
+        behind a required check refused at load, the phase ``plan`` and the run skip, and the warning they print."""
+        gen = self.generation
+        if check == "equivalence":
+            return None if gen.greedy else "generation.greedy is false: no greedy outputs are generated to compare"
+        if check == "speedup":
+            if not self.checks.speedup.enabled:
+                return "checks.speedup.enabled is false: nothing is timed"
+            return None if gen.greedy else "the timing phase times greedy decoding, and generation.greedy is false"
+        if gen.sampling is None:
+            return "generation.sampling is not set: nothing is sampled"
+        how, why = self.distribution_scoring()
+        return None if how is not None else f"the distribution test cannot read the sampled tokens: {why}"
+
     @property
     def repeat_batch_size(self) -> int:
         """The batch size run-to-run repeatability is measured at: ``checks.reproducibility.repeat_batch_size``, else
@@ -531,8 +546,17 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
             if e.runs_local_models:
                 at(("engines", i, "type"), f"a {e.type} engine runs the local models, but local_weights is "
                    f"{str(cfg.models.local_weights).lower()}", hint="remove it, or load the weights")
-    for loc, message, hint in _method_problems(cfg):
+    for loc, message, hint in method_problems(cfg):
         at(loc, message, hint)
+    for check in REQUIRABLE:
+        why = cfg.unmeasurable(check)
+        if getattr(cfg.checks, check).required and why:
+            at(("checks", check, "required"), f"the {check} check is required, and this config leaves it nothing "
+               f"to measure: {why}", hint=f"change what the reason names, or drop checks.{check}.required")
+    if not cfg.generation.greedy and cfg.unmeasurable("distribution"):
+        at(("generation", "greedy"), "nothing this run would generate can be measured: generation.greedy is false "
+           f"(no equivalence, no timing), and {cfg.unmeasurable('distribution')}",
+           hint="set generation.greedy: true, or make the sampled tokens readable")
     s = cfg.generation.sampling
     if s is not None and s.batch_sizes is not None:
         extra = sorted(set(s.batch_sizes) - set(cfg.batching.batch_sizes))
@@ -540,44 +564,6 @@ def _cross_field_problems(cfg: Config, source: str, lines: dict[tuple, int]) -> 
             at(("generation", "sampling", "batch_sizes"), f"expected a subset of batching.batch_sizes "
                f"{cfg.batching.batch_sizes}, got {s.batch_sizes}",
                hint=f"remove {extra} or add them to batching.batch_sizes")
-    return out
-
-
-def _method_problems(cfg: Config) -> list[tuple[tuple, str, str | None]]:
-    """The method and what it needs: a draft model exactly where the method proposes with one, a head only where it
-    has one, the n-gram lengths only for n-gram lookup (issue 47)."""
-    out = []
-    sp, draft = cfg.speculation, cfg.models.draft
-    if sp.method is None and draft is None:
-        out.append((("models", "draft"), "required field is missing", "give the draft model's path (speculation."
-                    "method draft_model, the default), or name the method the server runs without one: speculation."
-                    "method: one of " + ", ".join(m for m in METHODS if m != "draft_model")))
-        return out
-    m = cfg.method
-    if m.draft_model and draft is None:
-        out.append((("models", "draft"), "required field is missing: method draft_model proposes with a draft model",
-                    "give its path, or name the method the server runs (speculation.method: eagle3, ngram, …)"))
-    if not m.draft_model and draft is not None:
-        out.append((("models", "draft"), f"method {m.name} proposes without a draft model ({m.doc}), so no test "
-                    "may read one as its proposer", "drop models.draft (name an EAGLE head or MTP module in "
-                    "speculation.head), or set speculation.method: draft_model if the server runs one"))
-    if sp.head is not None and not m.head:
-        out.append((("speculation", "head"), f"method {m.name} has no head to name",
-                    "drop speculation.head, or set the method that uses it (eagle, eagle3, mtp, medusa)"))
-    if (sp.prompt_lookup_min or sp.prompt_lookup_max) and m.name != "ngram":
-        out.append((("speculation", "prompt_lookup_min" if sp.prompt_lookup_min else "prompt_lookup_max"),
-                    f"the n-gram lookup's lengths, with method {m.name}",
-                    "drop them, or set speculation.method: ngram"))
-    if sp.prompt_lookup_min and sp.prompt_lookup_max and sp.prompt_lookup_min > sp.prompt_lookup_max:
-        out.append((("speculation", "prompt_lookup_min"), f"{sp.prompt_lookup_min} is above prompt_lookup_max "
-                    f"{sp.prompt_lookup_max}", "make min <= max"))
-    if cfg.models.local_weights == "draft" and not m.draft_model:
-        out.append((("models", "local_weights"), f"'draft' loads the draft model here, and method {m.name} has none",
-                    "set local_weights: false (the target-side tests run without it)"))
-    for i, e in enumerate(cfg.engines):
-        if e.methods is not None and m.name not in e.methods:
-            out.append((("engines", i, "type"), f"the {e.type} engine runs {' or '.join(e.methods)}, and the method "
-                        f"is {m.name}", "gate a server or a plug-in that runs this method, or change the method"))
     return out
 
 

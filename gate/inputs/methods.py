@@ -74,4 +74,43 @@ def ngram_proposal(context: list[int] | tuple[int, ...], k: int, min_n: int, max
     return []
 
 
-__all__ = ["METHODS", "SGLANG", "VLLM", "Method", "MethodName", "from_sglang", "from_vllm", "ngram_proposal"]
+def method_problems(cfg) -> list[tuple[tuple, str, str | None]]:
+    """The method of a ``Config`` and what it needs: a draft model exactly where the method proposes with one, a head
+    only where it has one, the n-gram lengths only for n-gram lookup (issue 47).  (location, message, hint) each."""
+    out = []
+    sp, draft = cfg.speculation, cfg.models.draft
+    if sp.method is None and draft is None:
+        out.append((("models", "draft"), "required field is missing", "give the draft model's path (speculation."
+                    "method draft_model, the default), or name the method the server runs without one: speculation."
+                    "method: one of " + ", ".join(m for m in METHODS if m != "draft_model")))
+        return out
+    m = cfg.method
+    if m.draft_model and draft is None:
+        out.append((("models", "draft"), "required field is missing: method draft_model proposes with a draft model",
+                    "give its path, or name the method the server runs (speculation.method: eagle3, ngram, …)"))
+    if not m.draft_model and draft is not None:
+        out.append((("models", "draft"), f"method {m.name} proposes without a draft model ({m.doc}), so no test "
+                    "may read one as its proposer", "drop models.draft (name an EAGLE head or MTP module in "
+                    "speculation.head), or set speculation.method: draft_model if the server runs one"))
+    if sp.head is not None and not m.head:
+        out.append((("speculation", "head"), f"method {m.name} has no head to name",
+                    "drop speculation.head, or set the method that uses it (eagle, eagle3, mtp, medusa)"))
+    if (sp.prompt_lookup_min or sp.prompt_lookup_max) and m.name != "ngram":
+        out.append((("speculation", "prompt_lookup_min" if sp.prompt_lookup_min else "prompt_lookup_max"),
+                    f"the n-gram lookup's lengths, with method {m.name}",
+                    "drop them, or set speculation.method: ngram"))
+    if sp.prompt_lookup_min and sp.prompt_lookup_max and sp.prompt_lookup_min > sp.prompt_lookup_max:
+        out.append((("speculation", "prompt_lookup_min"), f"{sp.prompt_lookup_min} is above prompt_lookup_max "
+                    f"{sp.prompt_lookup_max}", "make min <= max"))
+    if cfg.models.local_weights == "draft" and not m.draft_model:
+        out.append((("models", "local_weights"), f"'draft' loads the draft model here, and method {m.name} has none",
+                    "set local_weights: false (the target-side tests run without it)"))
+    for i, e in enumerate(cfg.engines):
+        if e.methods is not None and m.name not in e.methods:
+            out.append((("engines", i, "type"), f"the {e.type} engine runs {' or '.join(e.methods)}, and the method "
+                        f"is {m.name}", "gate a server or a plug-in that runs this method, or change the method"))
+    return out
+
+
+__all__ = ["METHODS", "SGLANG", "VLLM", "Method", "MethodName", "from_sglang", "from_vllm", "method_problems",
+           "ngram_proposal"]

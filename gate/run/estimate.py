@@ -249,7 +249,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
 
 def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     """What a run of this config will do that measures less than it seems: rows repeated in a batch (a stack's
-    prefix cache then serves the repeats), sampled tokens no test can read, servers that cannot fit on one GPU
+    prefix cache then serves the repeats), sampling no test can read (not run), servers that cannot fit on one GPU
     together, launch lines whose executable is not on this runner or whose speculation flags the gate cannot read."""
     import os
     import shutil
@@ -269,9 +269,9 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
                    f"{len(prompts)} distinct prompts, or a timing cell fewer than the batch size): a stack with a "
                    "prefix cache serves the repeats' prompts from it, which flatters the speedup; add prompts, or "
                    "turn the cache off on both servers" + (f" ({', '.join(off)})" if off else ""))
-    how, why = cfg.distribution_scoring()
-    if cfg.generation.sampling is not None and how is None:
-        out.append(f"the run samples (generation.sampling), but the distribution test cannot read the tokens: {why}")
+    why = cfg.unmeasurable("distribution") if cfg.generation.sampling is not None else None
+    if why is not None:
+        out.append(f"generation.sampling is set, and the sampling phase is not run: {why}")
     for i, e in enumerate(cfg.engines):
         for where, ep in e.endpoints():
             out += [f"engines[{i}].{where}.launch: {said}" for said in unread(e.launch_preset, ep.launch or [])]

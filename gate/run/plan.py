@@ -248,6 +248,9 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
          own_references: list[EngineInfo] | None = None) -> Plan:
     """Which batches, which phases, which engines; every skip with its reason.
 
+    Sampling that no distribution test can read (``Config.unmeasurable``: a served target's scores at T != 1 or
+    truncated, a stack that cannot score) is not planned: each of its groups is a skip with that reason.
+
     ``timed=False`` (the self-test, or ``checks.speedup.enabled: false``) plans no calibration and no timing, and, with
     ``repeat_runs``, a second outputs pass at the repeat batch size for run-to-run
     repeatability (timed runs get that from the timing repeats).  ``timing_only``
@@ -303,7 +306,14 @@ def plan(config: Config, prompts: list[PromptInfo], engines: list[EngineInfo], t
             out.canonical = [Job(Phase.CANONICAL, REFERENCE, "greedy", pb, 0, cacheable=True)
                              for pb in plan_batches_mixed(prompts, 1)]
 
-    if gen.sampling is not None:
+    unreadable = config.unmeasurable("distribution") if gen.sampling is not None else None
+    if unreadable is not None:  # sampled tokens no test reads are not generated: each group skipped, with why
+        sample_sizes = gen.sampling.batch_sizes or sizes
+        for b in sample_sizes:
+            names = ([REFERENCE] if b == sample_sizes[0] else []) + [e.name for e in engines]
+            out.skips += [Skip(engine=n, batch_size=b, mode="sampling", reason=f"not sampled: {unreadable}")
+                          for n in names]
+    elif gen.sampling is not None:
         need = config.checks.distribution.num_samples
         sample_sizes = gen.sampling.batch_sizes or sizes
         for b in sample_sizes:

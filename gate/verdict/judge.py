@@ -422,8 +422,8 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
     """One line a reviewer understands, e.g. 'Merging keeps outputs equivalent at bs 1/4/8; speedup drops
     14% on code at bs 8 (acceptance)'."""
     sizes = measured.settings.batch_sizes
-    eq_fail = [c for c in doc.checks if c.status == "fail" and (c.check in ("equivalence", "noise_floor")
-                                                                or c.check.startswith("signature:"))]
+    eq_fail = [c for c in doc.checks if c.status == "fail" and not c.unmeasured and (
+        c.check in ("equivalence", "noise_floor") or c.check.startswith("signature:"))]
     parts = []
     if doc.run_status != "complete":
         parts.append(f"the run is {doc.run_status}")
@@ -444,8 +444,12 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
         parts.append("Merging: output equivalence not measured")
     else:
         parts.append("Merging")
-    if any(c.status == "fail" and c.check == "distribution" for c in doc.checks):
+    if any(c.status == "fail" and c.check == "distribution" and not c.unmeasured for c in doc.checks):
         parts.append("sampled tokens no longer follow the target's distribution")
+    unmeasured = sorted({c.check for c in doc.checks if c.unmeasured})
+    if unmeasured:
+        parts.append(f"the required {' and '.join(unmeasured)} check{'s were' if len(unmeasured) > 1 else ' was'} "
+                     "not measured")
     acc = [c for c in doc.acceptance if c.status == "fail"]
     if acc:
         worst = min(acc, key=lambda c: c.relative)
