@@ -2,12 +2,12 @@
 
 The cases are generated from the schema itself (``Config`` and every built-in engine type's section): each field of a
 known-good config gets hostile values (a wrong type, a huge number, a negative one, an empty list, an empty string,
-an unknown key inside a section, null where null is not allowed), one field at a time.  `validate`, `plan`,
-`plan --against GOOD` (the hostile config as the head) and `plan GOOD --against` it (as the base) run in process
-on each.  Every one ends in exit 0 or 2 and never raises; a value the schema's own types and bounds refuse ends in
-exit 2 with an error naming the file, the line (which holds the field) and the dotted field.  Two known-good
-configs: the gate's own engines beside a plug-in (the gate's own engine is paired mode's head), and a served target
-(an http engine, paired by its server: the path of the reported `{port}` traceback).
+an unknown key inside a section, null where null is not allowed; a switch flipped), one field at a time.
+`validate`, `plan`, `plan --against GOOD` (the hostile config as the head) and `plan GOOD --against` it (as the
+base) run in process on each.  Every one ends in exit 0 or 2 and never raises; every exit 2 names the file, the line
+(which holds the field) and the dotted field; a value the schema's own types and bounds refuse is exit 2.  Two
+known-good configs: the gate's own engines beside a plug-in (the gate's own engine is paired mode's head), and a
+served target (an http engine, paired by its server: the path of the reported `{port}` traceback).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ FULL = {
                                "max_confident_inconsistencies": 0, "min_exact_match": 0.0},
                "reproducibility": {"repeat_batch_size": 2, "require_bitwise": False},
                "distribution": {"num_samples": 100, "alpha": 0.01, "power_trials": 0, "null_trials": 2000},
-               "speedup": {"min_speedup": 1.0, "ci_half_width": 0.03, "time_budget_s": 60.0, "warmup": 1,
+               "speedup": {"ci_half_width": 0.03, "time_budget_s": 60.0, "warmup": 1,
                            "min_repeats": 3, "max_repeats": 5, "max_batches_per_cell": 1,
                            "bootstrap_resamples": 200, "context_buckets": [128, 512], "calibration_trials": 3},
                "repro": {"budget_s": 0.0}},
@@ -192,6 +192,15 @@ def dotted(path: tuple) -> str:
     return out
 
 
+def current(doc: dict, path: tuple, default: Any = False) -> Any:
+    node = doc
+    for part in path:
+        if not isinstance(node, (dict, list)) or (isinstance(node, dict) and part not in node):
+            return default
+        node = node[part]
+    return node
+
+
 def cases_of(base: str, doc: dict, prefixes: tuple[str, ...]) -> list[Case]:
     out = []
     for f, section in fields(Config, doc):
@@ -213,6 +222,8 @@ def cases_of(base: str, doc: dict, prefixes: tuple[str, ...]) -> list[Case]:
             out.append(Case(base, f.path, "", "empty string", False))
         if not f.nullable:
             out.append(Case(base, f.path, None, "null", True))
+        if f.takes(bool):  # a legal value, and the other one: what the rest of the config (or --against) allows
+            out.append(Case(base, f.path, not current(doc, f.path), "flipped", False))
     return out
 
 

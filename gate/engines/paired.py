@@ -59,12 +59,14 @@ def base_side(against: str, loaded: LoadedConfig) -> BaseSide:
     if not loaded.config.checks.speedup.enabled:
         raise SpecguardError(Problem(str(loaded.source), "paired mode times the head beside its base, and this "
                                      "config turns timing off", field="checks.speedup.enabled",
+                                     line=loaded.line_of("checks", "speedup", "enabled"),
                                      hint="drop --against, or set checks.speedup.enabled: true"))
     head = paired_head(loaded)
     if head is None:
         raise SpecguardError(Problem(str(loaded.source), "paired mode times the gate's own engine, a plug-in or an "
                                      "http engine beside its base; this config has none",
-                                     field="engines", hint="add `- type: speculative`"))
+                                     field="engines", line=loaded.line_of("engines"),
+                                     hint="add `- type: speculative`"))
     moved, changes = engine_type(head).paired_side(head, loaded, base)
     return BaseSide(moved, tuple(changes))
 
@@ -77,7 +79,8 @@ def paired_engine(side: BaseSide, loaded: LoadedConfig, pair: ModelPair, log_dir
             (base.resolve_path(base_target.path), base_target.dtype, base_target.revision):
         raise SpecguardError(Problem(str(base.source), "paired mode times the base's draft against the head's "
                                      "with one target; the two configs name different targets",
-                                     field="models.target", hint="compare against the stored baseline instead"))
+                                     field="models.target", line=base.line_of("models", "target"),
+                                     hint="compare against the stored baseline instead"))
     common = {"num_draft_tokens": base.config.speculation.num_draft_tokens,
               "config": base.config.model_dump(mode="json"), "source": str(base.source)}
     head = paired_head(loaded)

@@ -135,7 +135,8 @@ def base_engine_of(head: EngineConfig, base: LoadedConfig, noun: str) -> EngineC
         raise SpecguardError(Problem(str(base.source), f"paired mode times the base's {noun} beside the head's "
                                      f"{head.label!r}; the base config has "
                                      f"{'no ' + noun if not same_type else 'no ' + noun + ' of that name'}",
-                                     field="engines", hint=f"name the base's {noun} as the head's"))
+                                     field="engines", line=base.line_of("engines"),
+                                     hint=f"name the base's {noun} as the head's"))
     return found
 
 

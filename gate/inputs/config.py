@@ -472,6 +472,17 @@ class LoadedConfig(BaseModel):
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.source.parent / p)
 
+    def line_of(self, *loc: str | int) -> int | None:
+        """The line of a field's key in the config file (its nearest written parent's), for an error found after
+        load; None where the file cannot be read again."""
+        try:
+            lines = line_index(self.source.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return None
+        while loc and loc not in lines:
+            loc = loc[:-1]
+        return lines.get(loc)
+
     def import_roots(self, engine: EngineConfig) -> list[Path]:
         """Where a plug-in engine's modules are imported from, first to last: its ``pythonpath`` entries, the
         config's folder, and the repository that holds the config (never the working directory: a model

@@ -258,6 +258,7 @@ class HttpType(EngineType):
             raise SpecguardError(Problem(str(base.source), f"the base's server is the head's ({ep.url}) and the gate "
                                          "does not launch it, so it cannot give it a port of its own: paired mode "
                                          "needs both running side by side", field=f"{field}.url",
+                                         line=base.line_of("engines", index, "http", "server", "url"),
                                          hint="give the base config's server its own url, or a launch line the gate "
                                               "starts it with (--port N or {port})"))
         old, new = url_port(ep.url), _free_port(taken)
@@ -266,6 +267,7 @@ class HttpType(EngineType):
             raise SpecguardError(Problem(str(base.source), f"the base's server is the head's ({ep.url}), and its "
                                          f"launch line names no port the gate can move (--port {old}, --port={old}, "
                                          "or {port})", field=f"{field}.launch",
+                                         line=base.line_of("engines", index, "http", "server", "launch"),
                                          hint="write the port as --port {port}: the gate fills in the url's port"))
         url = with_port(ep.url, new)
         moved_ep = ep.model_copy(update={"url": url, "launch": launch})
@@ -280,9 +282,11 @@ class HttpType(EngineType):
 
         base_spec = base_engine_of(head, base, self.noun)
         if base_spec.http.server.url.rstrip("/") == head.http.server.url.rstrip("/"):
+            index = base.config.engines.index(base_spec)
             raise SpecguardError(Problem(str(base.source), f"the base's server is the head's "
                                          f"({head.http.server.url}): paired mode needs both running side by side",
-                                         field="engines[].http.server.url",
+                                         field=f"engines[{index}].http.server.url",
+                                         line=base.line_of("engines", index, "http", "server", "url"),
                                          hint="give the base config's server its own port (and its launch line)"))
         return http_engine(base_spec, base_spec.http.server.url, pair, base, speculative=True,
                            name=f"base-{head.label}")
