@@ -111,15 +111,36 @@ def test_unreadable_sampling_is_not_planned_and_plan_says_why(tmp_path, capsys):
     assert plan(readable, prompts, [EngineInfo("stack", Capabilities())]).sampling  # T=1: sampled as before
 
 
+def test_the_run_executes_that_plan_and_records_the_skips(tmp_path, configs_only):
+    """The runner's own plan (what `run` and `gate` execute, and whose skips results.json keeps) samples nothing at
+    T=0.7 on a served-only target; at T=1 it samples."""
+    from helpers import FakeEngine
+
+    from gate.inputs.suite import suite_for
+    from gate.run.runner import Runner
+
+    def runner(t: float) -> Runner:
+        path = tmp_path / f"served-{t}.yaml"
+        path.write_text(SERVED % {"t": t, "required": "false"})
+        loaded = parse_config(path.read_text(), path)
+        return Runner(loaded, configs_only, suite_for(loaded), FakeEngine("reference", False),
+                      [FakeEngine("stack", True)], tmp_path / "out", log=lambda m: None)
+
+    r = runner(0.7)
+    assert r.plan.sampling == [] and r.plan.outputs
+    assert {s.mode for s in r.plan.skips} == {"sampling"} and all("T=0.7" in s.reason for s in r.plan.skips)
+    assert runner(1.0).plan.sampling
+
+
 @pytest.fixture(scope="module")
 def configs_only():
     """The demo pair's configs and tokenizer, no weights (as `plan` reads them)."""
-    from gate.inputs.models import ModelPair, config_only, load_tokenizer
+    from gate.inputs.models import ModelPair, config_only, load_tokenizer, resolve_device
 
-    loaded = demo_config()
-    target = config_only(loaded, "target", "cpu")
-    return ModelPair(target, config_only(loaded, "draft", "cpu"), load_tokenizer(loaded, target.location, "target"),
-                     "cpu")
+    loaded, device = demo_config(), resolve_device("cpu")
+    target = config_only(loaded, "target", device)
+    return ModelPair(target, config_only(loaded, "draft", device), load_tokenizer(loaded, target.location, "target"),
+                     device)
 
 
 def test_a_required_distribution_that_measured_nothing_fails_the_checks_the_verdict_and_the_comment(configs_only):
