@@ -140,8 +140,10 @@ def test_a_speculation_flag_the_gate_cannot_read_is_a_warning_naming_it(tmp_path
 
     assert unread("vllm", ["vllm", "serve", "t", "--speculative-config", "{}", "--speculative-config.method", "x",
                            "--num-speculative-tokens", "4"]) == []
-    said = unread("vllm", ["vllm", "serve", "t", "--speculative-disable-by-batch-size=4", "--config", "gone.yaml"])
-    assert said[0].startswith("--speculative-disable-by-batch-size is about speculation and the gate does not read")
+    said = unread("vllm", ["vllm", "serve", "t", "--speculative-draft-tensor-parallel-size=1", "--config",
+                           "gone.yaml"])
+    assert said[0].startswith("--speculative-draft-tensor-parallel-size is about speculation and the gate does not "
+                              "read")
     assert said[1].startswith("--config gone.yaml: cannot read it")
     assert unread("llamacpp", ["llama-server", "-md", "d.gguf", "--spec-type", "draft-simple", "--spec-replace",
                                "a", "b"]) == [unread("llamacpp", ["--spec-replace"])[0]]
@@ -152,11 +154,12 @@ def test_a_speculation_flag_the_gate_cannot_read_is_a_warning_naming_it(tmp_path
     path = tmp_path / "specguard.yaml"
     path.write_text(CONFIG.format(preset="vllm", draft='"specguard:demo/draft"', reference=json.dumps(["serve", "t"]),
                                   server=json.dumps(["vllm", "serve", "org/target", "--speculative-config",
-                                                     VLLM_SPEC % 4, "--speculative-disable-by-batch-size", "4"])))
+                                                     VLLM_SPEC % 4, "--speculative-draft-tensor-parallel-size",
+                                                     "1"])))
     code = main(["validate", str(path)])
     said = capsys.readouterr()
     assert code == 0, said.err  # a warning, not a refusal
-    assert "engines[0].http.server.launch: --speculative-disable-by-batch-size is about speculation" in \
+    assert "engines[0].http.server.launch: --speculative-draft-tensor-parallel-size is about speculation" in \
         said.out + said.err
 
 
