@@ -467,6 +467,12 @@ def test_every_speculative_config_key_is_read_or_named(tmp_path, capsys):
     [note] = line_notes("vllm", line, [1])
     assert note.startswith("--speculative-config and its dotted flags: the gate does not read its keys "
                            "draft_tensor_parallel_size, acceptance_method: check by hand"), note
+    (tmp_path / "serve.yaml").write_text("speculative_config: {method: ngram, disable_by_batch_size: 8, "
+                                         "disable_padded_drafter_batch: true}\n")
+    notes = line_notes("vllm", START["vllm"] + ["--config", str(tmp_path / "serve.yaml")], [1, 8])
+    assert "speculative-config: the gate does not read its key disable_padded_drafter_batch" in notes[0], notes
+    assert "disable_by_batch_size 8 turns speculation off while 8 or more requests are running: batch size 8 " \
+           "decodes" in notes[1], notes
     code, said = pair(tmp_path, capsys, "vllm", ["--speculative-config.speculative_token_tree", "[[0]]"], [])
     assert code == 0 and "warning: engines[0].http.server.launch: --speculative-config and its dotted flags: the " \
                          "gate does not read its key speculative_token_tree: check by hand that it changes" in said

@@ -202,9 +202,10 @@ def disabled_sizes(preset: str | None, argv: list[str], batch_sizes: list[int]) 
                 f"requests are running; every batch size here ({'/'.join(map(str, batch_sizes))}) is below it, but "
                 "a request-rate replay (checks.traffic) may reach it")
     return (f"{spec.disable_flag} {spec.disable_at} turns speculation off while {spec.disable_at} or more requests "
-            f"are running: batch size {'/'.join(map(str, off))} decodes without speculation on the server, so "
-            "its cells time plain decoding against plain decoding (a speedup of about 1) and its outputs test no "
-            f"speculation; gate batch sizes below {spec.disable_at}, or drop the key to gate speculation there")
+            f"are running: batch size {'/'.join(map(str, off))} decodes without speculation on the server (until "
+            "its wave's shorter requests finish), so its cells time mostly plain decoding against plain decoding (a "
+            "speedup of about 1) and its outputs test little speculation; gate batch sizes below "
+            f"{spec.disable_at}, or drop the key to gate speculation there")
 
 
 def line_notes(preset: str | None, argv: list[str], batch_sizes: list[int], role: str = "server") -> list[str]:
