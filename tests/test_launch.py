@@ -331,6 +331,7 @@ def test_a_reference_serving_another_model_is_refused_and_so_is_a_model_other_th
     assert "'meta-llama/Llama-3.3-70B-Instruct'" in found[0].message
     assert "model differs: the reference's vllm serve meta-llama/Llama-3.3-70B-Instruct" in found[1].message
     assert pair_differences("vllm", server, ["vllm", "serve", "META-LLAMA/Llama-3.1-70B-Instruct"], None) == []
+    assert pair_differences("vllm", ["vllm", "serve", "./models/m/"], ["vllm", "serve", "models/m"], None) == []
     # a hub id beside a path: compared by the last part, and a warning where it differs (one model in two forms?)
     assert pair_differences("vllm", server, ["vllm", "serve", "/models/Llama-3.1-70B-Instruct"], None) == []
     [maybe] = pair_differences("vllm", server, ["vllm", "serve", "/models/llama70b"], None)

@@ -17,6 +17,7 @@ line against its server's, setting by setting, and what the gate cannot read.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,8 +118,10 @@ def _norm(value: str) -> str:
 def _same_model(a: str, b: str) -> bool | None:
     """Whether two served models are one: hub ids and paths each by name; a hub id beside a path by its last part
     (None: they may differ, which the gate cannot tell by name)."""
-    if bool(hub_id(a)) == bool(hub_id(b)):
-        return _norm(a) == _norm(b)
+    if hub_id(a) and hub_id(b):
+        return hub_id(a) == hub_id(b)
+    if not hub_id(a) and not hub_id(b):
+        return _norm(os.path.normpath(a)) == _norm(os.path.normpath(b))
     return True if _norm(Path(a).name) == _norm(Path(b).name) else None
 
 
