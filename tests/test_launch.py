@@ -45,6 +45,7 @@ VLLM_SPEC = '{"model": "org/draft", "num_speculative_tokens": %d}'
     ("sglang", ["python", "-m", "sglang.launch_server", "--speculative-num-draft-tokens", "8"]),
     ("llamacpp", ["llama-server", "-m", "t.gguf", "-md", "d.gguf", "--spec-draft-n-max", "7"]),
     ("llamacpp", ["llama-server", "-m", "t.gguf", "-md", "d.gguf", "--draft-max", "7"]),
+    ("tgi", ["text-generation-launcher", "--speculate", "7"]),
 ])
 def test_a_launch_line_whose_k_differs_from_the_config_is_refused(tmp_path, capsys, preset, server):
     code, err = validate(tmp_path, capsys, preset, server)
@@ -60,7 +61,7 @@ def test_a_launch_line_whose_k_differs_from_the_config_is_refused(tmp_path, caps
     ("sglang", ["python", "-m", "sglang.launch_server", "--speculative-num-draft-tokens", "5"]),
     ("llamacpp", ["llama-server", "-m", "t.gguf", "-md", "d.gguf", "--spec-draft-n-max", "4", "--metrics"]),
     ("llamacpp", ["llama-server", "-m", "t.gguf", "-md", "d.gguf"]),  # k not given: the stack's default, unread
-    ("tgi", ["text-generation-launcher", "--speculate", "7"]),  # a preset whose flags are not read
+    ("tgi", ["text-generation-launcher", "--speculate", "4"]),
 ])
 def test_a_launch_line_that_agrees_or_says_nothing_is_accepted(tmp_path, capsys, preset, server):
     code, err = validate(tmp_path, capsys, preset, server)
@@ -149,7 +150,8 @@ def test_a_speculation_flag_the_gate_cannot_read_is_a_warning_naming_it(tmp_path
                                "a", "b"]) == [unread("llamacpp", ["--spec-replace"])[0]]
     assert unread("sglang", ["--speculative-algorithm", "EAGLE", "--speculative-foo", "1"])[0].startswith(
         "--speculative-foo")
-    assert unread("tgi", ["--speculate", "7"]) == []  # a preset whose flags the gate does not read at all
+    assert unread("tgi", ["--speculate", "7"]) == []  # TGI's k, read
+    assert unread("openai", ["--speculative-x", "7"]) == []  # a preset whose flags the gate does not read at all
 
     path = tmp_path / "specguard.yaml"
     path.write_text(CONFIG.format(preset="vllm", draft='"specguard:demo/draft"', reference=json.dumps(["serve", "t"]),

@@ -16,7 +16,8 @@ Read per preset, from the stacks' documented flags (``--flag value`` and ``--fla
   ``--speculative-eagle-topk`` absent or 1, ``--speculative-num-draft-tokens`` minus 1 (SGLang verifies the
   k drafts plus the bonus position); the draft (an EAGLE algorithm's head) from ``--speculative-draft-model-path``;
 * ``llamacpp``: ``--spec-draft-n-max``, or the older ``--draft-max`` / ``--draft-n`` / ``--draft``; the draft
-  from ``-md`` / ``--model-draft``.
+  from ``-md`` / ``--model-draft``;
+* ``tgi``: ``--speculate`` (k; Medusa heads come with the model, else n-gram lookup: no method on the line).
 
 A flag that is not there leaves that value unknown (a stack's own default): nothing is refused.  A flag about
 speculation that the gate does not read, or a ``--config`` file it cannot open, is named by :func:`unread`, which

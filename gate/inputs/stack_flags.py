@@ -198,6 +198,8 @@ TGI = Stack(
         "eager": (Flag(("--cuda-graphs",)),),
         "memory": (Flag(("--cuda-memory-fraction",), "1.0"),),
     },
+    k=("--speculate",),  # Medusa heads in the model, else n-gram lookup: the method is not on the line
+    about=("--speculate",),
     shown="text-generation-launcher",
 )
 
