@@ -197,6 +197,8 @@ def config(args) -> None:
     if args.traffic:
         traffic = (f"\n  traffic: {{rates: [{args.traffic}], requests: {args.traffic_requests}, repeats: 2, "
                    "slo: {ttft_s: 0.5, tpot_s: 0.05}}")
+    # a control serves another GGUF than the reference on purpose (the gate must fail it): allowed by name
+    allow = "\n      allow_differences: [model]" if engine_model != f"target-{args.dtype}" else ""
     text = f"""\
 # Written by `python scripts/llamacpp_demo.py config` (docs/serving.md): the demo pair in GGUF behind
 # llama.cpp's llama-server, speculation on (-md) vs off, both launched by the gate.
@@ -219,7 +221,7 @@ engines:
     http:
       preset: llamacpp
       logprobs: 5
-      request_timeout_s: 300
+      request_timeout_s: 300{allow}
       server:
         url: http://127.0.0.1:{e}
         launch: {json.dumps(server_command(e, engine_model, "draft-f32", threads=args.threads))}

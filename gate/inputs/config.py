@@ -282,6 +282,11 @@ class EngineConfig(Strict):
         """The flag that turns its stack's prefix cache off (None: it has none the gate knows of)."""
         return None
 
+    def launch_warnings(self, config: Config) -> list[str]:
+        """What ``validate`` and ``plan`` warn of its launch lines (field under the engine: what), e.g. flags the
+        gate does not read, a deliberate difference between a server and its reference."""
+        return []
+
     def import_paths(self) -> list[str]:
         """Folders its modules import from, relative to the config's folder (a plug-in's ``pythonpath``)."""
         return []

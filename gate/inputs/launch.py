@@ -1,4 +1,4 @@
-"""What a serving stack's ``launch:`` line says about speculation: k and the draft, read off its flags.
+"""What a serving stack's ``launch:`` line says about speculation: k, the draft or head, read off its flags.
 
 The config gives k (``speculation.num_draft_tokens``) and the draft (``models.draft.path``); a ``launch:`` line
 gives them again to the server.  When the two disagree the gate would label, judge and baseline one setting while
@@ -7,18 +7,23 @@ the server runs another, so the config is refused (docs/serving.md, "k and the d
 Read per preset, from the stacks' documented flags (``--flag value`` and ``--flag=value``):
 
 * ``vllm``: ``--speculative-config`` / ``--speculative_config`` / ``-sc`` JSON, keys ``num_speculative_tokens``,
-  ``method`` and ``model``, each also as a dotted flag of its own (``--speculative-config.num_speculative_tokens
-  6``, which wins over the JSON's key, as vLLM's parser merges them); ``--config FILE`` (YAML, its keys the flags'
-  names: the command line wins over the file); the older ``--num-speculative-tokens`` and ``--speculative-model``;
+  ``method``, ``model`` (the draft, or for a head method the head), ``prompt_lookup_min`` / ``_max`` and
+  ``disable_by_batch_size`` (any other key is named as unread), each also as a dotted flag of its own
+  (``--speculative-config.num_speculative_tokens 6``, which wins over the JSON's key, as vLLM's parser merges
+  them); ``--config FILE`` (YAML, its keys the flags' names: the command line wins over the file); the older
+  ``--num-speculative-tokens``, ``--speculative-model`` and ``--speculative-disable-by-batch-size``;
 * ``sglang``: ``--speculative-num-steps`` (draft steps per verification: k), or, without it and with
   ``--speculative-eagle-topk`` absent or 1, ``--speculative-num-draft-tokens`` minus 1 (SGLang verifies the
-  k drafts plus the bonus position); the draft from ``--speculative-draft-model-path``;
+  k drafts plus the bonus position); the draft (an EAGLE algorithm's head) from ``--speculative-draft-model-path``;
 * ``llamacpp``: ``--spec-draft-n-max``, or the older ``--draft-max`` / ``--draft-n`` / ``--draft``; the draft
-  from ``-md`` / ``--model-draft``.
+  from ``-md`` / ``--model-draft``;
+* ``tgi``: ``--speculate`` (k; Medusa heads come with the model, else n-gram lookup: no method on the line).
 
 A flag that is not there leaves that value unknown (a stack's own default): nothing is refused.  A flag about
 speculation that the gate does not read, or a ``--config`` file it cannot open, is named by :func:`unread`, which
-``validate`` and ``plan`` print as a warning: never silence.
+``validate`` and ``plan`` print as a warning: never silence.  Each preset's flags are its table in
+:mod:`gate.inputs.stack_flags`; the reference's line against the server's, and what the gate cannot read of a line,
+are :mod:`gate.inputs.launch_checks`.
 """
 
 from __future__ import annotations
@@ -27,33 +32,21 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-_K_FLAGS = {
-    "vllm": ("--num-speculative-tokens", "--num_speculative_tokens"),
-    "sglang": ("--speculative-num-steps",),
-    "llamacpp": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
-}
-_DRAFT_FLAGS = {
-    "vllm": ("--speculative-model", "--speculative_model"),
-    "sglang": ("--speculative-draft-model-path", "--speculative-draft-model"),
-    "llamacpp": ("-md", "--model-draft"),
-}
+from gate.inputs.stack_flags import STACKS
+
+# Each preset's speculation flags, from its table (gate/inputs/stack_flags.py)
+_K_FLAGS = {p: s.k for p, s in STACKS.items() if s.k}
+_DRAFT_FLAGS = {p: s.draft for p, s in STACKS.items() if s.draft}
 _VLLM_JSON = ("--speculative-config", "--speculative_config", "-sc")
 _VLLM_DOTTED = ("--speculative-config.", "--speculative_config.")
 # Flags about speculation each preset's reader knows and leaves alone on purpose (they change neither k, the method
-# nor the draft): not warned about.
-_KNOWN = {
-    "vllm": ("--config",),
-    "sglang": ("--speculative-algorithm", "--speculative-num-draft-tokens", "--speculative-eagle-topk",
-               "--speculative-token-map", "--speculative-accept-threshold-single",
-               "--speculative-accept-threshold-acc"),
-    "llamacpp": ("--spec-type", "--spec-draft-n-min", "--draft-min", "--draft-p-min", "--spec-draft-p-min", "-td",
-                 "--threads-draft", "-tbd", "--threads-batch-draft", "-ngld", "--gpu-layers-draft", "-devd",
-                 "--device-draft", "-ctkd", "-ctvd", "--cache-type-k-draft", "--cache-type-v-draft"),
-}
+# nor the draft), or reads elsewhere: not warned about.
+_KNOWN = {p: s.known + s.disable_by_batch_size for p, s in STACKS.items() if s.known or s.disable_by_batch_size}
 # What a flag about speculation looks like, per preset (to name one the gate does not read)
-_ABOUT = {"vllm": ("--speculative", "--num-speculative", "--num_speculative", "-sc"),
-          "sglang": ("--speculative",),
-          "llamacpp": ("--spec-", "--draft", "-md", "--model-draft", "-cd", "--ctx-size-draft")}
+_ABOUT = {p: s.about for p, s in STACKS.items() if s.about}
+# The keys of vLLM's --speculative-config the gate reads; any other is named by line_notes
+SPEC_KEYS_READ = ("num_speculative_tokens", "method", "model", "prompt_lookup_min", "prompt_lookup_max",
+                  "disable_by_batch_size")
 
 
 @dataclass(frozen=True)
@@ -67,10 +60,16 @@ class LaunchSpeculation:
     method: str | None = None  # the gate's name for it (gate.inputs.methods)
     method_flag: str | None = None
     lookup: tuple[int | None, int | None] = (None, None)  # n-gram lookup's prompt_lookup_min, prompt_lookup_max
+    head: str | None = None  # an EAGLE/Medusa head's or an MTP module's path, for a method that has one
+    head_flag: str | None = None
+    disable_at: int | None = None  # speculation off while this many requests or more are running
+    disable_flag: str | None = None
+    spec_flag: str | None = None  # where vLLM's speculative config came from
+    unread_keys: tuple[str, ...] = ()  # its keys the gate does not read
 
     @property
     def speculates(self) -> bool:
-        return self.draft is not None or bool(self.k) or self.method is not None
+        return self.draft is not None or bool(self.k) or self.method is not None or self.head is not None
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
@@ -101,11 +100,16 @@ def _int(flag: str, value: str) -> int:
 
 def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
     """k and the draft from a launch line of ``preset``; a preset the gate cannot read gives nothing."""
-    from gate.inputs.methods import from_sglang, from_vllm
+    from gate.inputs.methods import METHODS, from_sglang, from_vllm
 
     flags = _flags(argv)
-    k = k_flag = draft = draft_flag = method = method_flag = None
+    k = k_flag = draft = draft_flag = method = method_flag = head = head_flag = None
+    disable_at = disable_flag = spec_flag = None
+    unread_keys: tuple[str, ...] = ()
     lookup: tuple[int | None, int | None] = (None, None)
+    for f in STACKS[preset].disable_by_batch_size if preset in STACKS else ():
+        if f in flags:
+            disable_at, disable_flag = _int(f, flags[f]), f
     for f in _K_FLAGS.get(preset, ()):
         if f in flags:
             k, k_flag = _int(f, flags[f]), f
@@ -115,7 +119,7 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
             draft, draft_flag = flags[f], f
             break
     if preset == "vllm":
-        file = _vllm_file(flags)
+        file = vllm_file(flags)
         if k is None:
             for f in _K_FLAGS["vllm"]:
                 if f[2:] in file:
@@ -126,9 +130,17 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
                 if isinstance(file.get(f[2:]), str):
                     draft, draft_flag = file[f[2:]], f"--config {flags['--config']} {f[2:]}"
                     break
+        for f in STACKS["vllm"].disable_by_batch_size:
+            if disable_at is None and f[2:].replace("_", "-") in file:
+                disable_at = _int(f"--config {f[2:]}", str(file[f[2:].replace("_", "-")]))
+                disable_flag = f"--config {flags['--config']} {f[2:]}"
         found = _vllm_spec(flags, argv, file)
         if found is not None:
             f, spec = found
+            spec_flag, unread_keys = f, tuple(key for key in spec if key not in SPEC_KEYS_READ)
+            if spec.get("disable_by_batch_size") is not None:
+                disable_at = _int(f"{f} disable_by_batch_size", str(spec["disable_by_batch_size"]))
+                disable_flag = f"{f} disable_by_batch_size"
             if "num_speculative_tokens" in spec:
                 k, k_flag = _int(f"{f} num_speculative_tokens", str(spec["num_speculative_tokens"])), \
                     f"{f} num_speculative_tokens"
@@ -136,6 +148,8 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
                 method, method_flag = from_vllm(spec["method"]), f"{f} method"
             if isinstance(spec.get("model"), str) and method in (None, "draft_model"):
                 draft, draft_flag = spec["model"], f"{f} model"  # without a method vLLM infers it from the model
+            elif isinstance(spec.get("model"), str) and METHODS[method].head:
+                head, head_flag = spec["model"], f"{f} model"
             lookup = tuple(_int(f"{f} {key}", str(spec[key])) if key in spec else None
                            for key in ("prompt_lookup_min", "prompt_lookup_max"))
     if preset == "sglang" and k is None and "--speculative-num-draft-tokens" in flags:
@@ -146,10 +160,13 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
     if preset == "sglang" and "--speculative-algorithm" in flags:
         method, method_flag = from_sglang(flags["--speculative-algorithm"]), "--speculative-algorithm"
         if method != "draft_model":
-            draft = draft_flag = None  # an EAGLE head's path in --speculative-draft-model-path is no draft model
+            if draft is not None and METHODS[method].head:
+                head, head_flag = draft, draft_flag  # an EAGLE head's path in --speculative-draft-model-path
+            draft = draft_flag = None  # is no draft model
     if draft is not None and method is None and draft_flag in _DRAFT_FLAGS.get(preset, ()):
         method, method_flag = "draft_model", draft_flag  # a flag that names a draft model, and only that
-    return LaunchSpeculation(k, k_flag, draft, draft_flag, method, method_flag, lookup)
+    return LaunchSpeculation(k, k_flag, draft, draft_flag, method, method_flag, lookup, head, head_flag, disable_at,
+                             disable_flag, spec_flag, unread_keys)
 
 
 def _json_object(flag: str, value) -> dict:
@@ -173,7 +190,7 @@ def _value(text: str):
         return text
 
 
-def _vllm_file(flags: dict[str, str]) -> dict:
+def vllm_file(flags: dict[str, str]) -> dict:
     """``--config FILE``'s keys (YAML), underscores as dashes; {} where there is none or it cannot be read (said by
     :func:`unread`, never refused: the server, not the gate, is the judge of its own file)."""
     import yaml
@@ -230,13 +247,13 @@ def unread(preset: str | None, argv: list[str]) -> list[str]:
     said = [f"{name} is about speculation and the gate does not read it: check by hand that it agrees with the "
             "config's speculation section" for name in out]
     flags = _flags(argv)
-    if preset == "vllm" and "--config" in flags and not _vllm_file(flags):
+    if preset == "vllm" and "--config" in flags and not vllm_file(flags):
         said.append(f"--config {flags['--config']}: cannot read it as YAML from here (the gate launches the server "
                     "in its own working directory): the speculation it sets is not checked against the config")
     return said
 
 
-def _hub_id(path: str) -> str | None:
+def hub_id(path: str) -> str | None:
     """``org/name`` as a hub id (lower case), or None for anything that reads as a local path or a file."""
     if path.startswith((".", "/", "~")) or ":" in path or path.endswith(".gguf") or path.count("/") != 1:
         return None
@@ -244,16 +261,16 @@ def _hub_id(path: str) -> str | None:
 
 
 def mismatches(preset: str, argv: list[str], k: int, draft: str | None, role: str, method: str = "draft_model",
-               lookup: tuple[int | None, int | None] = (None, None)) -> list[str]:
+               lookup: tuple[int | None, int | None] = (None, None), head: str | None = None) -> list[str]:
     """What a launch line of ``role`` ("server": speculation on, "reference": off) contradicts in the config.
 
-    k must equal ``speculation.num_draft_tokens``; the draft must be ``models.draft.path`` where both are hub ids
-    (a local folder, a GGUF file or a server-side path cannot be compared by name, and is not); the reference's
-    line must not speculate at all."""
+    k must equal ``speculation.num_draft_tokens``; the draft must be ``models.draft.path`` and the head
+    ``speculation.head`` where both are hub ids (a local folder, a GGUF file or a server-side path cannot be compared
+    by name, and is not); the reference's line must not speculate at all."""
     spec = read_launch(preset, argv)
     if role == "reference":
         if spec.speculates:
-            given = spec.draft_flag if spec.draft is not None else spec.k_flag
+            given = next(f for f in (spec.draft_flag, spec.head_flag, spec.k_flag, spec.method_flag) if f)
             return [f"the reference's launch line speculates ({given}); the reference is the same stack with "
                     "speculation off: drop the draft flags there"]
         return []
@@ -274,15 +291,20 @@ def mismatches(preset: str, argv: list[str], k: int, draft: str | None, role: st
         if ours is not None and theirs is not None and ours != theirs:
             out.append(f"the n-gram lookup differs: the launch line's {name} is {theirs}, speculation.{name} is "
                        f"{ours}: make them equal (or drop the config's, which then reads the line's)")
-    if spec.draft is not None and draft is not None and _hub_id(spec.draft) and _hub_id(draft) \
-            and _hub_id(spec.draft) != _hub_id(draft):
+    if spec.draft is not None and draft is not None and hub_id(spec.draft) and hub_id(draft) \
+            and hub_id(spec.draft) != hub_id(draft):
         out.append(f"the draft differs: {spec.draft_flag} gives {spec.draft!r}, models.draft.path gives {draft!r}; "
                    "make them name the same model")
+    if spec.head is not None and head is not None and hub_id(spec.head) and hub_id(head) \
+            and hub_id(spec.head) != hub_id(head):
+        out.append(f"the head differs: {spec.head_flag} gives {spec.head!r}, speculation.head gives {head!r}; the "
+                   "change trigger, the fingerprint and the baseline would name one head while the server runs "
+                   "another: make them name the same head")
     return out
 
 
 # The share of a GPU's memory a server takes, by its flag, and the stack's default when the line gives none.
-MEMORY_FLAGS = {"vllm": ("--gpu-memory-utilization", 0.9), "sglang": ("--mem-fraction-static", 0.88)}
+MEMORY_FLAGS = {p: s.memory for p, s in STACKS.items() if s.memory}
 MEMORY_BUDGET = 0.95  # what servers sharing a GPU may claim together (the rest: CUDA context, the gate's own copy)
 
 
@@ -321,9 +343,7 @@ def remote_servers(engines) -> list[tuple[str, str]]:
 # --- chunked prefill: the most prompt tokens one step takes, by each stack's flag ------------------
 
 # (flags, the stack's default where it is fixed and documented; None: the stack picks one by hardware and version)
-PREFILL_FLAGS = {"vllm": (("--max-num-batched-tokens", "--max_num_batched_tokens"), None),
-                 "sglang": (("--chunked-prefill-size",), None),
-                 "llamacpp": (("-ub", "--ubatch-size"), 512)}
+PREFILL_FLAGS = {p: s.prefill for p, s in STACKS.items() if s.prefill}
 
 
 def prefill_chunk(preset: str, argv: list[str]) -> tuple[int | None, str | None]:
@@ -396,5 +416,6 @@ def without_port(argv: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["MEMORY_BUDGET", "MEMORY_FLAGS", "PORT_PLACEHOLDER", "LaunchSpeculation", "fill_port", "memory_fraction",
-           "mismatches", "moved_launch", "read_launch", "url_port", "with_port", "without_port"]
+__all__ = ["MEMORY_BUDGET", "MEMORY_FLAGS", "PORT_PLACEHOLDER", "SPEC_KEYS_READ", "LaunchSpeculation", "fill_port",
+           "hub_id", "memory_fraction", "mismatches", "moved_launch", "read_launch", "url_port", "vllm_file",
+           "with_port", "without_port"]

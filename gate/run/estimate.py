@@ -250,11 +250,11 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
 def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     """What a run of this config will do that measures less than it seems: rows repeated in a batch (a stack's
     prefix cache then serves the repeats), sampling no test can read (not run), servers that cannot fit on one GPU
-    together, launch lines whose executable is not on this runner or whose speculation flags the gate cannot read."""
+    together, launch lines whose executable is not on this runner, that the gate cannot read, whose speculation flags or
+    keys it does not read, that turn speculation off at some batch sizes, or that differ from their server's on
+    purpose (each engine's ``launch_warnings``)."""
     import os
     import shutil
-
-    from gate.inputs.launch import unread
 
     cfg, out = loaded.config, []
     repeated = sorted({b.batch_size for b in p.batches if b.duplicates}
@@ -273,8 +273,8 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     if why is not None:
         out.append(f"generation.sampling is set, and the sampling phase is not run: {why}")
     for i, e in enumerate(cfg.engines):
+        out += [f"engines[{i}].{said}" for said in e.launch_warnings(cfg)]
         for where, ep in e.endpoints():
-            out += [f"engines[{i}].{where}.launch: {said}" for said in unread(e.launch_preset, ep.launch or [])]
             if ep.launch and shutil.which(ep.launch[0], path=ep.env.get("PATH", os.environ.get("PATH"))) is None:
                 out.append(f"engines[{i}].{where}.launch[0]: {ep.launch[0]!r} is not an executable on this runner: "
                            "the gate cannot launch it here")

@@ -14,29 +14,30 @@ import json
 import struct
 from pathlib import Path
 
-from gate.inputs.launch import launch_flags, memory_fraction
+from gate.inputs.launch import memory_fraction
+from gate.inputs.launch_checks import served
+from gate.inputs.stack_flags import STACKS
 
 BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
          "F8_E4M3": 1, "F8_E5M2": 1}
 SERVED = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
-MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
-TP_FLAGS = {"vllm": ("--tensor-parallel-size", "-tp"), "sglang": ("--tp-size", "--tp")}
 GIB = 1 << 30
 
 
 def served_model(preset: str, argv: list[str]) -> tuple[str | None, int, str | None]:
-    """(the model a launch line serves, its tensor-parallel size, its --dtype) as the line says them."""
-    flags = launch_flags(argv)
-    model = next((flags[f] for f in MODEL_FLAGS.get(preset, ()) if f in flags), None)
-    if model is None and preset == "vllm" and "serve" in argv:  # `vllm serve MODEL ...`
-        after = argv[argv.index("serve") + 1:]
-        model = after[0] if after and not after[0].startswith("-") else None
-    tp = next((flags[f] for f in TP_FLAGS.get(preset, ()) if f in flags), "1")
+    """(the model a launch line serves, its tensor-parallel size, its --dtype) as the line says them (the preset's
+    flags: gate/inputs/stack_flags.py)."""
+    if preset not in STACKS:
+        return None, 1, None
+    settings = served(preset, argv)
+    model = settings["model"][0][1]
+    tp = settings["tensor_parallel"][0][1] or "1"
+    dtype = settings["dtype"][0][1] if "dtype" in settings else None
     try:
         tp_size = max(1, int(tp))
     except ValueError:
         tp_size = 1
-    return model, tp_size, flags.get("--dtype")
+    return model, tp_size, dtype
 
 
 def parameters(folder: Path) -> tuple[int, dict[str, int]] | None:

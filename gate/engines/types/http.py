@@ -17,6 +17,10 @@ from gate.inputs.config import REFERENCE, EngineConfig
 from gate.inputs.fields import Seconds, Strict, Text, UrlPath
 from gate.inputs.launch import PORT_PLACEHOLDER
 
+DifferenceName = Literal["model", "tensor_parallel", "pipeline_parallel", "dtype", "quantization", "kv_cache_dtype",
+                         "max_model_len", "batch_budget", "max_seqs", "chunked_prefill", "prefix_caching", "eager",
+                         "attention", "memory", "gpu_layers"]  # gate.inputs.stack_flags.SETTINGS, in its order
+
 # What each preset's server lacks for scoring a given continuation teacher-forced (vLLM has prompt_logprobs).
 NO_SCORING = {
     "sglang": "preset sglang: its input-token logprobs are not wired into the gate yet",
@@ -106,6 +110,17 @@ class HttpConfig(Strict):
     # "chat": a suite's `messages` rows go to /v1/chat/completions and the server's own chat template renders them
     # (the rest stay on the completions route); left out of the digest while "completions"
     route: Literal["completions", "chat"] = Field("completions", exclude_if=lambda v: v == "completions")
+    # settings on which the reference's launch line may differ from the server's on purpose (gate/inputs/
+    # stack_flags.py SETTINGS): each is then a warning, not a refusal; left out of the digest while empty
+    allow_differences: list[DifferenceName] = Field(default_factory=list, exclude_if=lambda v: not v)
+
+    @field_validator("allow_differences")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        twice = sorted({name for name in v if v.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once")
+        return v
 
     @field_validator("api_key_env")
     @classmethod
@@ -171,7 +186,41 @@ class HttpEngineConfig(EngineConfig):
 
     @property
     def prefix_cache_off(self) -> str | None:
-        return {"vllm": "--no-enable-prefix-caching", "sglang": "--disable-radix-cache"}.get(self.http.preset)
+        from gate.inputs.stack_flags import STACKS
+
+        return STACKS[self.http.preset].prefix_cache_off if self.http.preset in STACKS else None
+
+    def _pair(self, config):
+        """The differences between the server's and the reference's launch lines (gate.inputs.launch)."""
+        from gate.inputs.launch_checks import pair_differences
+
+        h = self.http
+        return pair_differences(h.preset, h.server.launch or [], (h.reference.launch or []) if h.reference else [],
+                                config.models.target.path)
+
+    def _pair_read(self) -> bool:
+        from gate.inputs.launch_checks import starts_stack
+
+        h = self.http
+        return h.reference is not None and all(ep.launch and starts_stack(h.preset, ep.launch)
+                                               for ep in (h.server, h.reference))
+
+    def launch_warnings(self, config) -> list[str]:
+        from gate.inputs.launch_checks import line_notes
+
+        out = []
+        for where, ep in self.endpoints():
+            if ep.launch:
+                out += [f"{where}.launch: {said}" for said in line_notes(self.http.preset, ep.launch,
+                                                                         config.batching.batch_sizes,
+                                                                         where.rsplit(".", 1)[-1])]
+        allowed = set(self.http.allow_differences)
+        for d in self._pair(config):
+            if d.setting in allowed:
+                out.append(f"http.{d.role}.launch: {d.message} (allowed by http.allow_differences)")
+            elif not d.refused:
+                out.append(f"http.{d.role}.launch: {d.message}; {d.hint}")
+        return out
 
     def problems(self, config, index):
         from gate.inputs.launch import mismatches
@@ -189,10 +238,11 @@ class HttpEngineConfig(EngineConfig):
                 sp = config.speculation
                 found = mismatches(self.http.preset, endpoint.launch, sp.num_draft_tokens,
                                    config.models.draft.path if config.models.draft else None, role, config.method.name,
-                                   (sp.prompt_lookup_min, sp.prompt_lookup_max))
+                                   (sp.prompt_lookup_min, sp.prompt_lookup_max), sp.head)
             except ValueError as err:
                 found = [str(err)]
             out += [(("http", role, "launch"), m, None) for m in found]
+        out += self._allowance_problems(config)
         if self.http.route == "chat" and self.http.preset not in CHAT:
             out.append((("http", "route"), f"preset {self.http.preset} has no chat route the gate can read token ids "
                         "and the rendered prompt from", "use route: completions (the gate renders the chat "
@@ -204,6 +254,25 @@ class HttpEngineConfig(EngineConfig):
                         f"({NO_TRUNCATION.get(self.http.preset, 'not documented')}): its sampled tokens would be "
                         "judged against another distribution",
                         "sample without top_k/top_p/min_p for this stack, or gate it through preset vllm"))
+        return out
+
+
+    def _allowance_problems(self, config):
+        """Refused differences between the two launch lines, and an allowance that allows nothing."""
+        allowed, out = self.http.allow_differences, []
+        found = self._pair(config)
+        out += [(("http", d.role, "launch"), d.message, d.hint) for d in found
+                if d.refused and d.setting not in allowed]
+        if allowed and not self._pair_read():
+            out.append((("http", "allow_differences"), "there is no pair of launch lines the gate reads to allow a "
+                        "difference between (both http.server and http.reference need a launch line that starts "
+                        f"{self.http.preset} itself)", "drop http.allow_differences"))
+        elif allowed:
+            idle = [name for name in allowed if name not in {d.setting for d in found}]
+            if idle:
+                out.append((("http", "allow_differences"), f"{', '.join(idle)}: the launch lines do not differ "
+                            "there, so the allowance allows nothing (and would let a later difference pass unseen)",
+                            f"drop {', '.join(idle)} from http.allow_differences"))
         return out
 
 
