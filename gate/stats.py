@@ -66,3 +66,30 @@ def alpha_from_mean_accepted(mean_accepted_length: float, k: int) -> float:
         val = (k + 1) if mid >= 1 else (1 - mid ** (k + 1)) / (1 - mid)
         lo, hi = (mid, hi) if val < target else (lo, mid)
     return (lo + hi) / 2
+
+
+def signed_rank_p(xs) -> float:
+    """Exact one-sided p-value of Wilcoxon's signed-rank test that ``xs`` lean above zero: the share of the 2^n
+    sign patterns, each equally likely when every ``x`` is symmetric about zero, whose sum of positive ranks is at
+    least the observed one (ranks of ``|x|``, ties averaged; zeros dropped).  For the few rounds of a probe
+    (n <= 20); 1.0 when nothing is left."""
+    xs = [float(x) for x in xs if x != 0]
+    n = len(xs)
+    if n == 0:
+        return 1.0
+    if n > 20:
+        raise ValueError(f"signed_rank_p enumerates 2^n sign patterns: n={n} is too many")
+    order = sorted(range(n), key=lambda i: abs(xs[i]))
+    ranks = [0.0] * n
+    i = 0
+    while i < n:  # average ranks over ties of |x|
+        j = i
+        while j + 1 < n and abs(xs[order[j + 1]]) == abs(xs[order[i]]):
+            j += 1
+        for m in range(i, j + 1):
+            ranks[order[m]] = (i + j) / 2 + 1
+        i = j + 1
+    observed = sum(r for r, x in zip(ranks, xs) if x > 0)
+    at_least = sum(1 for signs in range(1 << n)
+                   if sum(r for b, r in enumerate(ranks) if signs >> b & 1) >= observed - 1e-9)
+    return at_least / (1 << n)

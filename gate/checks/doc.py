@@ -243,7 +243,8 @@ class SpeedupStats(_Doc):
     acceptance_per_pos: list[float | None] | None  # None at a position no draft reached
     expected: Expected | None
     # the acceptance allows at most this speedup (tokens per target forward: a verification costs at least one plain
-    # step), and the whole CI lies above it: interference, not speculation (gate.checks.speedup); else left out
+    # step), and its point estimate lies above it by more than INTERFERENCE_TOLERANCE (or its whole CI above it):
+    # interference, not speculation (gate.checks.speedup.beyond_acceptance); else left out
     interference: float | None = omitted_when_none()
 
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from gate.verdict.baseline import Baseline
     from gate.verdict.doc import VerdictDoc
 
-STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️"}
+STATUS_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "neutral": "⚪", "info": "ℹ️",
+               "slower": "↘️"}  # a speedup change's mark (SpeedupChange.mark): slower, inside the family's spread
 # A first divergence's kind (gate.checks.equivalence.Divergence) in the report's words.
 DIVERGENCE_WORDS = {"near_tie": "near-tie", "confident": "confident divergence", "unclassified": "unclassified",
                     "length": "length difference", "band": "within the cross-stack band (not told from noise)",
@@ -58,23 +59,23 @@ def marker(name: str) -> Inert:
 
 
 def _load_levels(verdict: VerdictDoc) -> list[dict]:
-    """Per engine and batch size: the median over its cells of base and head speedup, and the step costs (the same
-    for every slice of a load level, so shown once per load level, not per row)."""
-    import statistics
-
+    """Per engine and batch size: base and head speedup as its judged change estimates them (the geometric mean
+    over its cells: head / base is the change), and the step costs (the same for every slice of a load level, so
+    shown once per load level, not per row)."""
     groups: dict[tuple, list] = {}
     for c in verdict.speedup:
         groups.setdefault((c.engine, c.batch_size), []).append(c)
     out = []
     for (engine, bs), cells in sorted(groups.items()):
-        base = [c.base.estimate for c in cells if c.base.estimate is not None]
-        head = [c.head.estimate for c in cells if c.head.estimate is not None]
         e = next((c.explanation for c in cells if c.explanation and c.explanation.cost_base is not None), None)
         change = next((c for c in verdict.speedup_levels if c.engine == engine and c.batch_size == bs), None)
-        out.append({"engine": engine, "batch_size": bs, "base": statistics.median(base) if base else None,
-                    "head": statistics.median(head) if head else None, "costs": e, "change": change})
+        out.append({"engine": engine, "batch_size": bs, "base": change.base.estimate if change else None,
+                    "head": change.head.estimate if change else None, "costs": e, "change": change})
     return out
 
+
+MARK_WORDS = {"pass": "pass", "fail": "fail", "warn": "warn", "neutral": "not judged",
+              "slower": "slower, inside the family's spread"}
 
 LINK_LABELS = {"run": "workflow run", "artifact": "artifact", "baseline": "baseline file",
                "baseline_commit": "baseline's commit"}
@@ -214,7 +215,8 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
                           highlight=False, soft_wrap=True)
         for c in verdict.speedup:
             console.print(terminal(f"speedup {c.engine} {c.slice or '–'} bs {c.batch_size} context {c.bucket or '–'}: "
-                                   f"{times(c.base.estimate)} → {times(c.head.estimate)} {_change(c)} {c.status}"
+                                   f"{times(c.base.estimate)} → {times(c.head.estimate)} {_change(c)} "
+                                   f"{MARK_WORDS[c.mark()]}"
                                    + (f" ({c.explanation.sentence})" if c.explanation else "")),
                           highlight=False, soft_wrap=True)
         for c in verdict.traffic:
@@ -236,7 +238,7 @@ def print_terminal(verdict: VerdictDoc, console=None, note: str | None = None) -
         for c in verdict.speedup:
             sp.add_row(*(terminal(x) for x in (c.engine, c.slice or "–", c.batch_size, c.bucket or "–",
                                                times(c.base.estimate), times(c.head.estimate))),
-                       terminal(_change(c), style.get(c.status, "")),
+                       terminal(f"{_change(c)} {MARK_WORDS[c.mark()]}", style.get(c.status, "")),
                        terminal(c.explanation.sentence if c.explanation else "–"))
         console.print(sp)
     if verdict.traffic:

@@ -238,8 +238,9 @@ VOCAB_HINT = "these results were not made with this config's target, or were edi
 
 class NeighbourProbe(Document):
     """One engine's first timing batch run alone (the other launched servers frozen) and beside them
-    (gate.run.isolation): ``slowdown`` is beside / alone - 1; ``interfered`` when beside was slower by more than the
-    threshold in every round."""
+    (gate.run.isolation), round by round (``alone_s[i]`` and ``beside_s[i]`` are one round): ``slowdown`` is the
+    median round's beside / alone - 1; ``interfered`` when it is above the threshold and the rounds lean slower
+    beside the others by the exact signed-rank test (``gate.run.isolation.judged``)."""
 
     engine: str
     alone_s: list[float]

@@ -290,13 +290,14 @@ def speedup_cells(results: Results, checks: ChecksDoc | None = None) -> dict[str
     from gate.stats import bootstrap_median_ci
 
     checked = checks.speedup.engines if checks and checks.speedup else {}
-    from gate.checks.speedup import interfered
+    from gate.checks.speedup import interfered, interfering_cells
 
     crowded = interfered(results)  # timed beside a server that slowed one side: never judged, never stored
+    beyond = interfering_cells(checks.speedup if checks else None)  # faster than the acceptance allows
 
     out: dict = {}
     for (engine, key), pairs in sorted(timing_groups(results).items()):
-        if engine in crowded:
+        if engine in crowded or key in beyond.get(engine, ()):
             continue
         ratios = [r for r in (p.ratio for p in pairs) if r is not None]
         cell = checked[engine].cells.get(key) if engine in checked else None

@@ -64,6 +64,14 @@ class SpeedupChange(_Doc):
     # speed_rule); absent in verdicts written before the family rule
     p_adjusted: float | None = omitted_when_none()
 
+    def mark(self) -> str:
+        """What a row shows beside its change: its status, except a pass whose 95% interval lies wholly below no
+        change, which is ``slower``: a drop the family does not flag (under ``baseline.min_effect``, or not
+        significant once every cell and load level is counted), never shown as a pass."""
+        if self.status == "pass" and self.ratio.high is not None and self.ratio.high < 1:
+            return "slower"
+        return self.status
+
 
 class TimingNoise(_Doc):
     """The spread the speed rule judged against (gate.verdict.noise): within a run, per side, and between runs."""

@@ -4,15 +4,15 @@ the verdict lines they give."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from gate.checks.doc import VerdictLine
 from gate.inputs.config import BaselineConfig
 from gate.numbers import signed_pct, times
-from gate.verdict.baseline import Baseline, Comparability, Measurements, SpeedupCell
+from gate.verdict.baseline import Baseline, Comparability, Measurements
 from gate.verdict.doc import Interval, SpeedupChange, TimingNoise
 from gate.verdict.explain import Cost, explain
-from gate.verdict.noise import within
+from gate.verdict.noise import CellRun, cell_mean, within
 from gate.verdict.speed_rule import (
     Tested,
     between_of,
@@ -27,10 +27,14 @@ from gate.verdict.speed_rule import status as speed_status
 from gate.verdict.summary import PairedSummary
 
 
-def _interval(cell: SpeedupCell | None) -> Interval:
-    if cell is None:
+def _geo(runs: list[CellRun]) -> Interval:
+    """A side's speedup as the rule estimates it: ``exp`` of its cell mean (each batch's mean log speedup, averaged
+    over batches; over a baseline's passes, their mean): the estimator the change is judged on, so a row's base,
+    head and change agree (head / base == the change, exactly)."""
+    runs = [r for r in runs if any(r)]
+    if not runs:
         return Interval(estimate=None)
-    return Interval(estimate=cell.estimate, low=cell.low, high=cell.high)
+    return Interval(estimate=math.exp(sum(cell_mean(r) for r in runs) / len(runs)))
 
 
 def _costs(bs: int, tpf: float | None, calibration: dict | None, k: int) -> Cost | None:
@@ -66,15 +70,19 @@ def _levels(cells: list[tuple[SpeedupChange, Tested]], shared: float) -> list[tu
     out = []
     for (engine, bs), rows in sorted(by.items()):
         t = load_level([r[1] for r in rows], shared)
-        base = [r[0].base.estimate for r in rows if r[0].base.estimate is not None]
-        head = [r[0].head.estimate for r in rows if r[0].head.estimate is not None]
-        out.append((_change(engine, None, bs, None, Interval(estimate=_median(base)), Interval(estimate=_median(head)),
-                            t), t))
+        kept = [r[0] for r in rows if r[1].d is not None and r[1].var is not None  # the cells load_level averages
+                and r[0].base.estimate and r[0].head.estimate]
+        base = [c.base.estimate for c in kept]
+        head = [c.head.estimate for c in kept]
+        out.append((_change(engine, None, bs, None, Interval(estimate=_geomean(base)),
+                            Interval(estimate=_geomean(head)), t), t))
     return out
 
 
-def _median(xs: list[float]) -> float | None:
-    return float(np.median(xs)) if xs else None
+def _geomean(xs: list[float]) -> float | None:
+    """A load level's side: the geometric mean of its cells' (the level's change is the mean of their log changes,
+    so head / base of a level is its change too)."""
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def stored_changes(head: Measurements, baseline: Baseline, rules: BaselineConfig,
@@ -113,7 +121,7 @@ def stored_changes(head: Measurements, baseline: Baseline, rules: BaselineConfig
         hc = _costs(now.batch_size, now.tokens_per_target_forward, head_cal, k)
         bc = _costs(base.batch_size, base.tokens_per_target_forward, base_cal, baseline.settings.num_draft_tokens)
         ratio = t.interval()
-        tested.append((_change(engine, now.slice, now.batch_size, now.bucket, _interval(base), _interval(now), t,
+        tested.append((_change(engine, now.slice, now.batch_size, now.bucket, _geo(b), _geo([h]), t,
                                explain(bc, hc, ratio.estimate) if hc and bc and ratio.estimate else None), t))
     cells, levels = _family(tested, _levels(tested, 2 * between.between_sd ** 2), rules)
     noise = TimingNoise(within_sd_head=w_head.sd, within_sd_base=w_base.sd, between_sd=between.between_sd,
@@ -140,8 +148,15 @@ def paired_changes(measured: Measurements, paired: PairedSummary, rules: Baselin
         bc = _costs(cell.batch_size, base.tokens_per_target_forward if base else None, paired.calibration,
                     paired.num_draft_tokens)
         ratio = t.interval()
-        tested.append((_change(paired.head_engine, cell.slice, cell.batch_size, cell.bucket, _interval(base),
-                               _interval(head), t,
+        # The head's speedup by the rule's estimator; the base's is what the paired change implies (head / change):
+        # both are timed against the same reference execution of each (batch, repeat), so this is the base's own
+        # estimate wherever every sample was kept, and the row's three figures agree by construction.
+        shown = _geo([groups(head.samples, head.batches)]) if head else Interval(estimate=None)
+        base_shown = Interval(estimate=shown.estimate / ratio.estimate
+                              if shown.estimate is not None and ratio.estimate else None)
+        if base_shown.estimate is None and base is not None:
+            base_shown = _geo([groups(base.samples, base.batches)])
+        tested.append((_change(paired.head_engine, cell.slice, cell.batch_size, cell.bucket, base_shown, shown, t,
                                explain(bc, hc, ratio.estimate) if hc and bc and ratio.estimate else None), t))
     cells, levels = _family(tested, _levels(tested, 0.0), rules)
     return cells, levels, TimingNoise(within_sd_head=w.sd, between_source="paired: one process, interleaved")

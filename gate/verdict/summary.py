@@ -87,6 +87,11 @@ def summarize(results: Results, checks: ChecksDoc, config: Config, name: str) ->
         crowded = {x.engine for x in results.neighbours if x.interfered}
         if crowded & {p.engine, p.head_engine}:  # one side timed slower beside the other servers: not judged
             groups = {}
+        from gate.checks.speedup import interfering_cells
+
+        beyond = interfering_cells(checks.speedup)  # a side faster than its acceptance allows: not judged
+        groups = {key: rows for key, rows in groups.items()
+                  if key not in beyond.get(p.engine, set()) | beyond.get(p.head_engine, set())}
         paired = PairedSummary(
             engine=p.engine, head_engine=p.head_engine, num_draft_tokens=p.num_draft_tokens,
             calibration=p.calibration, config=p.config, traffic=traffic,
