@@ -1,6 +1,7 @@
 """Calibrate the checks on the demo pair: false-rejection rate of the distribution test, and bf16 noise.
 
     python benchmarks/calibration.py [--trials 1000] [--n 100 200 600 2000] [--skip-bf16] [--json out.json]
+    python benchmarks/calibration.py --skip-fixed --skip-bf16 --confirmation 10000 [--groups 4] [--mutants 20]
 
 1. Size of the distribution test at each n: plain sampling (T=1) on the default
    suite gives the positions; tokens are redrawn from the target's own
@@ -8,7 +9,14 @@
    alpha/4) is run, with the z-tests' normal approximations and with the
    check's calibrated p-values (``--null-trials`` null draws), each rate with its
    Clopper-Pearson 95% interval.  The rates must stay within alpha's.
-2. bf16 on CPU: plain and speculative greedy decoding at batch size 8 against
+2. ``--confirmation GATES``: the confirmation (gate/checks/confirmation.py) on the same redraws at the demo's
+   n (``--confirmation-n``, 600): per test, per group (engine x batch size) and per gate of ``--groups`` groups, the
+   null rejection rate with one pass at alpha and with the confirmed rule (a second draw, its own calibration,
+   where the first lands between the floor and alpha); then the power of both against the planted distortions
+   (``--power-trials`` each), and with ``--mutants SEEDS`` against every built-in mutant that samples, each
+   sampling ``n`` tokens at batch size 8 under SEEDS seeds through the check's own analysis (pass i confirmed
+   by pass i + 1).
+3. bf16 on CPU: plain and speculative greedy decoding at batch size 8 against
    plain decoding at batch size 1; the measured logit noise, the tolerance, and
    how many sequences differ, split into near-ties and confident divergences.
 """
@@ -146,6 +154,145 @@ def sequential_size(trials: int, alpha: float, ns: tuple[int, ...], draws: int) 
                                     for name, k in h.items()} for how, h in hits[n].items()} for n in ns}}
 
 
+def _demo_rows(n: int, seed: int = 0):
+    """The demo pair, and the target's and draft's distributions at the first ``n`` positions of a plain sampled
+    run (T = 1) on the default suite."""
+    loaded = parse_config(CONFIG % {"dtype": "float32"}, PACKAGE_DIR / "calibration.yaml")
+    pair = load_pair(loaded)
+    prompts = [tuple(pair.encode(p.text)) for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts]
+    outs = generate(ReferenceEngine(pair.target.model, pair.device), prompts, 8, 48, GenerationSettings(1.0))
+    items = dist.truncate(list(zip(prompts, [tuple(o) for o in outs])), n)
+    target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
+    return pair, rows(target, items), rows(draft, items)
+
+
+def confirmation_null(gates: int, alpha: float, n: int, groups: int, draws: int) -> dict:
+    """Per test, per group and per gate of ``groups`` groups: how often unchanged code fails with one pass at
+    alpha and with the confirmed rule, on tokens redrawn from the target at a sampled run's positions.  Each group
+    draws its own tokens; a first pass between the floor and alpha draws a second set, judged on calibration draws
+    of its own (seeded as the check seeds its second pass)."""
+    from gate.checks.confirmation import Rule, adjusted, fails
+
+    rule = Rule(alpha, alpha / 100)
+    _, p, q = _demo_rows(n)
+    chunk = dist._Chunk(p, q)
+    m = chunk.moments()
+    token = dist.sample_from(p, np.random.default_rng(0))
+    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
+    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    rng = np.random.default_rng(2026)
+
+    def one(cal) -> dict[str, float]:
+        y = dist._sample(chunk.cdf, rng.random(p.shape[0]))
+        return cal.apply(dist.pvalues(chunk.stats(y), m, rng.random(p.shape[0])))
+
+    tests = {name: [0, 0] for name in dist.TESTS}  # one pass, confirmed
+    group, gate, second = [0, 0], [0, 0], 0
+    for _ in range(gates):
+        red = [False, False]
+        for _ in range(groups):
+            pv = one(cal1)
+            p1 = adjusted(pv)
+            decided = rule.first(p1)
+            if decided == "unconfirmed":
+                second += 1
+                decided = rule.decide(p1, adjusted(one(cal2)))
+            for k, failed in enumerate((p1 < alpha, fails(decided))):
+                group[k] += failed
+                red[k] |= failed
+            for name in dist.TESTS:
+                tests[name][0] += pv[name] < alpha / len(pv)
+                tests[name][1] += pv[name] < alpha / len(pv) and fails(decided)
+        gate[0] += red[0]
+        gate[1] += red[1]
+
+    def rate(k: int, total: int) -> dict:
+        return {"count": k, "rate": k / total, "ci": clopper_pearson(k, total)}
+
+    total = gates * groups
+    out = {"alpha": alpha, "floor": rule.floor, "bound": rule.size(), "n": int(p.shape[0]), "gates": gates,
+           "groups": groups, "null_trials": draws, "second_passes": rate(second, total),
+           "tests": {name: {"one_pass": rate(a, total), "confirmed": rate(b, total)} for name, (a, b) in tests.items()},
+           "group": {"one_pass": rate(group[0], total), "confirmed": rate(group[1], total)},
+           "gate": {"one_pass": rate(gate[0], gates), "confirmed": rate(gate[1], gates)}}
+    print(f"confirmation, null at n={out['n']}: group {group[0]}/{total} one pass, {group[1]}/{total} confirmed; "
+          f"gate of {groups}: {gate[0]}/{gates} and {gate[1]}/{gates}; second passes {second}", file=sys.stderr)
+    return out
+
+
+def confirmation_power(trials: int, alpha: float, n: int, draws: int) -> dict:
+    """Against each planted distortion at the demo's n: one pass's rejection rate at alpha and the confirmed
+    rule's, the second pass an independent draw of the same distortion."""
+    from gate.checks.confirmation import Rule, adjusted, fails
+
+    rule = Rule(alpha, alpha / 100)
+    _, p, q = _demo_rows(n)
+    chunk = dist._Chunk(p, q)
+    m = chunk.moments()
+    token = dist.sample_from(p, np.random.default_rng(0))
+    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
+    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    rng = np.random.default_rng(7)
+    out = {"alpha": alpha, "floor": rule.floor, "n": int(p.shape[0]), "trials": trials, "families": {}}
+    for family in dist.FAMILIES:
+        rows_ = []
+        for eps in dist.EPSILONS:
+            cdf = dist._Chunk(dist.planted(p, q, family, eps), q).cdf
+
+            def adj(cal, cdf=cdf) -> float:
+                y = dist._sample(cdf, rng.random(p.shape[0]))
+                return adjusted(cal.apply(dist.pvalues(chunk.stats(y), m, rng.random(p.shape[0]))))
+
+            once = twice = 0
+            for _ in range(trials):
+                p1 = adj(cal1)
+                once += p1 < alpha
+                decided = rule.first(p1)
+                twice += fails(rule.decide(p1, adj(cal2)) if decided == "unconfirmed" else decided)
+            rows_.append({"epsilon": eps, "one_pass": once / trials, "confirmed": twice / trials})
+        out["families"][family] = rows_
+        print(f"confirmation, power ({family}): " + ", ".join(
+            f"e={r['epsilon']} {r['one_pass']:.0%}/{r['confirmed']:.0%}" for r in rows_), file=sys.stderr)
+    return out
+
+
+def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int) -> dict:
+    """Every built-in mutant that samples (and the correct engine), ``seeds`` sampled passes of ``n`` tokens at batch
+    size 8 each, through the check's own analysis: the rate at which one pass rejects at alpha, and at which the
+    confirmed rule fails, pass i confirmed by pass i + 1 (independent seeds)."""
+    from gate.checks.confirmation import Rule, adjusted, fails
+    from gate.engines.mutants import MUTANTS
+
+    rule = Rule(alpha, alpha / 100)
+    loaded = parse_config(CONFIG % {"dtype": "float32"}, PACKAGE_DIR / "calibration.yaml")
+    pair = load_pair(loaded)
+    prompts = [tuple(pair.encode(p.text)) for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts]
+    target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
+    settings = GenerationSettings(1.0, 4)
+    per = -(-n // 32)
+    out = {"alpha": alpha, "floor": rule.floor, "n": n, "seeds": seeds, "engines": {}}
+    for name, cls in {"correct": SpeculativeEngine, **MUTANTS}.items():
+        engine = cls(pair.target.model, pair.draft.model, pair.device)
+        ps = []
+        for s in range(seeds):
+            picked = [prompts[(s * 5 + i) % len(prompts)] for i in range(per)]
+            reqs = [Request(x, 32, seed=1_000_003 * (s + 1) + i) for i, x in enumerate(picked)]
+            seqs = []
+            for i in range(0, len(reqs), 8):
+                seqs += [tuple(x.token_ids) for x in engine.generate(reqs[i:i + 8], settings).sequences]
+            a = dist.analyze(target, draft, dist.truncate(list(zip(picked, seqs)), n), 1.0, pair.target.vocab_size,
+                             null_trials=draws, null_seed=s)
+            ps.append(adjusted(dist.observed_pvalues(a, np.random.default_rng(s))) if a.n else None)
+        once = sum(x is not None and x < alpha for x in ps)
+        pairs = [(ps[i], ps[(i + 1) % seeds]) for i in range(seeds)]
+        twice = sum(fails(rule.decide(a, b)) for a, b in pairs)
+        out["engines"][name] = {"one_pass": once / seeds, "confirmed": twice / seeds,
+                                "median_p": float(np.median([x for x in ps if x is not None])),
+                                "below_floor": sum(x is not None and x < rule.floor for x in ps) / seeds}
+        print(f"confirmation, {name}: one pass {once}/{seeds}, confirmed {twice}/{seeds}", file=sys.stderr, flush=True)
+    return out
+
+
 def bf16_noise() -> dict:
     loaded = parse_config(CONFIG % {"dtype": "bfloat16"}, PACKAGE_DIR / "calibration.yaml")
     pair = load_pair(loaded)
@@ -176,6 +323,12 @@ def main() -> None:
                     help="also this many fresh plain sampled runs per n (the real null, prefixes and all)")
     ap.add_argument("--sequential-n", type=int, nargs="+", default=[100, 200, 600])
     ap.add_argument("--skip-fixed", action="store_true", help="only the sequential replicates")
+    ap.add_argument("--confirmation", type=int, default=0, metavar="GATES",
+                    help="the confirmed rule's null rates over this many simulated gates, and its power")
+    ap.add_argument("--confirmation-n", type=int, default=600, help="sampled tokens per group (the demo's)")
+    ap.add_argument("--groups", type=int, default=4, help="engine x batch size groups per simulated gate")
+    ap.add_argument("--power-trials", type=int, default=200, help="per planted distortion")
+    ap.add_argument("--mutants", type=int, default=0, metavar="SEEDS", help="also every sampling mutant, SEEDS passes")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -184,6 +337,13 @@ def main() -> None:
     if args.sequential:
         report["distribution_test_size_sequential"] = sequential_size(args.sequential, 0.01,
                                                                       tuple(args.sequential_n), args.null_trials)
+    if args.confirmation:
+        n = args.confirmation_n
+        report["confirmation_null"] = confirmation_null(args.confirmation, 0.01, n, args.groups, args.null_trials)
+        report["confirmation_power"] = confirmation_power(args.power_trials, 0.01, n, args.null_trials)
+    if args.mutants:
+        report["confirmation_mutants"] = confirmation_mutants(args.mutants, 0.01, args.confirmation_n,
+                                                              args.null_trials)
     if not args.skip_bf16:
         report["bf16"] = bf16_noise()
     print(json.dumps(report, indent=1))

@@ -40,8 +40,8 @@ HELP = {
     "repro --budget-s": "seconds for all the shrinking (default: checks.repro.budget_s from the config)",
     "selftest --repro": "also shrink each caught mutant's failing checks to minimal cases, into DIR/<mutant>/",
     "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
-            "reference batches already cached) and, from the last run in the output directory on this runner, how "
-            "long it will take; no weights load",
+            "reference batches already cached; the distribution check's possible confirmation pass) and, from the last "
+            "run in the output directory on this runner, how long it will take; no weights load",
     "plan --against": "plan a paired run against this base config",
     "plan --tokens-per-s": "estimate from a stated rate instead of an earlier run: every engine generates this many "
                            "tokens per second at every batch size (fixed costs such as model load not counted)",

@@ -17,20 +17,10 @@ from pathlib import Path
 from typing import Literal
 
 from gate.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, Problem, SpecguardError
-from gate.io.rundir import (
-    CHECKS,
-    CHECKS_MD,
-    COMMENT,
-    COMPARED,
-    PNG,
-    RESULTS,
-    SUMMARY,
-    VERDICT,
-    RunDir,
-)
+from gate.io.rundir import CHECKS, CHECKS_MD, COMMENT, COMPARED, PNG, RESULTS, SUMMARY, VERDICT, RunDir
 from gate.run.session import Session, set_threads
 from gate.run.setup import config_of, load_inputs, load_models, load_pair, out_dir
-from gate.run.stage import Ran, RunOptions, run_engines
+from gate.run.stage import Ran, RunOptions, confirm_sampling, run_engines
 
 # --- outcomes and the exit-code rule ---------------------------------------------------------------
 
@@ -38,6 +28,7 @@ from gate.run.stage import Ran, RunOptions, run_engines
 @dataclass(frozen=True)
 class Checked:
     failing: bool  # a check failed, or the run is incomplete
+    unconfirmed: tuple[tuple[str, int], ...] = ()  # sampling groups awaiting a second pass (gate.checks.confirmation)
 
 
 @dataclass(frozen=True)
@@ -102,7 +93,7 @@ def check(session: Session, loaded, pair, out: RunDir) -> Checked:
         out.write_json(CHECKS, checks)
         out.write_text(CHECKS_MD, render_text(results, checks))
     session.say(f"wrote {out / CHECKS} and {out / CHECKS_MD}")
-    return Checked(bool(checks.failing()) or results.status != "complete")
+    return Checked(bool(checks.failing()) or results.status != "complete", tuple(checks.unconfirmed()))
 
 
 def check_command(session: Session, config: str, out: str | None, threads: int | None) -> int:
@@ -235,6 +226,10 @@ def gate(session: Session, config: str, opts: GateOptions) -> tuple[int, Path | 
         if ran is not Ran.COMPLETE:
             return exit_code(ran), None
         checked = check(session, loaded, models.pair, out)
+        if checked.unconfirmed:  # a distribution test near alpha: sampled again on the engines still up
+            if confirm_sampling(session, inputs, models, opts.run, checked.unconfirmed, servers) is Ran.INTERRUPTED:
+                return exit_code(Ran.INTERRUPTED), None
+            checked = check(session, loaded, models.pair, out)
         passes = loaded.config.baseline.timing_passes
         if opts.refresh and passes > 1 and loaded.config.checks.speedup.enabled:  # while the servers are up
             from gate.run.passes import run_passes

@@ -65,7 +65,12 @@ def test_a_gpu_runner_before_its_first_run_gets_an_estimate_from_a_stated_rate(t
     assert lo >= (work + per_repeat * doc["timing_repeats"][0]) / 250 and lo <= hi, doc
     assert doc["estimate_from"].startswith("assumed: every engine generates 250 tokens per second")
     assert main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "250"]) == 0
-    assert "estimate: " in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "estimate: " in text and "confirmation: only for a group whose distribution test lands between" in text
+    # the confirmation pass (gate.checks.confirmation) is possible, not planned: its tokens and time beside the estimate
+    sampled = {(w["engine"], w["batch_size"]): w["tokens"] for w in doc["work"] if w["phase"] == "sampling"}
+    assert {(c["engine"], c["batch_size"]): c["tokens"] for c in doc["confirmation"]} == sampled
+    assert doc["confirmation_s"] == pytest.approx(sum(sampled.values()) / 250)
     with pytest.raises(SystemExit):
         main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "0"])
     assert "a rate above 0 tokens per second" in capsys.readouterr().err

@@ -57,6 +57,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gate.checks.coarse import coarsened
+from gate.checks.confirmation import Rule, decision, fails, said
 from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
 from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS, ngram_categories, plan_for
@@ -70,6 +72,7 @@ POWER_TARGET = 0.8
 CHUNK_ELEMENTS = 1 << 22  # positions x vocabulary per chunk: 32 MB per float64 array
 CALIBRATE_BELOW = 20_000  # tokens: beyond, the z-tests' normal approximation holds and no null draws are made
 NULL_TRIALS = 2000
+SECOND_NULL_SEED = 2  # the confirmation pass's calibration draws: their own, apart from the first pass's (seed 1)
 
 
 @dataclass
@@ -365,8 +368,10 @@ def _decided(pv: dict[str, float], cal: Calibration | None, tests: tuple[str, ..
 
 
 def power(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS,
-          families: tuple[str, ...] = FAMILIES) -> dict:
-    """Empirical power of the combined test (and of each test) against planted distortions."""
+          families: tuple[str, ...] = FAMILIES, rule: Rule | None = None) -> dict:
+    """Empirical power of the combined test (and of each test) against planted distortions; with ``rule``, also
+    of the confirmed decision (``confirmed``: :meth:`Rule.power` of the one-pass rates at the floor and at alpha,
+    the second pass an independent draw of the same distortion)."""
     out: dict = {"trials": trials, "n": a.n, "families": {}}
     cal = a.calibration()
     for fi, family in enumerate(FAMILIES):
@@ -375,65 +380,32 @@ def power(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS
         rows = []
         for ei, eps in enumerate(EPSILONS):
             hits = dict.fromkeys((*tests, "combined"), 0)
+            floor = 0
             for t in range(trials):
                 pv = _decided(pvalues(a.planted[(family, ei, t)], a.moments, a.sim.pit_u[fi, ei, t]), cal, tests)
                 hits["combined"] += rejects(pv, alpha)
+                floor += rule is not None and rejects(pv, rule.floor)
                 for name in tests:
                     hits[name] += pv[name] < alpha / len(tests)
-            rows.append({"epsilon": eps, **{k: v / trials for k, v in hits.items()}})
-        detect = next((r["epsilon"] for r in rows if r["combined"] >= POWER_TARGET), None)
+            row = {"epsilon": eps, **{k: v / trials for k, v in hits.items()}}
+            if rule is not None:
+                row["confirmed"] = rule.power(floor / trials, row["combined"])
+            rows.append(row)
+        detect = next((r["epsilon"] for r in rows if r.get("confirmed", r["combined"]) >= POWER_TARGET), None)
         out["families"][family] = {"curve": rows, "min_detectable_epsilon": detect}
     return out
 
 
-def null_rate(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS) -> float:
+def null_rate(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = TESTS,
+              rule: Rule | None = None) -> float | tuple[float, float]:
     """False-rejection rate of the combined test when tokens really are drawn from p (draws of their own, apart
-    from the calibration's)."""
+    from the calibration's); with ``rule``, (one pass, confirmed) as :func:`power` computes them."""
     cal = a.calibration()
-    return sum(rejects(_decided(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), cal, tests), alpha)
-               for t in range(trials)) / trials
-
-
-# --- a served target: its top-k and the rest of the vocabulary as one outcome -------------------------
-
-
-def coarsened(rows: list[tuple[tuple, list[int], list[float], list[dict[int, float]]]],
-              draft: Scorer | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The served target's distribution at each sampled position as a categorical over its top-k tokens (by rank)
-    and OTHER, the rest of the vocabulary; the emitted token's category; and the draft's probabilities of the same
-    categories (loaded here), or the target's where there is no draft (the target tests then read q = p).
-
-    Exact, not an approximation: under the null the emitted token's category is a draw from these probabilities
-    (its top-k logprobs are the full-vocabulary softmax's; OTHER gets the remainder), so the four tests hold their
-    size on the categories.  Power is lost only where a distortion moves mass within OTHER."""
-    width = max((len(t) for _, _, _, tops in rows for t in tops), default=0) + 1
-    p_rows, order, cats = [], [], []  # order[item]: each position's category ids, by rank
-    for _, out, _, tops in rows:
-        order.append([])
-        for y, top in zip(out, tops):
-            ids = sorted(top, key=top.get, reverse=True)
-            p = torch.zeros(width, dtype=torch.float64)
-            p[:len(ids)] = torch.tensor([math.exp(top[i]) for i in ids], dtype=torch.float64)
-            p[-1] = max(0.0, 1.0 - float(p[:-1].sum()))
-            p_rows.append(p / p.sum())
-            cats.append(ids.index(y) if y in top else width - 1)
-            order[-1].append(ids)
-    p = torch.stack(p_rows) if p_rows else torch.zeros(0, width, dtype=torch.float64)
-    if draft is None:
-        return p, p.clone(), torch.tensor(cats, dtype=torch.long)
-
-    def reduce(i: int, logits: torch.Tensor) -> torch.Tensor:
-        """Item i's draft distributions (T = 1, as the server's prompt logprobs) on its categories: [positions,
-        width], never [positions, vocabulary] for every item at once."""
-        full = torch.softmax(logits.double(), -1).cpu()
-        q = torch.zeros(len(order[i]), width, dtype=torch.float64)
-        for j, ids in enumerate(order[i]):
-            q[j, :len(ids)] = full[j, ids]
-            q[j, -1] = max(0.0, 1.0 - float(q[j, :len(ids)].sum()))
-        return q
-
-    q = torch.cat([x for x in draft.logits_rows([(r[0], tuple(r[1])) for r in rows], reduce) if x is not None])
-    return p, q / q.sum(1, keepdim=True).clamp(min=1e-300), torch.tensor(cats, dtype=torch.long)
+    pvs = [_decided(pvalues(a.null[t], a.moments, a.null_sim.pit_u[t]), cal, tests) for t in range(trials)]
+    once = sum(rejects(pv, alpha) for pv in pvs) / trials
+    if rule is None:
+        return once
+    return once, rule.power(sum(rejects(pv, rule.floor) for pv in pvs) / trials, once)
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -469,33 +441,46 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else \
         (lambda chunk, ps: how.ngram.q(chunk, ps)) if how.q == "ngram" else None
     vocab = ctx.pair.target.vocab_size
+    rule = Rule.of(dcfg)
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
-                      "tests": list(how.tests), "engines": {}}
+                      "tests": list(how.tests), "engines": {}, "confirm": rule.to_dict()}
     if settings.truncated:
         findings["truncation"] = {k: v for k, v in sampling.truncation().items() if k != "order" or sampling.min_p}
     if how.note:
         findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
     power_done = False
+
+    def items_of(seqs) -> list[Item]:
+        return truncate([(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs],
+                        dcfg.num_samples)
+
     for engine, bs in groups:
-        seqs = results.sampled(engine, bs)
-        items = truncate([(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs],
-                         dcfg.num_samples)
+        items = items_of(results.sampled(engine, bs))
         trials = dcfg.power_trials if not power_done else 0
         a = analyze(target, draft, items, settings, vocab, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), how.tests)
         asymptotic = observed_pvalues(a, np.random.default_rng(bs), how.tests, asymptotic=True) if a.draws else None
-        failed = (bool(pv) and rejects(pv, dcfg.alpha)) or a.outside > 0
+        again = results.confirmation(engine, bs)
+
+        def second(again=again, bs=bs) -> tuple[int, dict[str, float], int]:
+            a2 = analyze(target, draft, items_of(again), settings, vocab, null_trials=dcfg.draws,
+                         null_seed=SECOND_NULL_SEED)
+            return a2.n, observed_pvalues(a2, np.random.default_rng([bs, 1]), how.tests), a2.outside
+
+        decided, confirm = decision(rule, pv, a.outside, second if again else None)
+        failed = fails(decided)
         if trials and a.n:
-            findings["power"] = power(a, dcfg.alpha, trials, how.tests, how.families)
-            findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials, how.tests)
+            findings["power"] = power(a, dcfg.alpha, trials, how.tests, how.families, rule)
+            findings["null_rejection_rate"], findings["null_rejection_rate_confirmed"] = \
+                null_rate(a, dcfg.alpha, trials, how.tests, rule)
             power_done = True
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
-                                                               "control": engine == REFERENCE,
-                                                               "asymptotic": asymptotic,
-                                                               **({"outside": a.outside} if settings.truncated else {})}
+                                                               "control": engine == REFERENCE, "asymptotic": asymptotic,
+                                                               **({"outside": a.outside} if settings.truncated else {}),
+                                                               **({"confirmation": confirm} if confirm else {})}
         findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic, a.outside, sampling)
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic, a.outside, sampling, confirm, rule)
     return Distribution.model_validate(findings), verdicts
 
 
@@ -508,9 +493,9 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
     loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
     how = plan_for(ctx.config, loaded)
     draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else None
-    tests, families = how.tests, how.families
+    tests, families, rule = how.tests, how.families, Rule.of(dcfg)
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": 1.0,
-                      "tests": list(tests), "engines": {},
+                      "tests": list(tests), "engines": {}, "confirm": rule.to_dict(),
                       "scoring": "the reference server's prompt logprobs: its top-k at each sampled position and "
                                  "the rest of the vocabulary as one outcome"
                                  + ("; the draft loaded here" if draft is not None else
@@ -521,9 +506,8 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
         findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
     power_done = False
-    for engine, bs in groups:
-        seqs = [s for s in results.sampled(engine, bs)]
-        scored = [s for s in seqs if s.served_logprobs is not None and s.served_top is not None]
+
+    def rows_of(scored) -> list:
         rows, total = [], 0
         for s in scored:
             if total >= dcfg.num_samples:
@@ -532,31 +516,49 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
             rows.append((tuple(results.prompt(s.prompt_id).prompt_ids), list(s.token_ids[:take]),
                          s.served_logprobs[:take], s.served_top[:take]))
             total += take
+        return rows
+
+    def categories(rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         p, q, cats = coarsened(rows, draft)
         if how.q == "ngram":  # the lookup's proposal, as a point mass on its outcome (its rank, or the rest)
             q = ngram_categories(rows, how.ngram, p.shape[1]).to(p.dtype)
+        return p, q, cats
+
+    for engine, bs in groups:
+        seqs = [s for s in results.sampled(engine, bs)]
+        scored = [s for s in seqs if s.served_logprobs is not None and s.served_top is not None]
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze_distributions(p, q, cats, power_trials=trials, null_trials=dcfg.draws)
+        a = analyze_distributions(*categories(rows_of(scored)), power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), tests)
         asymptotic = observed_pvalues(a, np.random.default_rng(bs), tests, asymptotic=True) if a.draws else None
-        failed = bool(pv) and rejects(pv, dcfg.alpha)
+        again = [s for s in results.confirmation(engine, bs) if s.served_logprobs is not None
+                 and s.served_top is not None]
+
+        def second(again=again, bs=bs) -> tuple[int, dict[str, float], int]:
+            a2 = analyze_distributions(*categories(rows_of(again)), null_trials=dcfg.draws, null_seed=SECOND_NULL_SEED)
+            return a2.n, observed_pvalues(a2, np.random.default_rng([bs, 1]), tests), 0
+
+        decided, confirm = decision(rule, pv, 0, second if again else None)
+        failed = fails(decided)
         if trials and a.n:
-            findings["power"] = power(a, dcfg.alpha, trials, tests, families)
-            findings["null_rejection_rate"] = null_rate(a, dcfg.alpha, trials, tests)
+            findings["power"] = power(a, dcfg.alpha, trials, tests, families, rule)
+            findings["null_rejection_rate"], findings["null_rejection_rate_confirmed"] = \
+                null_rate(a, dcfg.alpha, trials, tests, rule)
             power_done = True
         findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
-                                                               "control": engine == REFERENCE,
-                                                               "asymptotic": asymptotic}
+                                                               "control": engine == REFERENCE, "asymptotic": asymptotic,
+                                                               **({"confirmation": confirm} if confirm else {})}
         findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
         if len(scored) < len(seqs):
             verdicts.append(VerdictLine.of("distribution", engine, "warn", f"{len(seqs) - len(scored)} of "
                                            f"{len(seqs)} sampled rows were not scored by the reference server", bs))
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic)
+        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic, confirm=confirm, rule=rule)
     return Distribution.model_validate(findings), verdicts
 
 
 def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg,
-              asymptotic: dict | None = None, outside: int = 0, sampling=None) -> list[VerdictLine]:
+              asymptotic: dict | None = None, outside: int = 0, sampling=None, confirm: dict | None = None,
+              rule: Rule | None = None) -> list[VerdictLine]:
     out = []
     if outside:  # no p-value needed: the served distribution gives these tokens probability 0
         what = (f"{outside} of {n} sampled tokens lie outside the truncated distribution ({sampling.described()} "
@@ -572,18 +574,26 @@ def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg,
     if asymptotic and worst is not None and asymptotic.get(worst) is not None and asymptotic[worst] < pmin / 10:
         # a calibrated p-value stops at 1 / (1 + draws): the normal approximation says how far beyond it lies
         worst = f"{worst}; asymptotic p={asymptotic[worst]:.2g}"
+    how = said(confirm, rule)
     if engine == REFERENCE:
         if failed:
             out.append(VerdictLine.of("distribution", engine, "warn",
-                               f"the control (plain sampling) fails too (p={pmin:.2g} on {worst}): the test "
+                               f"the control (plain sampling) fails too (p={pmin:.2g} on {worst}{how}): the test "
                                "cannot separate engines on this setup", bs))
+        elif confirm and confirm["decision"] == "not confirmed":
+            out.append(VerdictLine.of("distribution", engine, "info", f"the control (plain sampling) passes{how}",
+                                      bs))
+    elif failed and confirm and confirm["decision"] == "unconfirmed":
+        out.append(VerdictLine.of("distribution", engine, "fail",
+                           f"sampled tokens may not be distributed as the target's (p={pmin:.2g} on {worst}, "
+                           f"alpha={dcfg.alpha}/{len(pv)}){how}", bs))
     elif failed:
         out.append(VerdictLine.of("distribution", engine, "fail",
                            f"sampled tokens are not distributed as the target's (p={pmin:.2g} on {worst}, "
-                           f"alpha={dcfg.alpha}/{len(pv)})", bs))
+                           f"alpha={dcfg.alpha}/{len(pv)}{how})", bs))
     elif pv:
         out.append(VerdictLine.of("distribution", engine, "pass",
-                           f"consistent with the target's distribution (smallest p={pmin:.2g}, n={n})", bs))
+                           f"consistent with the target's distribution (smallest p={pmin:.2g}, n={n}{how})", bs))
     return out
 
 

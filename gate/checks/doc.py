@@ -153,6 +153,24 @@ class Reproducibility(_Doc):
     bitwise_across_compositions: bool | None = None
 
 
+class ConfirmationRow(_Doc):
+    """A group's decision past one pass (gate.checks.confirmation): the first pass's Bonferroni-adjusted p-value, and
+    the confirmation pass's where one ran."""
+
+    p1: float
+    decision: Literal["failed at once", "confirmed", "not confirmed", "unconfirmed"]
+    p2: float | None = omitted_when_none()
+    n2: int | None = omitted_when_none()
+    pvalues2: dict[str, float] | None = omitted_when_none()
+    outside2: int | None = omitted_when_none()  # the second pass's tokens outside the truncated distribution
+
+
+class ConfirmRule(_Doc):
+    enabled: bool
+    floor: float  # below it a group fails at once
+    size: float  # the rule's false-rejection bound per group: floor + (alpha - floor) * alpha
+
+
 class DistributionRow(_Doc):
     n: int
     pvalues: dict[str, float]  # what the decision reads: calibrated on the null draws where they were made
@@ -161,6 +179,8 @@ class DistributionRow(_Doc):
     asymptotic: dict[str, float] | None = omitted_when_none()  # the normal approximations' p-values beside them
     # with truncated sampling (top_k/top_p/min_p): sampled tokens the truncated distribution gives probability 0
     outside: int | None = omitted_when_none()
+    # where the first pass's p-value fell below alpha: the confirmation's decision (absent: passed on one pass)
+    confirmation: ConfirmationRow | None = omitted_when_none()
 
 
 class PowerFamily(_Doc):
@@ -182,6 +202,8 @@ class Distribution(_Doc):
     engines: dict[str, dict[str, DistributionRow]]
     power: Power | None = omitted_when_none()
     null_rejection_rate: float | None = omitted_when_none()
+    null_rejection_rate_confirmed: float | None = omitted_when_none()  # the same null draws, the confirmed decision
+    confirm: ConfirmRule | None = omitted_when_none()  # absent: a checks.json from before the confirmation
     # the null draws each martingale test's p-value was calibrated on (gate.checks.distribution.Calibration); absent:
     # normal approximations (null_trials: 0, past CALIBRATE_BELOW tokens, or a checks.json from before)
     null_trials: int | None = omitted_when_none()
@@ -457,6 +479,12 @@ class ChecksDoc(_Doc):
 
     def failing(self) -> list[VerdictLine]:
         return [v for v in self.verdicts if v.status == "fail"]
+
+    def unconfirmed(self) -> list[tuple[str, int]]:
+        """The sampling groups (engine, batch size) whose distribution test awaits a confirmation pass."""
+        rows = self.distribution.engines.items() if self.distribution is not None else ()
+        return [(engine, int(bs)) for engine, by_bs in rows for bs, row in by_bs.items()
+                if row.confirmation is not None and row.confirmation.decision == "unconfirmed"]
 
 
 CHECKS_DOC = DocumentKind("checks file", SpecguardError, lambda: ChecksDoc,  # already imported: light

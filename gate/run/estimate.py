@@ -30,7 +30,8 @@ from gate.run.plan import EngineInfo, Job, plan
 from gate.run.records import Phase
 
 RESULT_PHASE = {"equivalence outputs": "outputs", "canonical reference": "canonical", "sampling": "sampling"}
-GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling", "request-rate traffic")
+GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling", "request-rate traffic",
+                     "confirmation")
 
 
 @dataclass
@@ -65,6 +66,10 @@ class PlanReport:
     servers: list[str] = field(default_factory=list)  # every server the run names (paired mode: both sides), in words
     prefill: list[str] = field(default_factory=list)  # per launched server: whether a prompt is prefilled in chunks
     memory: list[str] = field(default_factory=list)  # per launched server: its weights against its memory share
+    # the confirmation pass (gate.checks.confirmation), run only for a group whose distribution test lands between
+    # its floor and alpha: (engine, bs) -> the tokens it would sample again; and their time, where rates are known
+    confirmation: dict[tuple[str, int], int] = field(default_factory=dict)
+    confirmation_s: float | None = None
 
     def lines(self) -> list[str]:
         out = [f"plan for {self.config}: {self.summary}"]
@@ -79,6 +84,14 @@ class PlanReport:
                         hit = f", {w.cached} cached" if w.cached else ""
                         cells.append(f"bs {b}: {w.batches} batches, {w.rows} rows, {w.tokens} tokens{hit}")
                 out.append(f"  {engine}: " + "; ".join(cells))
+        if self.confirmation:
+            every = sum(self.confirmation.values())
+            out.append("confirmation: only for a group whose distribution test lands between confirm_floor and alpha "
+                       "(on a correct engine, about alpha of the runs): it samples again, " + "; ".join(
+                           f"{e} bs {b}: up to {t} tokens" for (e, b), t in sorted(self.confirmation.items()))
+                       + f"; {every} tokens if every group did"
+                       + (f", about {_duration(self.confirmation_s)} here" if self.confirmation_s is not None else "")
+                       + ", then the checks again (not in the estimate)")
         if self.timing_tokens:
             lo, hi = self.timing_repeats
             engines = sorted({e for e, _ in self.timing_tokens}, key=lambda e: (e != REFERENCE, e))
@@ -115,7 +128,10 @@ class PlanReport:
                 "calibration": self.calibration, "traffic": self.traffic, "traffic_s": self.traffic_s,
                 "cache": self.cache,
                 "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from,
-                "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill, "memory": self.memory}
+                "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill, "memory": self.memory,
+                "confirmation": [{"engine": e, "batch_size": b, "tokens": t}
+                                 for (e, b), t in sorted(self.confirmation.items())],
+                "confirmation_s": self.confirmation_s}
 
 
 def _duration(seconds: float) -> str:
@@ -211,6 +227,8 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                 w.batches, w.rows, w.tokens = w.batches + 1, w.rows + b.batch_size, w.tokens + tokens
                 if hit(Job(Phase.SAMPLING, g.engine, "sampling", b, r, cacheable=g.cacheable)):
                     w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
+        if cfg.checks.distribution.confirm:  # a second pass of the same size, with new seeds
+            report.confirmation[(g.engine, g.batch_size)] = per_pass * math.ceil(g.need / per_pass)
     for level in p.timing:
         per_repeat = sum(_budget(b.members, prompts) for c in level.cells for b in c.batches)
         first = _budget(level.cells[0].batches[0].members, prompts) if level.cells else 0
@@ -379,6 +397,7 @@ def _stated(report: PlanReport, rate: float) -> None:
     most = max(least, min(once * hi / rate, report.timing_budget_s))
     base = tokens / rate + report.traffic_s
     report.estimate_s = (base + least, base + most)
+    report.confirmation_s = sum(report.confirmation.values()) / rate if report.confirmation else None
     report.estimate_from = (f"assumed: every engine generates {rate:g} tokens per second at every batch size "
                             "(--tokens-per-s); model load, server start-up, calibration and analysis not counted")
 
@@ -451,6 +470,8 @@ def _estimate(report: PlanReport, out_dir: Path, pair, tokens_per_s: float | Non
     scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
     traffic = report.traffic_s * scale
     report.estimate_s = (fixed + work + warm + least + traffic, fixed + work + warm + most + traffic)
+    if report.confirmation:
+        report.confirmation_s = sum(per_token("sampling", e, b) * t for (e, b), t in report.confirmation.items())
     named = [f"{name} {_duration(phases.seconds[key])}" for key, name in (("server start", "server start-up"),
                                                                           ("model load", "model load"))
              if phases.seconds.get(key)]

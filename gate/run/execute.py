@@ -122,7 +122,7 @@ class Executor:
                 self.timeouts[engine.name] = self.timeouts.get(engine.name, 0) + 1
             if cache_key and rec.failure is None:
                 self.cache.put(cache_key, rec)
-        if self.score is not None and job.phase == Phase.SAMPLING and rec.failure is None:
+        if self.score is not None and job.phase in (Phase.SAMPLING, Phase.CONFIRMATION) and rec.failure is None:
             rec = self._scored(rec)
         self.log.append(rec)
         self.records.append(rec)

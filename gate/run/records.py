@@ -32,6 +32,7 @@ class Phase(str, Enum):
     TIMING = "timing"  # paired, interleaved speedup samples of per-cell batches
     CANONICAL = "canonical"  # the reference at batch size 1 when 1 is not a configured size
     SAMPLING = "sampling"  # sampled tokens for the distribution test
+    CONFIRMATION = "confirmation"  # sampling again, new seeds, for a group near alpha (gate.checks.confirmation)
 
 
 class Record(Document):
@@ -215,6 +216,14 @@ class RecordLog:
             raise named_error(exc, self.path) from None
         self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self._write({"kind": "header", **header.model_dump(mode="json", by_alias=True)})
+
+    def reopen(self) -> None:
+        """Append to the log a finished run wrote (the confirmation pass, gate.run.runner.Runner.confirm)."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            raise named_error(exc, self.path) from None
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
 
     def append(self, record: Execution | TrafficReplay) -> None:
         self._write(record.model_dump(mode="json"))

@@ -364,7 +364,13 @@ class Results(RunHeader):
         return pairs
 
     def sampled(self, engine: str, batch_size: int) -> list[SequenceOutput]:
-        return [s for ex in self.executions if ex.mode == "sampling" and ex.engine == engine
+        """The sampling phase's outputs (the distribution test's first pass)."""
+        return [s for ex in self.executions if ex.mode == "sampling" and ex.phase != Phase.CONFIRMATION
+                and ex.engine == engine and ex.batch_size == batch_size for s in ex.real()]
+
+    def confirmation(self, engine: str, batch_size: int) -> list[SequenceOutput]:
+        """The confirmation pass's outputs (new seeds, the same batches), where ``specguard gate`` ran one."""
+        return [s for ex in self.executions if ex.phase == Phase.CONFIRMATION and ex.engine == engine
                 and ex.batch_size == batch_size for s in ex.real()]
 
     def sampled_groups(self) -> list[tuple[str, int]]:

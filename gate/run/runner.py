@@ -25,6 +25,10 @@ Phases, in order:
 5. **sampling**: passes with fresh per-prompt seeds until each engine (and the
    reference, the control) has ``checks.distribution.num_samples`` tokens.
 
+After the checks, ``specguard gate`` may ask for one more (:meth:`Runner.confirm`): a **confirmation** pass of
+the sampling groups whose distribution test landed between its floor and alpha (:mod:`gate.checks.confirmation`),
+with new seeds, appended to the same log and results.
+
 A run can be interrupted (Ctrl-C, SIGTERM) and resumed with ``--resume``, which
 refuses a log from a different setup (suite, config, models, libraries, hardware).
 """
@@ -73,6 +77,7 @@ from gate.run.results import (
 from gate.run.schedule import TimingScheduler
 
 MAX_SAMPLING_PASSES = 100
+CONFIRM_REPEAT = MAX_SAMPLING_PASSES  # the confirmation's repeats start here: seeds no sampling pass used
 
 
 def prompt_infos(suite: Suite, pair: ModelPair, max_new_tokens: int, bucket_edges: list[int],
@@ -378,20 +383,69 @@ class Runner:
 
     def sampling_phase(self) -> None:
         for group in self.plan.sampling:
-            self.progress.start(f"sampling with {group.engine} at batch size {group.batch_size}, "
-                                f"T={self.sampled.temperature}: {group.need} tokens", len(group.batches))
-            got, p = 0, 0
-            while got < group.need and p < MAX_SAMPLING_PASSES:
-                before = got
-                if p:
-                    self.progress.grow(len(group.batches))
-                for pb in group.batches:
-                    rec = self._run(Job(Phase.SAMPLING, group.engine, "sampling", pb, p, cacheable=group.cacheable))
-                    got += sum(len(s.token_ids) for s in rec.real())
-                    self.progress.advance()
-                p += 1
-                if got == before:  # a whole pass gave nothing (the engine fails or emits nothing): stop asking
-                    break
+            self._sample(group, Phase.SAMPLING, 0)
+
+    def _sample(self, group, phase: Phase, first_repeat: int) -> None:
+        """Passes over a sampling group's batches, each with its own seeds (its repeat index), until it has its
+        tokens."""
+        what = "sampling" if phase == Phase.SAMPLING else "confirmation: sampling again, new seeds,"
+        self.progress.start(f"{what} with {group.engine} at batch size {group.batch_size}, "
+                            f"T={self.sampled.temperature}: {group.need} tokens", len(group.batches))
+        got, p = 0, 0
+        while got < group.need and p < MAX_SAMPLING_PASSES:
+            before = got
+            if p:
+                self.progress.grow(len(group.batches))
+            for pb in group.batches:
+                rec = self._run(Job(phase, group.engine, "sampling", pb, first_repeat + p, cacheable=group.cacheable))
+                got += sum(len(s.token_ids) for s in rec.real())
+                self.progress.advance()
+            p += 1
+            if got == before:  # a whole pass gave nothing (the engine fails or emits nothing): stop asking
+                break
+
+    def confirm(self, groups: Sequence[tuple[str, int]], results: Results) -> Results:
+        """The confirmation pass (:mod:`gate.checks.confirmation`) of ``groups`` (engine, batch size) of a finished
+        run, ``results``: each group's sampling batches again, with seeds no sampling pass used (repeats from
+        ``CONFIRM_REPEAT``), until it has its tokens.  Each execution is appended to ``records.jsonl`` as it
+        finishes, and ``results.json`` is rewritten with them however the pass ends: stopped midway, the finished
+        ones are kept on disk, and the results say where it stopped."""
+        log = RecordLog(self.out_dir / RECORDS)
+        log.reopen()
+        self.log = log
+        self.executor = self._executor(log, {})
+        wanted = set(groups)
+        status, stopped = results.status, results.stopped_at
+        try:
+            with sigterm_interrupts():
+                for group in self.plan.sampling:
+                    if (group.engine, group.batch_size) in wanted:
+                        with self.phases("confirmation"):
+                            self._sample(group, Phase.CONFIRMATION, CONFIRM_REPEAT)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            status = "interrupted"
+            stopped = StoppedAt(**(self.executor.current or {}), reason=str(exc) or "interrupted (SIGINT)")
+        except BaseException as exc:
+            status = "failed"
+            stopped = StoppedAt(**(self.executor.current or {}), reason=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            log.close()
+            data = results.model_dump(by_alias=True)
+            data.update(executions=[*results.executions, *self.executor.records], status=status, stopped_at=stopped)
+            results = Results(**data)
+            atomic_write_json(self.out_dir / RESULTS, results)
+        if status == "interrupted":
+            raise RunInterrupted(results)
+        return results
+
+    def _executor(self, log: RecordLog, previous: dict) -> Executor:
+        seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
+        scoring, _ = self.cfg.distribution_scoring()
+        server = served(self.reference) if scoring == "server" else None
+        score = server.score if server is not None else None
+        return Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
+                        cache_context=self.cache_context(), previous=previous, say=self.progress.note, score=score)
 
     # --- the whole run --------------------------------------------------------------------
 
@@ -421,13 +475,7 @@ class Runner:
         for rec in [*previous.values(), *self.previous_traffic.values()]:
             log.append(rec)  # keep them on disk even if this run stops before reusing them
         self.log = log
-        seed = self.cfg.generation.sampling.seed if self.cfg.generation.sampling else 0
-        scoring, _ = self.cfg.distribution_scoring()
-        server = served(self.reference) if scoring == "server" else None
-        score = server.score if server is not None else None
-        self.executor = Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
-                                 cache_context=self.cache_context(), previous=previous, say=self.progress.note,
-                                 score=score)
+        self.executor = self._executor(log, previous)
         for skip in self.plan.skips:
             self.progress.note(f"skip {skip.engine} at batch size {skip.batch_size} ({skip.mode}): {skip.reason}")
         status, stopped, calibration, timing = "complete", None, {}, {}

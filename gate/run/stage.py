@@ -93,4 +93,39 @@ def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptio
     return Ran.COMPLETE
 
 
-__all__ = ["Ran", "RunOptions", "run_engines"]
+def confirm_sampling(session: Session, inputs: Inputs, models: Models, opts: RunOptions,
+                     groups: Sequence[tuple[str, int]], servers: Sequence = ()) -> Ran:
+    """The confirmation pass of ``groups`` (engine, batch size) on the engines the run loaded, still up
+    (:meth:`gate.run.runner.Runner.confirm`): appended to records.jsonl and results.json; interrupted, the
+    finished executions are kept."""
+    from gate.engines import build_reference
+    from gate.errors import RunInterrupted
+    from gate.run.cache import ReferenceCache
+    from gate.run.progress import for_terminal
+    from gate.run.results import load_results
+    from gate.run.runner import Runner
+
+    loaded, out = inputs.loaded, inputs.out
+    results = load_results(out / RESULTS)
+    cache_dir = opts.cache_dir or (
+        loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
+    cache = None if (opts.no_cache or not cache_dir) else ReferenceCache(cache_dir)
+    progress = for_terminal(session.say, quiet=session.verbosity == 0)
+    session.say("confirmation: " + ", ".join(f"{e} at batch size {b}" for e, b in groups) + " landed between the "
+                "distribution test's floor and alpha; sampling them again with new seeds before they fail")
+    runner = Runner(loaded, models.pair, inputs.suite, build_reference(models.pair, loaded), models.engines,
+                    out.path, log=session.say, cache=cache, paired=models.base, phases=session.phases,
+                    progress=progress, shard=opts.shard, hardware_key=opts.hardware_key, run_id=results.run_id,
+                    own_references=models.own_references, servers=servers)
+    try:
+        runner.confirm(groups, results)
+    except RunInterrupted:
+        progress.close()
+        session.say(f"interrupted during the confirmation pass; its finished executions are kept in "
+                    f"{out / 'records.jsonl'} and {out / RESULTS}")
+        return Ran.INTERRUPTED
+    progress.close()
+    return Ran.COMPLETE
+
+
+__all__ = ["Ran", "RunOptions", "confirm_sampling", "run_engines"]

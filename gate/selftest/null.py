@@ -10,6 +10,8 @@ times and judged as a PR would be, and every verdict line is counted:
   its own prompt order, hence its own batches, and its own sampling seed (``runs + 1`` on): no two runs share a
   sample, so the distribution check's failures count 2 x ``runs`` independent tests.
 
+Each run is checked as ``specguard gate`` checks it: a distribution test between its floor and alpha is sampled
+again before it fails (:mod:`gate.checks.confirmation`), and the report counts those second passes.
 Per mode and check, how many runs it failed and warned in, with the Clopper-Pearson 95% interval of the rate; and
 the speed rule's cells and load levels marked.  It also prints the between-run spread these runs show on this
 machine (:mod:`gate.verdict.noise`): what ``baseline.between_run_sd`` should be at least, as far as one job can tell.
@@ -24,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gate.checks.analysis import run_checks
 from gate.engines.paired import PairedBase
 from gate.engines.reference import ReferenceEngine
 from gate.inputs.config import PACKAGE_DIR, parse_config
 from gate.inputs.models import load_pair
 from gate.run.cache import ReferenceCache
 from gate.run.runner import Runner
+from gate.selftest import checked
 from gate.selftest.speed import Slowed, suite_of
 from gate.verdict.baseline import derive, failing_checks, hardware_of, measure, with_passes
 from gate.verdict.judge import judge
@@ -76,6 +78,7 @@ class NullRun:
     seen: list[str]  # every check with a verdict line in the run
     cells: int  # speedup cells and load levels judged
     marked: int  # of them warned or failed
+    second_passes: int = 0  # distribution groups sampled again before they could fail (gate.checks.confirmation)
 
 
 @dataclass
@@ -119,6 +122,10 @@ class NullReport:
             table.append(f"| {r['mode']} | {r['check']} | {r['runs']} | {r['failed']} ({flo:.0%}–{fhi:.0%}) | "
                          f"{r['warned']} ({wlo:.0%}–{whi:.0%}) |")
         head = [f"null self-test: the correct engine against itself, {len(self.runs)} run(s), {self.seconds:.0f} s"]
+        second = sum(r.second_passes for r in self.runs)
+        if second:
+            head.append(f"distribution groups sampled again before they could fail (a first pass between the floor "
+                        f"and alpha, as `specguard gate` confirms it): {second}")
         if self.between_sd is not None:
             head.append(f"between-run spread of a cell's mean log speedup here: {self.between_sd:.1%} "
                         f"({self.between_df} df, one job; baseline.between_run_sd should be at least this)")
@@ -169,8 +176,8 @@ def null_selftest(runs: int = 10, repeats: int = 8, samples: int = 600, modes: t
                             log=lambda m: None, cache=cache, paired=paired)
             if timing_only:
                 runner.plan.outputs, runner.plan.canonical, runner.plan.sampling = [], [], []
-            results = runner.run()
-            return cfg, results, run_checks(results, pair, cfg.config) if not timing_only else None
+                return cfg, runner.run(), None
+            return cfg, *checked(runner, pair, cfg.config)
 
         stored_runs: list = []
         baseline = None
@@ -197,11 +204,15 @@ def null_selftest(runs: int = 10, repeats: int = 8, samples: int = 600, modes: t
                 stored = Stored(baseline, "", "selftest") if mode == "stored" else Stored(None, "", "selftest")
                 doc = judge(summary, stored, cfg.config.baseline)
                 failed, warned, seen, cells, marked = _count(doc)
-                report.runs.append(NullRun(mode, seed, failed, warned, seen, cells, marked))
+                rows = [r for by_bs in (checks.distribution.engines.values() if checks.distribution else ())
+                        for r in by_bs.values()]
+                second = sum(r.confirmation is not None and r.confirmation.p2 is not None for r in rows)
+                report.runs.append(NullRun(mode, seed, failed, warned, seen, cells, marked, second))
                 if mode == "stored":
                     stored_runs.append(summary.measured.speedup)
                 say(f"{mode} run {seed}: " + (f"FAILED {', '.join(failed)}" if failed else "no failure")
-                    + (f"; warned {', '.join(warned)}" if warned else "") + f"; {marked} of {cells} speed cells marked")
+                    + (f"; warned {', '.join(warned)}" if warned else "") + f"; {marked} of {cells} speed cells marked"
+                    + (f"; {second} distribution group(s) sampled again" if second else ""))
         if len(stored_runs) >= 2:
             keys = sorted(set.intersection(*({(e, k) for e, cells in s.items() for k in cells} for s in stored_runs)))
             est = between_from_passes([[groups(s[e][k].samples, s[e][k].batches) for s in stored_runs]
