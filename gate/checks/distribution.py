@@ -59,8 +59,9 @@ import torch
 
 from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
-from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS, ngram_categories, plan_for
+from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS
 from gate.engines.base import GenerationSettings
+from gate.engines.proposers import Proposer, Row, proposer_for, ranked
 from gate.engines.sampling import probs
 from gate.engines.scoring import Item, Scorer
 from gate.inputs.config import REFERENCE
@@ -287,16 +288,17 @@ class _Accumulator:
         return out
 
 
-def analyze(target: Scorer, draft, items: list[Item], temperature: float | GenerationSettings, vocab: int,
-            power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
+def analyze(target: Scorer, proposer: Proposer | None, items: list[Item], temperature: float | GenerationSettings,
+            vocab: int, power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
             keep: bool = False) -> Analysis:
     """Stream the teacher-forced distributions of ``items`` in chunks, keeping only per-position scalars.
 
     With ``power_trials``, also draw the planted samples of the power simulation and the null
     (uniforms drawn up front from ``seed`` and ``null_seed``, so results do not depend on chunking).
-    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).  ``draft``: a
-    Scorer (a draft model's ``q``), a function (chunk, the target's rows) -> the rows that stand for ``q``
-    (:meth:`gate.checks.proposers.NgramProposer.q`), or None (``q = p``: the target-side tests).
+    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).  ``proposer``:
+    the method's proposer (:mod:`gate.engines.proposers`), whose :meth:`~gate.engines.proposers.Proposer.q` gives
+    the rows that stand for ``q`` (a draft model's distribution, the n-gram lookup's proposal as a point mass), or
+    None (``q = p``: the target-side tests).
     ``temperature``: the sampling settings (GenerationSettings: its truncation too), or a temperature alone.
     """
     acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed, null_trials, keep)
@@ -308,12 +310,7 @@ def analyze(target: Scorer, draft, items: list[Item], temperature: float | Gener
 
     for chunk in _chunks(items, vocab):
         ps = [x for x in target.logits_rows(chunk, softmax) if x is not None]
-        if draft is None:
-            qs = ps
-        elif hasattr(draft, "logits_rows"):
-            qs = [x for x in draft.logits_rows(chunk, softmax) if x is not None]
-        else:
-            qs = draft([it for it in chunk if it[1]], ps)
+        qs = ps if proposer is None else proposer.q([it for it in chunk if it[1]], ps, softmax)
         p, tokens = torch.cat(ps).double(), torch.tensor([t for _, o in chunk for t in o], dtype=torch.long)
         outside += int((p.gather(1, tokens[:, None]) == 0).sum()) if sampling.truncated else 0
         acc.add(p, torch.cat(qs).double(), tokens)
@@ -397,43 +394,29 @@ def null_rate(a: Analysis, alpha: float, trials: int, tests: tuple[str, ...] = T
 # --- a served target: its top-k and the rest of the vocabulary as one outcome -------------------------
 
 
-def coarsened(rows: list[tuple[tuple, list[int], list[float], list[dict[int, float]]]],
-              draft: Scorer | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def coarsened(rows: list[Row], proposer: Proposer | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The served target's distribution at each sampled position as a categorical over its top-k tokens (by rank)
-    and OTHER, the rest of the vocabulary; the emitted token's category; and the draft's probabilities of the same
-    categories (loaded here), or the target's where there is no draft (the target tests then read q = p).
+    and OTHER, the rest of the vocabulary; the emitted token's category; and what stands for ``q`` on the same
+    categories: the proposer's (:meth:`gate.engines.proposers.Proposer.outcomes`: the draft's probabilities where it
+    is loaded here, the n-gram lookup's proposal as a point mass), or the target's where it has none (the target
+    tests then read q = p).
 
     Exact, not an approximation: under the null the emitted token's category is a draw from these probabilities
     (its top-k logprobs are the full-vocabulary softmax's; OTHER gets the remainder), so the four tests hold their
     size on the categories.  Power is lost only where a distortion moves mass within OTHER."""
     width = max((len(t) for _, _, _, tops in rows for t in tops), default=0) + 1
-    p_rows, order, cats = [], [], []  # order[item]: each position's category ids, by rank
+    p_rows, cats = [], []
     for _, out, _, tops in rows:
-        order.append([])
         for y, top in zip(out, tops):
-            ids = sorted(top, key=top.get, reverse=True)
+            ids = ranked(top)
             p = torch.zeros(width, dtype=torch.float64)
             p[:len(ids)] = torch.tensor([math.exp(top[i]) for i in ids], dtype=torch.float64)
             p[-1] = max(0.0, 1.0 - float(p[:-1].sum()))
             p_rows.append(p / p.sum())
             cats.append(ids.index(y) if y in top else width - 1)
-            order[-1].append(ids)
     p = torch.stack(p_rows) if p_rows else torch.zeros(0, width, dtype=torch.float64)
-    if draft is None:
-        return p, p.clone(), torch.tensor(cats, dtype=torch.long)
-
-    def reduce(i: int, logits: torch.Tensor) -> torch.Tensor:
-        """Item i's draft distributions (T = 1, as the server's prompt logprobs) on its categories: [positions,
-        width], never [positions, vocabulary] for every item at once."""
-        full = torch.softmax(logits.double(), -1).cpu()
-        q = torch.zeros(len(order[i]), width, dtype=torch.float64)
-        for j, ids in enumerate(order[i]):
-            q[j, :len(ids)] = full[j, ids]
-            q[j, -1] = max(0.0, 1.0 - float(q[j, :len(ids)].sum()))
-        return q
-
-    q = torch.cat([x for x in draft.logits_rows([(r[0], tuple(r[1])) for r in rows], reduce) if x is not None])
-    return p, q / q.sum(1, keepdim=True).clamp(min=1e-300), torch.tensor(cats, dtype=torch.long)
+    q = proposer.outcomes(rows, width) if proposer is not None else None
+    return p, (p.clone() if q is None else q.to(p.dtype)), torch.tensor(cats, dtype=torch.long)
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -462,9 +445,7 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     temperature = sampling.temperature
     settings = GenerationSettings(temperature, **sampling.truncation())
     target = ctx.scorer_for(ctx.pair.target.model)
-    how = plan_for(ctx.config, draft_loaded)
-    draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else \
-        (lambda chunk, ps: how.ngram.q(chunk, ps)) if how.q == "ngram" else None
+    how = _proposer(ctx, draft_loaded)
     vocab = ctx.pair.target.vocab_size
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
                       "tests": list(how.tests), "engines": {}}
@@ -479,7 +460,7 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
         items = truncate([(tuple(results.prompt(s.prompt_id).prompt_ids), tuple(s.token_ids)) for s in seqs],
                          dcfg.num_samples)
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze(target, draft, items, settings, vocab, power_trials=trials, null_trials=dcfg.draws)
+        a = analyze(target, how, items, settings, vocab, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), how.tests)
         asymptotic = observed_pvalues(a, np.random.default_rng(bs), how.tests, asymptotic=True) if a.draws else None
         failed = (bool(pv) and rejects(pv, dcfg.alpha)) or a.outside > 0
@@ -496,24 +477,24 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     return Distribution.model_validate(findings), verdicts
 
 
+def _proposer(ctx, draft_loaded: bool) -> Proposer:
+    """The method's proposer, as the tests read it: the draft model scored here where it is loaded."""
+    draft = ctx.scorer_for(ctx.pair.draft.model) if draft_loaded and ctx.config.method.draft_model else None
+    return proposer_for(ctx.config, draft)
+
+
 def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine]]:
     """The tests on a served target: each sampled row as the reference server scored it (its top-k and the rest
     as one outcome, :func:`coarsened`), the draft-aware ones only with the draft loaded here."""
     ctx.say("distribution tests on the served target's scores")
     dcfg = ctx.config.checks.distribution
 
-    loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
-    how = plan_for(ctx.config, loaded)
-    draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else None
+    how = _proposer(ctx, ctx.pair.draft is not None and ctx.pair.draft.model is not None)
     tests, families = how.tests, how.families
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": 1.0,
                       "tests": list(tests), "engines": {},
                       "scoring": "the reference server's prompt logprobs: its top-k at each sampled position and "
-                                 "the rest of the vocabulary as one outcome"
-                                 + ("; the draft loaded here" if draft is not None else
-                                    "; the n-gram lookup recomputed here" if how.q == "ngram" else
-                                    "; no draft here, so the tests look at the target's own top token and "
-                                    "log-probability instead of the draft's")}
+                                 f"the rest of the vocabulary as one outcome; {how.scoring}"}
     if how.note:
         findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
@@ -529,9 +510,7 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
             rows.append((tuple(results.prompt(s.prompt_id).prompt_ids), list(s.token_ids[:take]),
                          s.served_logprobs[:take], s.served_top[:take]))
             total += take
-        p, q, cats = coarsened(rows, draft)
-        if how.q == "ngram":  # the lookup's proposal, as a point mass on its outcome (its rank, or the rest)
-            q = ngram_categories(rows, how.ngram, p.shape[1]).to(p.dtype)
+        p, q, cats = coarsened(rows, how)
         trials = dcfg.power_trials if not power_done else 0
         a = analyze_distributions(p, q, cats, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), tests)

@@ -155,6 +155,10 @@ class HttpEngineConfig(EngineConfig):
     def launch_preset(self) -> str | None:
         return self.http.preset
 
+    def server_launch(self) -> tuple[str, list[str]] | None:
+        server = self.http.server
+        return (self.http.preset, server.launch) if server is not None and server.launch else None
+
     @property
     def prefix_cache_off(self) -> str | None:
         return {"vllm": "--no-enable-prefix-caching", "sglang": "--disable-radix-cache"}.get(self.http.preset)
