@@ -34,6 +34,7 @@ import torch
 from gate.checks import distribution as dist
 from gate.checks.analysis import run_checks
 from gate.engines.base import GenerationSettings, Request
+from gate.engines.proposers import DraftModel
 from gate.engines.reference import ReferenceEngine
 from gate.engines.scoring import Scorer
 from gate.engines.speculative import SpeculativeEngine
@@ -87,7 +88,7 @@ def size_by_n(trials: int, alpha: float, ns: tuple[int, ...], draws: int) -> dic
     ref = ReferenceEngine(pair.target.model, pair.device)
     outs = generate(ref, prompts, 8, 48, GenerationSettings(temperature=1.0))
     every = list(zip(prompts, [tuple(o) for o in outs]))
-    target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
+    target, draft = Scorer(pair.target.model, pair.device), DraftModel(Scorer(pair.draft.model, pair.device))
     out = {"alpha": alpha, "trials": trials, "null_trials": draws, "by_n": {}}
     for n in ns:
         items = dist.truncate(every, n)
@@ -126,7 +127,7 @@ def sequential_size(trials: int, alpha: float, ns: tuple[int, ...], draws: int) 
     prompts = [ids for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts
                if len(ids := tuple(pair.encode(p.text))) < 128]
     ref = ReferenceEngine(pair.target.model, pair.device)
-    target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
+    target, draft = Scorer(pair.target.model, pair.device), DraftModel(Scorer(pair.draft.model, pair.device))
     names = (*dist.TESTS, "combined")
     hits = {n: {"asymptotic": dict.fromkeys(names, 0), "calibrated": dict.fromkeys(names, 0)} for n in ns}
     per_prompt = 32

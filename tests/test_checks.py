@@ -337,6 +337,7 @@ def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from gate.engines.clock import peak_memory_bytes, reset_peak_memory
+    from gate.engines.proposers import DraftModel
     from gate.engines.scoring import Scorer
 
     vocab, n_tokens = 128_000, 200  # five 40-token items: five chunks at this vocabulary
@@ -353,7 +354,7 @@ def test_distribution_check_memory_is_bounded_at_a_128k_vocabulary(tmp_path):
     limit = 700 * 2**20
     reset_peak_memory(cpu)
     before = peak_memory_bytes(cpu)
-    a = dist.analyze(Scorer(target, cpu), Scorer(draft, cpu), items, 1.0, vocab, power_trials=2)
+    a = dist.analyze(Scorer(target, cpu), DraftModel(Scorer(draft, cpu)), items, 1.0, vocab, power_trials=2)
     grew = peak_memory_bytes(cpu) - before
     assert a.n == n_tokens and set(dist.observed_pvalues(a, np.random.default_rng(0))) == set(dist.TESTS)
     assert grew < limit < old_bytes, f"peak RSS grew by {grew / 2**20:.0f} MiB (limit {limit / 2**20:.0f} MiB)"

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.checks import distribution as dist
-from gate.checks.proposers import NGRAM_TESTS, NgramProposer
+from gate.engines.proposers import NGRAM_TESTS, NgramLookup, proposer_for
 from gate.errors import ConfigError
 from gate.inputs.config import parse_config
 from gate.inputs.launch import mismatches, read_launch
-from gate.inputs.methods import METHODS, ngram_proposal
+from gate.inputs.methods import METHODS
 
 HEAD = """\
 version: 1
@@ -66,7 +66,7 @@ def test_a_draft_model_config_is_unchanged_and_a_config_without_draft_or_method_
 
 def test_a_method_without_a_draft_model_validates_and_a_draft_beside_it_is_refused_with_the_fix():
     ok = config(speculation=", method: ngram", engines=served("vllm", VLLM_NGRAM), weights="false")
-    assert ok.config.models.draft is None and ok.config.method.proposer == "ngram"
+    assert ok.config.models.draft is None and isinstance(proposer_for(ok.config), NgramLookup)
     said = problems(draft=True, speculation=", method: ngram", engines=served("vllm", VLLM_NGRAM), weights="false")
     assert any(s.startswith("models.draft: method ngram proposes without a draft model") and "drop models.draft" in s
                for s in said), said
@@ -124,7 +124,11 @@ def test_a_launch_line_that_runs_another_method_is_refused_naming_the_fix():
 
 
 def test_the_methods_table_names_what_each_can_recompute_here():
-    assert {m for m, d in METHODS.items() if d.proposer} == {"draft_model", "ngram"}
+    from gate.engines.proposers import _PROPOSERS, NotHere, Proposer
+
+    assert set(_PROPOSERS) == set(METHODS), "every method has its proposer class"
+    assert {m for m, cls in _PROPOSERS.items() if not issubclass(cls, NotHere)} == {"draft_model", "ngram"}
+    assert all(issubclass(cls, Proposer) for cls in _PROPOSERS.values())
     assert {m for m, d in METHODS.items() if d.head} == {"eagle", "eagle3", "mtp", "medusa"}
 
 
@@ -143,7 +147,7 @@ def brute_force(context: list[int], k: int, lo: int, hi: int) -> list[int]:
 @given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.integers(1, 5), st.integers(1, 3),
        st.integers(0, 3))
 def test_the_lookup_is_the_longest_n_gram_at_its_earliest_occurrence(context, k, lo, extra):
-    assert ngram_proposal(context, k, lo, lo + extra) == brute_force(context, k, lo, lo + extra)
+    assert NgramLookup(lo, lo + extra).propose(context, k) == brute_force(context, k, lo, lo + extra)
 
 
 def test_the_lookup_proposes_what_transformers_prompt_lookup_proposes():
@@ -156,7 +160,7 @@ def test_the_lookup_proposes_what_transformers_prompt_lookup_proposes():
         gen = PromptLookupCandidateGenerator(num_output_tokens=4, max_matching_ngram_size=2, max_length=1000)
         ids, _ = gen.get_candidates(torch.tensor([context]))
         theirs = ids[0, len(context):].tolist()
-        assert ngram_proposal(context, 4, 1, 2) == theirs, context
+        assert NgramLookup(1, 2).propose(context, 4) == theirs, context
 
 
 def leaning_run(lean: float, n: int, seed: int, vocab: int = 24):
@@ -165,11 +169,11 @@ def leaning_run(lean: float, n: int, seed: int, vocab: int = 24):
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     prompt = [int(t) for t in torch.randint(0, 6, (60,), generator=g)]
-    proposer = NgramProposer(1, 3)
+    proposer = NgramLookup(1, 3)
     context, ps, ys = list(prompt), [], []
     for _ in range(n):
         p = torch.softmax(torch.randn(vocab, generator=g, dtype=torch.float64) * 1.5, -1)
-        found = ngram_proposal(context, 1, proposer.min_n, proposer.max_n)
+        found = proposer.propose(context, 1)
         mix = p.clone()
         if found and lean:
             mix = (1 - lean) * p
@@ -179,7 +183,7 @@ def leaning_run(lean: float, n: int, seed: int, vocab: int = 24):
         ys.append(y)
         context.append(y)
     p = torch.stack(ps)
-    q = proposer.q([(tuple(prompt), tuple(ys))], [p])[0]
+    q = proposer.q([(tuple(prompt), tuple(ys))], [p], None)[0]
     return p, q, torch.tensor(ys)
 
 
@@ -196,11 +200,9 @@ def test_the_n_gram_test_catches_a_sampler_that_leans_towards_the_proposal_and_p
 def test_a_served_targets_outcomes_carry_the_lookups_proposal_as_a_point_mass():
     """Scored by the reference server, the outcomes are its top-k by rank and the rest: the proposal's outcome is its
     rank, "the rest" when the server did not list it, the top outcome where the lookup proposes nothing."""
-    from gate.checks.proposers import ngram_categories
-
     prompt, tokens = (1, 2, 3, 1, 2), [3, 9]  # after ...1, 2 the lookup proposes 3; after ...2, 3 it proposes 1
     tops = [{3: -0.1, 7: -2.0}, {5: -0.5, 6: -1.0}]
-    q = ngram_categories([(prompt, tokens, [-0.1, -3.0], tops)], NgramProposer(1, 2), 3)
+    q = NgramLookup(1, 2).outcomes([(prompt, tokens, [-0.1, -3.0], tops)], 3)
     assert q.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
 
 
@@ -219,10 +221,11 @@ def test_a_prompt_lookup_case_replays_the_engine_its_type_described(demo_pair, d
     from gate.engines.mutants import LOOKUP_MUTANTS
 
     cls = LOOKUP_MUTANTS[variant] if variant else PromptLookupEngine
-    engine = cls(demo_pair.target.model, demo_pair.device, demo_pair.tokenizer.pad_token_id or 0, max_ngram=2)
+    engine = cls(demo_pair.target.model, demo_pair.device, demo_pair.tokenizer.pad_token_id or 0,
+                 lookup=NgramLookup(1, 2))
     kind = engine_type("hf_assisted")
     described = kind.case_engine(None, engine, demo_config(), demo_pair, "lookup", variant=variant)
-    assert described["replay"] == "function" and described["max_ngram"] == 2
+    assert described["replay"] == "function" and described["ngram"] == [1, 2]
     assert kind.report_lines(described) == ["python replay.py --engine prompt-lookup   # the correct prompt lookup: "
                                              "'not reproduced'"]
     settings = {"temperature": 0.0, "num_draft_tokens": 4, "eos_token_ids": []}
@@ -232,3 +235,78 @@ def test_a_prompt_lookup_case_replays_the_engine_its_type_described(demo_pair, d
     for prompt in prompts:  # batch size 1, as the engine runs
         own = engine.generate([Request(tuple(prompt), 8)], GenerationSettings(0.0, 4, ())).sequences[0].token_ids
         assert replay(described, [prompt], [0], 8, settings) == [list(own)]
+
+
+def test_with_no_lengths_configured_the_check_recomputes_the_lookup_the_in_process_engine_runs():
+    """Issue 54, item 5: the in-process engine fell back to transformers' lookup (n from 2 down to 1) while the check
+    modelled vLLM's (5 and 5), so with no lengths configured the check recomputed a proposer that did not run.  Both
+    now build the one NgramLookup from the config: the same lengths (vLLM's defaults) and the same proposals."""
+    from types import SimpleNamespace
+
+    from gate.engines import engine_type
+    from gate.engines.hf_assisted import _LookupCandidates
+    from gate.engines.proposers import NGRAM_DEFAULT
+
+    loaded = config(speculation=", method: ngram", engines="  - type: hf_assisted\n")
+    pair = SimpleNamespace(target=SimpleNamespace(model=None), draft=None, device=torch.device("cpu"),
+                           tokenizer=SimpleNamespace(pad_token_id=0))  # the engine is built, not run: no weights
+    engine = engine_type("hf_assisted").build(loaded.config.engines[0], pair, loaded)
+    check = dist._proposer(SimpleNamespace(config=loaded.config), draft_loaded=False)
+    assert engine.lookup == check == NgramLookup(*NGRAM_DEFAULT) == NgramLookup(5, 5)
+    rng = random.Random(5)
+    motif = [rng.randrange(50) for _ in range(7)]
+    for _ in range(100):  # repetitive enough that 5-grams recur
+        context = [t for _ in range(rng.randrange(1, 4)) for t in motif + [rng.randrange(50)]] + motif[:5]
+        context += [rng.randrange(50) for _ in range(rng.randrange(3))]
+        ids, _ = _LookupCandidates(engine.lookup, 4, 10_000).get_candidates(torch.tensor([context]))
+        assert ids[0, len(context):].tolist() == check.propose(context, 4), context
+    prompt, out = tuple(motif * 3), tuple(motif[:6])
+    assert check.firsts(prompt, out) == [(engine.lookup.propose(list(prompt) + list(out[:t]), 1) or [None])[0]
+                                         for t in range(len(out))]
+
+
+@pytest.mark.slow
+def test_the_in_process_engine_proposes_with_the_gates_lookup(demo_pair, demo_prompts):
+    """The prompt lookup engine's candidates come from its NgramLookup (not transformers' copy of the lookup), and
+    every step's candidates are what the lookup proposes there."""
+    from gate.engines.base import GenerationSettings, Request
+    from gate.engines.hf_assisted import PromptLookupEngine
+
+    asked: list[tuple[list[int], list[int]]] = []
+
+    class Recording(NgramLookup):
+        def propose(self, context, k):
+            found = super().propose(context, k)
+            asked.append((list(context), found))
+            return found
+
+    engine = PromptLookupEngine(demo_pair.target.model, demo_pair.device, demo_pair.tokenizer.pad_token_id or 0,
+                                lookup=Recording(1, 2))
+    prompt = tuple(demo_prompts[0][:24]) * 2  # a repeated prompt: the lookup finds matches
+    seq = engine.generate([Request(prompt, 12)], GenerationSettings(0.0, 4, ())).sequences[0]
+    assert asked and any(found for _, found in asked)
+    assert all(found == NgramLookup(1, 2).propose(context, 4)[:len(found)] for context, found in asked)
+    assert seq.counters.num_draft_tokens == sum(len(found) for _, found in asked)
+
+
+def test_the_package_has_one_n_gram_lookup():
+    """The lookup is implemented once, in gate.engines.proposers.NgramLookup: no module of the gate builds
+    transformers' own lookup or sets its n-gram size, and the one proposer class of method ngram is that one."""
+    import ast
+    from pathlib import Path
+
+    from gate.engines import proposers
+
+    assert proposers._PROPOSERS["ngram"] is NgramLookup and NgramLookup.__module__ == "gate.engines.proposers"
+    found = []
+    for path in sorted(Path("gate").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else \
+                node.arg if isinstance(node, ast.keyword) else node.name if isinstance(node, ast.alias) else None
+            if name in ("PromptLookupCandidateGenerator", "max_matching_ngram_size", "ngram_proposal"):
+                found.append(f"{path}:{node.lineno if hasattr(node, 'lineno') else '?'} {name}")
+            if isinstance(node, ast.ClassDef) and path.name != "proposers.py" and "lookup" in node.name.lower() \
+                    and not any(isinstance(b, ast.Name) and b.id in ("PromptLookupEngine", "HFAssistedEngine",
+                                                                      "CandidateGenerator") for b in node.bases):
+                found.append(f"{path}:{node.lineno} class {node.name}")
+    assert not found, found

@@ -61,8 +61,9 @@ from gate.checks.coarse import coarsened
 from gate.checks.confirmation import Rule, decision, fails, said
 from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
-from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS, ngram_categories, plan_for
+from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS
 from gate.engines.base import GenerationSettings
+from gate.engines.proposers import Proposer, proposer_for
 from gate.engines.sampling import probs
 from gate.engines.scoring import Item, Scorer
 from gate.inputs.config import REFERENCE
@@ -290,16 +291,17 @@ class _Accumulator:
         return out
 
 
-def analyze(target: Scorer, draft, items: list[Item], temperature: float | GenerationSettings, vocab: int,
-            power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
+def analyze(target: Scorer, proposer: Proposer | None, items: list[Item], temperature: float | GenerationSettings,
+            vocab: int, power_trials: int = 0, seed: int = 0, null_seed: int = 1, null_trials: int = NULL_TRIALS,
             keep: bool = False) -> Analysis:
     """Stream the teacher-forced distributions of ``items`` in chunks, keeping only per-position scalars.
 
     With ``power_trials``, also draw the planted samples of the power simulation and the null
     (uniforms drawn up front from ``seed`` and ``null_seed``, so results do not depend on chunking).
-    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).  ``draft``: a
-    Scorer (a draft model's ``q``), a function (chunk, the target's rows) -> the rows that stand for ``q``
-    (:meth:`gate.checks.proposers.NgramProposer.q`), or None (``q = p``: the target-side tests).
+    ``null_trials``: the calibration's null draws (:class:`NullDraws`; ``keep``: per position too).  ``proposer``:
+    the method's proposer (:mod:`gate.engines.proposers`), whose :meth:`~gate.engines.proposers.Proposer.q` gives
+    the rows that stand for ``q`` (a draft model's distribution, the n-gram lookup's proposal as a point mass), or
+    None (``q = p``: the target-side tests).
     ``temperature``: the sampling settings (GenerationSettings: its truncation too), or a temperature alone.
     """
     acc = _Accumulator(sum(len(o) for _, o in items), power_trials, seed, null_seed, null_trials, keep)
@@ -311,12 +313,7 @@ def analyze(target: Scorer, draft, items: list[Item], temperature: float | Gener
 
     for chunk in _chunks(items, vocab):
         ps = [x for x in target.logits_rows(chunk, softmax) if x is not None]
-        if draft is None:
-            qs = ps
-        elif hasattr(draft, "logits_rows"):
-            qs = [x for x in draft.logits_rows(chunk, softmax) if x is not None]
-        else:
-            qs = draft([it for it in chunk if it[1]], ps)
+        qs = ps if proposer is None else proposer.q([it for it in chunk if it[1]], ps, softmax)
         p, tokens = torch.cat(ps).double(), torch.tensor([t for _, o in chunk for t in o], dtype=torch.long)
         outside += int((p.gather(1, tokens[:, None]) == 0).sum()) if sampling.truncated else 0
         acc.add(p, torch.cat(qs).double(), tokens)
@@ -437,9 +434,7 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     temperature = sampling.temperature
     settings = GenerationSettings(temperature, **sampling.truncation())
     target = ctx.scorer_for(ctx.pair.target.model)
-    how = plan_for(ctx.config, draft_loaded)
-    draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else \
-        (lambda chunk, ps: how.ngram.q(chunk, ps)) if how.q == "ngram" else None
+    how = _proposer(ctx, draft_loaded)
     vocab = ctx.pair.target.vocab_size
     rule = Rule.of(dcfg)
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": temperature,
@@ -458,13 +453,13 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     for engine, bs in groups:
         items = items_of(results.sampled(engine, bs))
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze(target, draft, items, settings, vocab, power_trials=trials, null_trials=dcfg.draws)
+        a = analyze(target, how, items, settings, vocab, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), how.tests)
         asymptotic = observed_pvalues(a, np.random.default_rng(bs), how.tests, asymptotic=True) if a.draws else None
         again = results.confirmation(engine, bs)
 
         def second(again=again, bs=bs) -> tuple[int, dict[str, float], int]:
-            a2 = analyze(target, draft, items_of(again), settings, vocab, null_trials=dcfg.draws,
+            a2 = analyze(target, how, items_of(again), settings, vocab, null_trials=dcfg.draws,
                          null_seed=SECOND_NULL_SEED)
             return a2.n, observed_pvalues(a2, np.random.default_rng([bs, 1]), how.tests), a2.outside
 
@@ -484,24 +479,24 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
     return Distribution.model_validate(findings), verdicts
 
 
+def _proposer(ctx, draft_loaded: bool) -> Proposer:
+    """The method's proposer, as the tests read it: the draft model scored here where it is loaded."""
+    draft = ctx.scorer_for(ctx.pair.draft.model) if draft_loaded and ctx.config.method.draft_model else None
+    return proposer_for(ctx.config, draft)
+
+
 def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine]]:
     """The tests on a served target: each sampled row as the reference server scored it (its top-k and the rest
     as one outcome, :func:`coarsened`), the draft-aware ones only with the draft loaded here."""
     ctx.say("distribution tests on the served target's scores")
     dcfg = ctx.config.checks.distribution
 
-    loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
-    how = plan_for(ctx.config, loaded)
-    draft = ctx.scorer_for(ctx.pair.draft.model) if how.q == "draft" else None
+    how = _proposer(ctx, ctx.pair.draft is not None and ctx.pair.draft.model is not None)
     tests, families, rule = how.tests, how.families, Rule.of(dcfg)
     findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": 1.0,
                       "tests": list(tests), "engines": {}, "confirm": rule.to_dict(),
                       "scoring": "the reference server's prompt logprobs: its top-k at each sampled position and "
-                                 "the rest of the vocabulary as one outcome"
-                                 + ("; the draft loaded here" if draft is not None else
-                                    "; the n-gram lookup recomputed here" if how.q == "ngram" else
-                                    "; no draft here, so the tests look at the target's own top token and "
-                                    "log-probability instead of the draft's")}
+                                 f"the rest of the vocabulary as one outcome; {how.scoring}"}
     if how.note:
         findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
@@ -519,10 +514,7 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
         return rows
 
     def categories(rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        p, q, cats = coarsened(rows, draft)
-        if how.q == "ngram":  # the lookup's proposal, as a point mass on its outcome (its rank, or the rest)
-            q = ngram_categories(rows, how.ngram, p.shape[1]).to(p.dtype)
-        return p, q, cats
+        return coarsened(rows, how)
 
     for engine, bs in groups:
         seqs = [s for s in results.sampled(engine, bs)]

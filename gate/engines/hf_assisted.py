@@ -14,11 +14,13 @@ Acceptance counts are read from the candidate generator's
 ``update_candidate_strategy(num_matches=...)`` calls; where a transformers
 version lacks that hook, counters are reported as unavailable rather than guessed.
 
-:class:`PromptLookupEngine` is the same generate() with transformers' prompt
-lookup decoding (``prompt_lookup_num_tokens``): the n-gram lookup proposes from
-the context, no draft model (``speculation.method: ngram``), an in-process
-method without a draft model that the self-test and the suite can gate without a
-server.
+:class:`PromptLookupEngine` is the same generate() with prompt lookup decoding
+(``prompt_lookup_num_tokens``): the n-gram lookup proposes from the context, no
+draft model (``speculation.method: ngram``), an in-process method without a draft
+model that the self-test and the suite can gate without a server.  Its candidates
+come from the gate's own lookup (:class:`gate.engines.proposers.NgramLookup`, the
+one the distribution check recomputes, with the same lengths), not transformers'
+copy of it, which matches from its maximum n-gram size down to 1 only.
 
 The engine shares its models with the other engines, so it leaves them as it
 found them: the draft's generation config is swapped for a private copy only
@@ -33,9 +35,11 @@ from contextlib import contextmanager
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.generation.candidate_generator import CandidateGenerator
 
 from gate.engines.base import BatchResult, Capabilities, GenerationSettings, Request, SequenceResult, SpecCounters
 from gate.engines.clock import Clock, peak_memory_bytes, reset_peak_memory
+from gate.engines.proposers import NgramLookup
 from gate.engines.sampling import truncate
 from gate.engines.tracking import check_requests
 from gate.errors import EngineError, Problem
@@ -85,15 +89,20 @@ def _settings_in_config(gen) -> None:
 
 
 @contextmanager
-def _count_matches(model, steps: list[tuple[int, int]]):
-    """Record (candidates, matches) per verification step by wrapping the candidate generator."""
+def _count_matches(model, steps: list[tuple[int, int]], candidates=None):
+    """Record (candidates, matches) per verification step by wrapping the candidate generator (``candidates``: a
+    function of generate()'s arguments that builds the generator in transformers' place)."""
     original = getattr(model, "_get_candidate_generator", None)
     if original is None:
+        if candidates is not None:
+            raise EngineError(Problem("transformers", "generate() has no _get_candidate_generator here, so the gate's "
+                                      "own candidates cannot replace transformers' (a layout it does not know)",
+                                      hint="install a transformers version the gate supports (pyproject.toml)"))
         yield False
         return
 
     def wrapped(*args, **kwargs):
-        gen = original(*args, **kwargs)
+        gen = (candidates or original)(*args, **kwargs)
         inner = gen.update_candidate_strategy
 
         def update(input_ids, scores, num_matches):
@@ -177,7 +186,7 @@ class HFAssistedEngine:
             if not settings.greedy:
                 torch.manual_seed(req.seed)
             start = clock.now()
-            with _count_matches(self.target, steps) as counting:
+            with _count_matches(self.target, steps, self.candidates(k)) as counting:
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                            generation_config=gen_cfg, streamer=stream, logits_processor=processors,
                                            **self.proposer_kwargs())
@@ -206,6 +215,10 @@ class HFAssistedEngine:
     def proposer_kwargs(self) -> dict:
         return {"assistant_model": self.draft}
 
+    def candidates(self, k: int):
+        """What builds the candidate generator in transformers' place (None: transformers' own)."""
+        return None
+
     @staticmethod
     def _counters(steps: list[tuple[int, int]], emitted: int, k: int) -> SpecCounters:
         c = SpecCounters(num_accepted_tokens_per_pos=[0] * k, num_draft_tokens_per_pos=[0] * k)
@@ -217,22 +230,49 @@ class HFAssistedEngine:
         return c
 
 
+class _LookupCandidates(CandidateGenerator):
+    """transformers' candidate generator interface over the gate's n-gram lookup: up to k candidates, never past the
+    token budget (the target adds one token of its own per step)."""
+
+    def __init__(self, lookup: NgramLookup, k: int, max_length: int):
+        self.lookup, self.k, self.max_length = lookup, k, max_length
+
+    def get_candidates(self, input_ids: torch.LongTensor, **kwargs):
+        room = min(self.k, self.max_length - input_ids.shape[1] - 1)
+        found = self.lookup.propose(input_ids[0].tolist(), room) if room > 0 else []
+        if not found:
+            return input_ids, None  # no candidates: the step decodes one token, as plain decoding does
+        return torch.cat([input_ids, torch.tensor([found], dtype=input_ids.dtype, device=input_ids.device)], 1), None
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        pass
+
+
 class PromptLookupEngine(HFAssistedEngine):
-    """transformers' prompt lookup decoding: up to k tokens that followed the latest n-gram's earliest earlier
-    occurrence in the context (n from ``max_ngram`` down to 1), verified by the target; batch size 1 only."""
+    """Prompt lookup decoding: up to k tokens that followed the latest n-gram's earliest earlier occurrence in the
+    context (n from the lookup's maximum down to its minimum), verified by the target in transformers' generate();
+    batch size 1 only."""
 
     name = "prompt_lookup"
     # no draft model: nothing of the pair's step costs applies (no calibration, no Leviathan expectation)
     capabilities = Capabilities(max_batch_size=1, batch_limit_reason=HF_BATCH_LIMIT, steppable=False)
 
-    def __init__(self, target: torch.nn.Module, device: torch.device, pad_token_id: int, max_ngram: int = 2):
+    def __init__(self, target: torch.nn.Module, device: torch.device, pad_token_id: int,
+                 lookup: NgramLookup | None = None):
         super().__init__(target, None, device, pad_token_id)
-        self.max_ngram = max_ngram
+        self.lookup = lookup or NgramLookup()
 
     @contextmanager
     def proposer(self, gen_cfg, k: int):
-        gen_cfg.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=self.max_ngram)
+        gen_cfg.update(prompt_lookup_num_tokens=k)  # the assisted path; the candidates are the lookup's (below)
         yield
 
     def proposer_kwargs(self) -> dict:
         return {}
+
+    def candidates(self, k: int):
+        def build(*args, **kwargs):
+            config = kwargs["generation_config"] if "generation_config" in kwargs else args[0]
+            return _LookupCandidates(self.lookup, k, config.max_length)
+
+        return build

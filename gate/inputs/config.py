@@ -277,6 +277,10 @@ class EngineConfig(Strict):
         """The stack its launch lines start, as ``gate.inputs.launch`` reads them (None: no server)."""
         return None
 
+    def server_launch(self) -> tuple[str, list[str]] | None:
+        """(stack, launch line) of the server under test where the gate launches it (None: it launches none)."""
+        return None
+
     @property
     def prefix_cache_off(self) -> str | None:
         """The flag that turns its stack's prefix cache off (None: it has none the gate knows of)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from gate.checks.distribution import analyze, observed_pvalues, pvalues, rejects
+from gate.engines.proposers import DraftModel
 from gate.inputs.config import REFERENCE
 from gate.repro.case import CASE_SCHEMA, Written, no_case, replay_section, replayable, write_folder
 from gate.run.records import Phase
@@ -103,7 +104,7 @@ def write_sampling_case(folder: Path, rel: str, ctx, results, label: str, bs: in
                        f"{ctx.config.models.local_weights!r}; `true` loads both and writes the case)", say)
     dcfg = ctx.config.checks.distribution
     temperature = ctx.config.generation.sampling.temperature
-    target, draft = ctx.scorer_for(ctx.pair.target.model), ctx.scorer_for(ctx.pair.draft.model)
+    target, draft = ctx.scorer_for(ctx.pair.target.model), DraftModel(ctx.scorer_for(ctx.pair.draft.model))
     vocab = ctx.pair.target.vocab_size
     found: dict[str, tuple] = {}
     for name in (label, REFERENCE):

@@ -55,7 +55,7 @@ checks:
 output: {cache_dir: null}
 """
 # A method without a draft model (speculation.method: ngram): transformers' prompt lookup decoding, at batch size 1
-# (its only one), the n-gram lookup recomputed by the distribution check (prompt_lookup_min 1, max 2: transformers')
+# (its only one), with the n-gram lookup the distribution check recomputes (prompt_lookup_min 1, max 2: transformers')
 LOOKUP_CONFIG = """\
 version: 1
 models:
@@ -163,6 +163,7 @@ def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, tmp: Path, 
     """The draft-free method: transformers' prompt lookup decoding, correct (no alarm allowed, recorded as the
     correct engine's run ``lookup``) and each of its mutants (each must be caught), at batch size 1."""
     from gate.engines.hf_assisted import PromptLookupEngine
+    from gate.engines.proposers import proposer_for
 
     if not mutants:
         return []
@@ -172,7 +173,7 @@ def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, tmp: Path, 
     out = []
     for name in ["prompt-lookup", *mutants]:
         cls = PromptLookupEngine if name == "prompt-lookup" else LOOKUP_MUTANTS[name]
-        engine = cls(pair.target.model, pair.device, pad, max_ngram=2)
+        engine = cls(pair.target.model, pair.device, pad, lookup=proposer_for(cfg.config))
         engine.name = name
         runner = Runner(cfg, lookup_pair, selftest_suite(), reference, [engine], tmp / name, log=log_for(name),
                         cache=cache, timed=False, repeat_runs=False)

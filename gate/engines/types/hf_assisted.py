@@ -34,47 +34,56 @@ class HFAssistedType(EngineType):
         return HFAssistedEngine.capabilities
 
     def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
-        from gate.engines.hf_assisted import HFAssistedEngine
+        from gate.engines.hf_assisted import HFAssistedEngine, PromptLookupEngine
+        from gate.engines.proposers import NgramLookup, proposer_for
 
         pad = pair.tokenizer.pad_token_id
-        cfg = loaded.config
-        if cfg.method.name == "ngram":  # prompt lookup decoding: the n-gram lookup proposes, no draft model
-            from gate.engines.hf_assisted import PromptLookupEngine
-
-            sp = cfg.speculation
-            return PromptLookupEngine(pair.target.model, pair.device, pad if pad is not None else 0,
-                                      max_ngram=sp.prompt_lookup_max or sp.prompt_lookup_min or 2)
+        proposer = proposer_for(loaded.config)
+        if isinstance(proposer, NgramLookup):  # prompt lookup decoding: the lookup the check recomputes, no draft
+            return PromptLookupEngine(pair.target.model, pair.device, pad if pad is not None else 0, lookup=proposer)
         return HFAssistedEngine(pair.target.model, pair.draft.model, pair.device, pad if pad is not None else 0)
 
     def case_engine(self, spec, engine, loaded, pair, label, variant=None):
         from gate.engines.hf_assisted import PromptLookupEngine
         from gate.engines.replaying import local_models
 
-        lookup = isinstance(engine, PromptLookupEngine)
+        lookup = engine.lookup if isinstance(engine, PromptLookupEngine) else None
         return {"type": self.name, "label": label, "replay": "function", "callable": f"{__name__}:replay",
                 "pythonpath": [], "variant": variant, "pad_token_id": engine.pad_token_id,
-                "max_ngram": engine.max_ngram if lookup else None, **local_models(loaded, pair)}
+                "ngram": [lookup.min_n, lookup.max_n] if lookup else None, **local_models(loaded, pair)}
 
     def report_lines(self, described):
-        if described.get("max_ngram") is None:
+        if _lookup(described) is None:
             return []
         return ["python replay.py --engine prompt-lookup   # the correct prompt lookup: 'not reproduced'"]
 
 
+def _lookup(described: dict):
+    """The n-gram lookup a case's engine proposed with (``ngram``: its lengths; ``max_ngram``, in a case written
+    before the gate had its own lookup: transformers', matching from that size down to 1), or None."""
+    from gate.engines.proposers import NgramLookup
+
+    if described.get("ngram") is not None:
+        return NgramLookup(*described["ngram"])
+    return NgramLookup(1, described["max_ngram"]) if described.get("max_ngram") is not None else None
+
+
 def replay(engine: dict, prompts, seeds, max_new_tokens: int, settings: dict, variant: str | None = None):
-    """A minimal case's replay: transformers' assisted generation (its prompt lookup where case.json gives
-    ``max_ngram``; a lookup mutant, or ``prompt-lookup`` for the correct one, where ``variant`` names it)."""
+    """A minimal case's replay: transformers' assisted generation (prompt lookup decoding where case.json gives
+    the lookup's lengths, ``ngram``; a lookup mutant, or ``prompt-lookup`` for the correct one, where ``variant``
+    names it)."""
     from gate.engines.hf_assisted import HFAssistedEngine, PromptLookupEngine
     from gate.engines.mutants import LOOKUP_MUTANTS
     from gate.engines.replaying import built, run
 
     name = variant or engine.get("variant")
     pad = engine["pad_token_id"]
-    if engine.get("max_ngram") is None:
+    lookup = _lookup(engine)
+    if lookup is None:
         make = lambda target, draft, device: HFAssistedEngine(target, draft, device, pad)  # noqa: E731
     else:
         cls = LOOKUP_MUTANTS[name] if name and name != "prompt-lookup" else PromptLookupEngine
-        make = lambda target, draft, device: cls(target, device, pad, max_ngram=engine["max_ngram"])  # noqa: E731
+        make = lambda target, draft, device: cls(target, device, pad, lookup=lookup)  # noqa: E731
     return run(built(engine, name or "assisted", make), prompts, seeds, max_new_tokens, settings)
 
 

@@ -184,6 +184,10 @@ class HttpEngineConfig(EngineConfig):
     def launch_preset(self) -> str | None:
         return self.http.preset
 
+    def server_launch(self) -> tuple[str, list[str]] | None:
+        server = self.http.server
+        return (self.http.preset, server.launch) if server is not None and server.launch else None
+
     @property
     def prefix_cache_off(self) -> str | None:
         from gate.inputs.stack_flags import STACKS
