@@ -898,7 +898,7 @@ checks:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("weights", "mutant", "n"), [("draft", "sampling-no-residual", 300),
+@pytest.mark.parametrize(("weights", "mutant", "n"), [("draft", "sampling-no-residual", 600),
                                                       ("false", "sampling-greedy-draft", 300)])
 def test_the_distribution_test_runs_on_a_served_target_and_catches_a_sampler_leaning_to_the_draft(tmp_path, served,
                                                                                                   weights, mutant, n):
