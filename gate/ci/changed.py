@@ -42,9 +42,12 @@ import pathspec
 
 from gate.errors import GitError, Problem, SpecguardError
 from gate.inputs.config import BUILTIN_PREFIX, Config, parse_config
+from gate.inputs.launch_diff import config_changes, file_changes, inert, loaded_files
 
 IGNORED_SECTIONS = ("output",)
 MAX_IMPORTED_MODULES = 500  # a bound on the static import walk of plug-in modules
+MAX_REASONS = 50  # lines printed
+MAX_FIELDS_PER_FILE = 20  # a YAML or JSON file's changed keys listed before "… and N more"
 
 
 @dataclass
@@ -56,8 +59,9 @@ class Change:
         """What ``specguard changed`` prints."""
         if not self.changed:
             return ["unchanged: no draft, target, speculation or batching change; the gate can be skipped"]
-        return [f"changed: the gate guards what this change touched ({len(self.reasons)} reason(s)):",
-                *(f"  - {r}" for r in self.reasons[:50])]
+        shown = [f"  - {inert(r)}" for r in self.reasons[:MAX_REASONS]]
+        more = [f"  - … and {len(self.reasons) - MAX_REASONS} more"] if len(self.reasons) > MAX_REASONS else []
+        return [f"changed: the gate guards what this change touched ({len(self.reasons)} reason(s)):", *shown, *more]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -126,16 +130,6 @@ def _exists(repo: Path, rev: str, path: str) -> bool:
     return real is not None and _entry(repo, rev, real) is not None
 
 
-def _flatten(d, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    else:
-        out[prefix] = d
-    return out
-
-
 def _config_at(repo: Path, rev: str, path: str) -> tuple[Config | None, str | None]:
     """(validated config, error) of the config file at a commit; (None, None) when it is not there."""
     text = _show(repo, rev, path)
@@ -147,18 +141,59 @@ def _config_at(repo: Path, rev: str, path: str) -> tuple[Config | None, str | No
         return None, "; ".join(str(p) for p in exc.problems[:3])
 
 
-def _repo_relative(cfg: Config, config_path: str) -> list[str]:
-    """Repository-relative directories and files the config reads: local model dirs, the suite (and its chat
-    template), the baselines."""
+def _repo_relative(cfg: Config, config_path: str) -> list[tuple[str, str]]:
+    """(repository-relative path, the field naming it) of each directory and file the config reads: local model
+    dirs, the head, the suite (and its chat template), the baselines."""
     base = PurePosixPath(config_path).parent
+    named = (("models.target.path", cfg.models.target.path),
+             ("models.draft.path", cfg.models.draft.path if cfg.models.draft else None),
+             ("speculation.head", cfg.speculation.head), ("suite.path", cfg.suite.path),
+             ("suite.chat_template", cfg.suite.chat_template), ("baseline.dir", cfg.baseline.dir))
+    return [(_norm(str(base / path)), name) for name, path in named
+            if path is not None and not path.startswith((BUILTIN_PREFIX, "/", "~"))]
+
+
+def _in_repo(repo: Path, rev: str, path: str, config_path: str) -> str | None:
+    """Where a path a launch line names is in the commit: from the repository root (where the Action runs the gate,
+    and so its servers), else from the config's folder; None for an absolute path, a hub id or a url."""
+    if not path or path.startswith(("/", "~")) or "://" in path:
+        return None
+    for cand in (_norm(path, strict=True), _norm(str(PurePosixPath(config_path).parent / path), strict=True)):
+        real = resolve(repo, rev, cand) if cand else None
+        if real:
+            return real
+    return None
+
+
+def launch_loaded(repo: Path, rev: str, cfg: Config, config_path: str) -> list[tuple[str, str, bool]]:
+    """(repository path, what loads it, whether it is a vLLM ``--config`` file) of each file or folder in the
+    repository that a launch line at ``rev`` makes its server load (gate/inputs/launch_diff.py: a ``--config``
+    file, a chat template, the draft, the head, the served model), the line's files read from the commit."""
+    def read(path: str) -> str | None:
+        real = _in_repo(repo, rev, path, config_path)
+        return _show(repo, rev, real) if real else None
+
     out = []
-    for path in (cfg.models.target.path, cfg.models.draft.path if cfg.models.draft else None, cfg.speculation.head,
-                 cfg.suite.path, cfg.suite.chat_template,
-                 cfg.baseline.dir):
-        if path is None:
-            continue
-        if not path.startswith(BUILTIN_PREFIX) and not path.startswith(("/", "~")):
-            out.append(_norm(str(base / path)))
+    for i, engine in enumerate(cfg.engines):
+        preset = engine.launch_preset
+        for where, ep in engine.endpoints():
+            for item in loaded_files(preset, list(ep.launch or []), read):
+                real = _in_repo(repo, rev, item.path, config_path)
+                if real:
+                    out.append((real, f"engines[{i}].{where}.launch {item.what}", item.config_file))
+    return out
+
+
+def _file_reasons(repo: Path, revs: tuple[str, str], path: str, why: str, config_file: bool) -> list[str]:
+    """What changed in a file the gate reads: key by key for YAML and JSON ([] where only comments or formatting
+    moved), else that it changed."""
+    moved = file_changes(path, *(_show(repo, rev, path) for rev in revs), config_file=config_file) \
+        if config_file or path.lower().endswith((".yaml", ".yml", ".json")) else None
+    if moved is None:
+        return [f"{path} changed ({why})"]
+    out = [f"{m.line()} ({why})" for m in moved[:MAX_FIELDS_PER_FILE]]
+    if len(moved) > MAX_FIELDS_PER_FILE:
+        out.append(f"{path}: … and {len(moved) - MAX_FIELDS_PER_FILE} more key(s) ({why})")
     return out
 
 
@@ -326,19 +361,21 @@ def detect(repo: Path, config_path: str, base: str, head: str = "HEAD") -> Chang
     if base_cfg is None:
         why = f"the config is invalid at {fork_point}" if base_err else f"the config is new (not at {fork_point})"
         return Change(True, [why])
-    reasons = []
-    a = {k: v for k, v in _flatten(base_cfg.model_dump(mode="json")).items() if k.split(".")[0] not in IGNORED_SECTIONS}
-    b = {k: v for k, v in _flatten(head_cfg.model_dump(mode="json")).items() if k.split(".")[0] not in IGNORED_SECTIONS}
-    for key in sorted(set(a) | set(b)):
-        if a.get(key) != b.get(key):
-            reasons.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
+    reasons = [m.line() for m in config_changes(base_cfg.model_dump(mode="json"), head_cfg.model_dump(mode="json"),
+                                                IGNORED_SECTIONS)]
     files = [f for f in _git(repo, "diff", "--name-only", "--no-renames", fork_point, head).splitlines() if f]
-    watched = {w: "read by the gate" for w in _repo_relative(base_cfg, config_path) + _repo_relative(head_cfg,
-                                                                                                        config_path)}
+    # path -> (what names it, a vLLM --config file): what the config names, then what its launch lines load
+    watched: dict[str, tuple[str, bool]] = {}
+    for cfg in (base_cfg, head_cfg):
+        for path, name in _repo_relative(cfg, config_path):
+            watched.setdefault(path, (name, False))
+    for rev, cfg in ((fork_point, base_cfg), (head, head_cfg)):
+        for path, what, config_file in launch_loaded(repo, rev, cfg, config_path):
+            watched.setdefault(path, (what, config_file))
     for rev, cfg in ((fork_point, base_cfg), (head, head_cfg)):
         found, missing = plugin_files(repo, rev, cfg, config_path)
         for w in found:
-            watched.setdefault(w, "run by a plug-in engine")
+            watched.setdefault(w, ("run by a plug-in engine", False))
         if rev == head:  # fail closed: a plug-in whose code cannot be found may have changed
             for module in missing:
                 where = ", ".join(f"{r}/" if r else "the repository root" for r in import_roots(repo, rev, cfg,
@@ -349,10 +386,14 @@ def detect(repo: Path, config_path: str, base: str, head: str = "HEAD") -> Chang
     patterns = sorted(set(base_cfg.watch) | set(head_cfg.watch))
     spec = _globs(patterns)
     for f in files:
-        hit = next((w for w in sorted(watched) if _under(f, w)), None)
+        hit = max((w for w in watched if _under(f, w)), key=len, default=None)  # the nearest watched folder
         if hit:
-            reasons.append(f"{f} changed ({watched[hit]}: {hit})")
-            continue
+            why, config_file = watched[hit]
+            said = _file_reasons(repo, (fork_point, head), f, why if f == hit else f"{why}: {hit}",
+                                 config_file and f == hit)
+            reasons += said
+            if said:
+                continue
         if spec.match_file(f) or any(_under(f, p) for p in patterns):
             pat = next((p for p in patterns if _globs([p]).match_file(f) or _under(f, p)), patterns[0])
             reasons.append(f"{f} changed (watch: {pat})")
