@@ -219,3 +219,18 @@ def test_loaded_files_reads_the_config_file_through_read():
         ("models/t", "vllm serve, the served model", False)]
     assert loaded_files("llamacpp", ["bash", "-c", "llama-server -m t.gguf --chat-template-file c.jinja"])[0].path \
         == "c.jinja"
+
+
+def test_each_commits_config_is_validated_against_that_commits_config_file(repo, capsys, monkeypatch, tmp_path):
+    """k moved in the config and in the vLLM `--config` file together: the base's config is read beside the base's
+    file, not the checkout's (the Action runs `changed` in the head's checkout)."""
+    monkeypatch.chdir(repo)
+    cfg = SERVED.replace(SPEC, json.dumps({"method": "eagle3", "model": "./heads/eagle"}))
+    server, reference = cfg.split("reference:")
+    cfg = server + "reference:" + reference.replace('"--config", "serving/vllm.yaml",', "")  # k is the server's
+    files = {**FILES, "specguard.yaml": cfg, "serving/vllm.yaml": "num-speculative-tokens: 4\n"}
+    yes, reasons = edit(repo, {"specguard.yaml": cfg.replace("num_draft_tokens: 4", "num_draft_tokens: 5"),
+                               "serving/vllm.yaml": "num-speculative-tokens: 5\n"},
+                        capsys, monkeypatch, tmp_path, files)
+    assert yes and reasons == ["speculation.num_draft_tokens: 4 → 5", "serving/vllm.yaml: num-speculative-tokens "
+                               "4 → 5 (engines[0].http.server.launch --config)"], reasons

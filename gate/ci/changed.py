@@ -1,21 +1,33 @@
 """``specguard changed``: did this pull request touch what the gate guards?
 
-The gate guards the draft model, the target model and the speculation and
-batching settings.  A PR changed them when:
+The gate guards the draft model (or head), the target model, the suite and the speculation and batching settings,
+and what the servers it launches load.  A PR changed them when:
 
 * the config differs **semantically** between the merge base and the head:
   both versions are parsed and validated, so a reformatted file or an edited
   comment is no change, while another ``num_draft_tokens``, batch size list,
   dtype, model path or revision is (the ``output`` section is ignored: where
-  files go is not what the gate measures);
+  files go is not what the gate measures); a launch line is compared flag by
+  flag, so reordering it or writing ``--flag=value`` is no change;
 * a file was added, modified, deleted or moved (``--no-renames``: a move lists
   both paths) under a local model directory the config names (either version),
-  the suite file (and ``suite.chat_template``), the baseline directory (``baseline.dir``: a hand-edited
-  baseline must not merge ungated), a plug-in engine's module, its package and
+  the head (``speculation.head``), the suite file (and ``suite.chat_template``), the baseline directory
+  (``baseline.dir``: a hand-edited baseline must not merge ungated), a plug-in engine's module, its package and
   the local modules it imports (found statically, transitively), or a path
   matched by the config's ``watch:`` list (gitignore-style globs: ``*`` stays
   inside one directory, ``**`` crosses them);
+* a file or folder a ``launch:`` line makes its server load changed (:func:`launch_loaded`): a vLLM ``--config``
+  file, a chat template, a tokenizer, the draft, the head or the served model, where the path is in the repository
+  (from its root, where the Action runs the gate and so its servers, else from the config's folder); the line's
+  own ``--config`` file is read from each commit to find what it names in turn;
 * the config is new.
+
+Each change is said on one line, at field level (:mod:`gate.inputs.launch_diff`): a config field
+(``speculation.num_draft_tokens: 4 → 5``), a launch flag (``engines[0].http.server.launch: --max-num-batched-tokens
+2048 → 4096``), a key of a YAML or JSON file (``vllm.yaml: max-num-batched-tokens 2048 → 4096``; a file whose
+document is unchanged, only its comments or layout, is no change), or a file that changed.  All of it is the PR's
+text: each line is printed inert (no control characters, one line, at most 600 characters), and nothing of the PR
+runs.
 
 Config and files are both compared at the **merge base** of base and head, so
 commits that landed on the base branch after the PR branched are not counted
@@ -35,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -42,6 +55,7 @@ import pathspec
 
 from gate.errors import GitError, Problem, SpecguardError
 from gate.inputs.config import BUILTIN_PREFIX, Config, parse_config
+from gate.inputs.launch import files_from
 from gate.inputs.launch_diff import config_changes, file_changes, inert, loaded_files
 
 IGNORED_SECTIONS = ("output",)
@@ -136,7 +150,8 @@ def _config_at(repo: Path, rev: str, path: str) -> tuple[Config | None, str | No
     if text is None:
         return None, None
     try:
-        return parse_config(text, repo / path).config, None
+        with files_from(_reader(repo, rev, path)):  # its launch lines' --config files as they are at that commit
+            return parse_config(text, repo / path).config, None
     except SpecguardError as exc:
         return None, "; ".join(str(p) for p in exc.problems[:3])
 
@@ -165,14 +180,20 @@ def _in_repo(repo: Path, rev: str, path: str, config_path: str) -> str | None:
     return None
 
 
-def launch_loaded(repo: Path, rev: str, cfg: Config, config_path: str) -> list[tuple[str, str, bool]]:
-    """(repository path, what loads it, whether it is a vLLM ``--config`` file) of each file or folder in the
-    repository that a launch line at ``rev`` makes its server load (gate/inputs/launch_diff.py: a ``--config``
-    file, a chat template, the draft, the head, the served model), the line's files read from the commit."""
+def _reader(repo: Path, rev: str, config_path: str) -> Callable[[str], str | None]:
+    """Reads a file a launch line names as it is at ``rev`` (None: not in the repository there)."""
     def read(path: str) -> str | None:
         real = _in_repo(repo, rev, path, config_path)
         return _show(repo, rev, real) if real else None
 
+    return read
+
+
+def launch_loaded(repo: Path, rev: str, cfg: Config, config_path: str) -> list[tuple[str, str, bool]]:
+    """(repository path, what loads it, whether it is a vLLM ``--config`` file) of each file or folder in the
+    repository that a launch line at ``rev`` makes its server load (gate/inputs/launch_diff.py: a ``--config``
+    file, a chat template, the draft, the head, the served model), the line's files read from the commit."""
+    read = _reader(repo, rev, config_path)
     out = []
     for i, engine in enumerate(cfg.engines):
         preset = engine.launch_preset

@@ -29,7 +29,9 @@ are :mod:`gate.inputs.launch_checks`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,16 +52,32 @@ SPEC_KEYS_READ = ("num_speculative_tokens", "method", "model", "prompt_lookup_mi
                   "disable_by_batch_size")
 
 
+Read = Callable[[str], "str | None"]  # a path as a launch line names it -> its text, or None
+_FILES_FROM: ContextVar[Read | None] = ContextVar("launch_files_from", default=None)
+
+
 def read_text(path: str) -> str | None:
-    """A file a launch line names, read from the working tree (the server's own view of it); None where it cannot
-    be read.  Every reader of launch files takes another as ``read`` (``specguard changed`` reads a commit's)."""
+    """A file a launch line names, read from the working tree (the server's own view of it), or inside
+    :func:`files_from` by its reader; None where it cannot be read.  Every reader of launch files takes another as
+    ``read`` (``specguard changed`` reads a commit's)."""
+    other = _FILES_FROM.get()
+    if other is not None:
+        return other(path)
     try:
         return Path(path).expanduser().read_text()
     except (OSError, UnicodeDecodeError):
         return None
 
 
-Read = Callable[[str], "str | None"]  # a path as a launch line names it -> its text, or None
+@contextmanager
+def files_from(read: Read) -> Iterator[None]:
+    """Inside the block the files launch lines name are read by ``read``: ``specguard changed`` validates each
+    commit's config beside that commit's ``--config`` file, not the checkout's."""
+    token = _FILES_FROM.set(read)
+    try:
+        yield
+    finally:
+        _FILES_FROM.reset(token)
 
 
 @dataclass(frozen=True)
@@ -435,5 +453,5 @@ def without_port(argv: list[str]) -> list[str]:
 
 
 __all__ = ["MEMORY_BUDGET", "MEMORY_FLAGS", "PORT_PLACEHOLDER", "SPEC_KEYS_READ", "LaunchSpeculation", "Read",
-           "fill_port", "hub_id", "memory_fraction", "mismatches", "moved_launch", "read_launch", "read_text",
-           "url_port", "vllm_file", "with_port", "without_port"]
+           "files_from", "fill_port", "hub_id", "memory_fraction", "mismatches", "moved_launch", "read_launch",
+           "read_text", "url_port", "vllm_file", "with_port", "without_port"]
