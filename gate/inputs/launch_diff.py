@@ -173,8 +173,9 @@ def _flag_value(values: list[str | None] | None):
 
 
 def flag_changes(before: list[str] | None, after: list[str] | None, depth: int = 0) -> list[tuple[str, str, str]]:
-    """(flag, before, after) of each flag that differs between two launch lines (None: no line), the last value of
-    a repeated flag no more than the others; the words before the flags (``vllm serve MODEL``) as ``argument N``."""
+    """(flag, before, after) of each flag that differs between two launch lines (None: no line): a repeated flag by
+    all its values in order, a JSON object value key by key, a shell line's (``-c``) by its own flags; the words
+    that are no flag's (``vllm serve MODEL``) as ``argument N``."""
     pa, fa, spelled_before = _words(before or [])
     pb, fb, spelled = _words(after or [])
     out: list[tuple[str, str, str]] = []
