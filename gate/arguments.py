@@ -25,8 +25,10 @@ HELP = {
     "refresh": "write baselines/<name>/<hardware>.json from a run (the old one goes to history); refused for a run "
                "that fails equivalence or distribution",
     "history": "the trend of speedup and acceptance per slice across refreshes",
-    "changed": "did a change touch what the gate guards (draft, target, speculation, batching)? prints why; writes "
-               "changed=true|false to $GITHUB_OUTPUT; exit 0 either way",
+    "changed": "did a change touch what the gate guards (draft, head, target, speculation, batching, suite, plug-ins, "
+               "and the files the launch lines load: --config, the chat template)? prints one line per change (a "
+               "config field, a launch flag, a key of a YAML or JSON file, a file); writes changed=true|false to "
+               "$GITHUB_OUTPUT; exit 0 either way",
     "github": "deliver to GitHub (used by the Action): the PR comment, the refresh PR",
     "comment": "upsert this config's one PR comment (GITHUB_TOKEN, GITHUB_REPOSITORY, GITHUB_API_URL); a failure "
                "to post never changes the exit code",

@@ -73,10 +73,10 @@ def test_no_relevant_change(repo, capsys, monkeypatch, tmp_path, files):
 
 @pytest.mark.parametrize("files,reason", [
     ({"specguard.yaml": CONFIG.replace("num_draft_tokens: 4", "num_draft_tokens: 5")},
-     "speculation.num_draft_tokens: 4 -> 5"),
-    ({"specguard.yaml": CONFIG.replace("[1, 8]", "[1, 8, 32]")}, "batching.batch_sizes"),
+     "speculation.num_draft_tokens: 4 → 5"),
+    ({"specguard.yaml": CONFIG.replace("[1, 8]", "[1, 8, 32]")}, "batching.batch_sizes: [1, 8] → [1, 8, 32]"),
     ({"specguard.yaml": CONFIG.replace("dtype: bfloat16", "dtype: float16")}, "models.target.dtype"),
-    ({"specguard.yaml": CONFIG.replace("revision: null", "revision: v2")}, "models.draft.revision: None -> 'v2'"),
+    ({"specguard.yaml": CONFIG.replace("revision: null", "revision: v2")}, "models.draft.revision: unset → v2"),
     ({"specguard.yaml": CONFIG.replace("models/draft,", "models/draft2,")}, "models.draft.path"),
     ({"models/draft/model.safetensors": "new weights"}, "models/draft/model.safetensors changed"),
     ({"serving/spec.py": "changed = True"}, "serving/spec.py changed"),
@@ -236,7 +236,8 @@ def test_a_config_reached_through_a_symlink_is_read_where_it_leads(tmp_path, cap
     assert out == "changed=false", text
     write(tmp_path, {"models/draft/config.json": '{"x": 1}'})
     out, text = changed(tmp_path, base, capsys, monkeypatch, out_dir)
-    assert out == "changed=true" and "models/draft/config.json changed (read by the gate" in text, text
+    assert out == "changed=true" and "models/draft/config.json: x unset → 1 (models.draft.path: models/draft)" \
+        in text, text
     (tmp_path / "specguard.yaml").unlink()
     (tmp_path / "specguard.yaml").symlink_to("../../outside.yaml")
     git(tmp_path, "add", "-A")

@@ -88,3 +88,18 @@ def test_a_version_given_by_hand_is_marked_and_never_overrides_a_recorded_one(tm
     summary = stacks.summarize(run_dir(tmp_path, rejected=False), "Lib", "c", date="2026-12-05", version="lib 1.2")
     assert summary["version"] == "lib 1.2" and not summary["version_recorded"]
     assert "Lib (lib 1.2, named when summarized: the run does not record it)" in stacks.row(summary)
+
+
+def test_every_committed_command_runs_on_a_users_machine():
+    """Issue 54: the eBay/spec_dec rows began with `git --git-dir=` a folder that existed only on the machine that
+    ran them.  A row's command (and the page made from them) reaches a repository by its public url and pinned
+    commit, never by a local mirror."""
+    runs = sorted((ROOT / "docs" / "runs").glob("*.json"))
+    commands = {p.name: json.loads(p.read_text()).get("command", "") for p in runs if p.name != "manifest.json"}
+    assert commands
+    local = [name for name, cmd in commands.items() if "--git-dir" in cmd or "/work/" in cmd or ".mirror" in cmd]
+    assert not local, local
+    assert "--git-dir" not in (ROOT / "docs" / "stacks.md").read_text()
+    for name, cmd in commands.items():
+        if "github.com/eBay/spec_dec" in cmd:
+            assert "checkout 96e1d1281c93d70faa9f7fe297d0afaa71650eb8" in cmd, name  # the commit measured

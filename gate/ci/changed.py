@@ -1,21 +1,33 @@
 """``specguard changed``: did this pull request touch what the gate guards?
 
-The gate guards the draft model, the target model and the speculation and
-batching settings.  A PR changed them when:
+The gate guards the draft model (or head), the target model, the suite and the speculation and batching settings,
+and what the servers it launches load.  A PR changed them when:
 
 * the config differs **semantically** between the merge base and the head:
   both versions are parsed and validated, so a reformatted file or an edited
   comment is no change, while another ``num_draft_tokens``, batch size list,
   dtype, model path or revision is (the ``output`` section is ignored: where
-  files go is not what the gate measures);
+  files go is not what the gate measures); a launch line is compared flag by
+  flag, so reordering it or writing ``--flag=value`` is no change;
 * a file was added, modified, deleted or moved (``--no-renames``: a move lists
   both paths) under a local model directory the config names (either version),
-  the suite file (and ``suite.chat_template``), the baseline directory (``baseline.dir``: a hand-edited
-  baseline must not merge ungated), a plug-in engine's module, its package and
+  the head (``speculation.head``), the suite file (and ``suite.chat_template``), the baseline directory
+  (``baseline.dir``: a hand-edited baseline must not merge ungated), a plug-in engine's module, its package and
   the local modules it imports (found statically, transitively), or a path
   matched by the config's ``watch:`` list (gitignore-style globs: ``*`` stays
   inside one directory, ``**`` crosses them);
+* a file or folder a ``launch:`` line makes its server load changed (:func:`launch_loaded`): a vLLM ``--config``
+  file, a chat template, a tokenizer, the draft, the head or the served model, where the path is in the repository
+  (from its root, where the Action runs the gate and so its servers, else from the config's folder); the line's
+  own ``--config`` file is read from each commit to find what it names in turn;
 * the config is new.
+
+Each change is said on one line, at field level (:mod:`gate.inputs.launch_diff`): a config field
+(``speculation.num_draft_tokens: 4 → 5``), a launch flag (``engines[0].http.server.launch: --max-num-batched-tokens
+2048 → 4096``), a key of a YAML or JSON file (``vllm.yaml: max-num-batched-tokens 2048 → 4096``; a file whose
+document is unchanged, only its comments or layout, is no change), or a file that changed.  All of it is the PR's
+text: each line is printed inert (no control characters, one line, at most 600 characters), and nothing of the PR
+runs.
 
 Config and files are both compared at the **merge base** of base and head, so
 commits that landed on the base branch after the PR branched are not counted
@@ -35,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -42,9 +55,13 @@ import pathspec
 
 from gate.errors import GitError, Problem, SpecguardError
 from gate.inputs.config import BUILTIN_PREFIX, Config, parse_config
+from gate.inputs.launch import files_from
+from gate.inputs.launch_diff import config_changes, file_changes, inert, loaded_files
 
 IGNORED_SECTIONS = ("output",)
 MAX_IMPORTED_MODULES = 500  # a bound on the static import walk of plug-in modules
+MAX_REASONS = 50  # lines printed
+MAX_FIELDS_PER_FILE = 20  # a YAML or JSON file's changed keys listed before "… and N more"
 
 
 @dataclass
@@ -56,8 +73,9 @@ class Change:
         """What ``specguard changed`` prints."""
         if not self.changed:
             return ["unchanged: no draft, target, speculation or batching change; the gate can be skipped"]
-        return [f"changed: the gate guards what this change touched ({len(self.reasons)} reason(s)):",
-                *(f"  - {r}" for r in self.reasons[:50])]
+        shown = [f"  - {inert(r)}" for r in self.reasons[:MAX_REASONS]]
+        more = [f"  - … and {len(self.reasons) - MAX_REASONS} more"] if len(self.reasons) > MAX_REASONS else []
+        return [f"changed: the gate guards what this change touched ({len(self.reasons)} reason(s)):", *shown, *more]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -126,39 +144,77 @@ def _exists(repo: Path, rev: str, path: str) -> bool:
     return real is not None and _entry(repo, rev, real) is not None
 
 
-def _flatten(d, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    else:
-        out[prefix] = d
-    return out
-
-
 def _config_at(repo: Path, rev: str, path: str) -> tuple[Config | None, str | None]:
     """(validated config, error) of the config file at a commit; (None, None) when it is not there."""
     text = _show(repo, rev, path)
     if text is None:
         return None, None
     try:
-        return parse_config(text, repo / path).config, None
+        with files_from(_reader(repo, rev, path)):  # its launch lines' --config files as they are at that commit
+            return parse_config(text, repo / path).config, None
     except SpecguardError as exc:
         return None, "; ".join(str(p) for p in exc.problems[:3])
 
 
-def _repo_relative(cfg: Config, config_path: str) -> list[str]:
-    """Repository-relative directories and files the config reads: local model dirs, the suite (and its chat
-    template), the baselines."""
+def _repo_relative(cfg: Config, config_path: str) -> list[tuple[str, str]]:
+    """(repository-relative path, the field naming it) of each directory and file the config reads: local model
+    dirs, the head, the suite (and its chat template), the baselines."""
     base = PurePosixPath(config_path).parent
+    named = (("models.target.path", cfg.models.target.path),
+             ("models.draft.path", cfg.models.draft.path if cfg.models.draft else None),
+             ("speculation.head", cfg.speculation.head), ("suite.path", cfg.suite.path),
+             ("suite.chat_template", cfg.suite.chat_template), ("baseline.dir", cfg.baseline.dir))
+    return [(_norm(str(base / path)), name) for name, path in named
+            if path is not None and not path.startswith((BUILTIN_PREFIX, "/", "~"))]
+
+
+def _in_repo(repo: Path, rev: str, path: str, config_path: str) -> str | None:
+    """Where a path a launch line names is in the commit: from the repository root (where the Action runs the gate,
+    and so its servers), else from the config's folder; None for an absolute path, a hub id or a url."""
+    if not path or path.startswith(("/", "~")) or "://" in path:
+        return None
+    for cand in (_norm(path, strict=True), _norm(str(PurePosixPath(config_path).parent / path), strict=True)):
+        real = resolve(repo, rev, cand) if cand else None
+        if real:
+            return real
+    return None
+
+
+def _reader(repo: Path, rev: str, config_path: str) -> Callable[[str], str | None]:
+    """Reads a file a launch line names as it is at ``rev`` (None: not in the repository there)."""
+    def read(path: str) -> str | None:
+        real = _in_repo(repo, rev, path, config_path)
+        return _show(repo, rev, real) if real else None
+
+    return read
+
+
+def launch_loaded(repo: Path, rev: str, cfg: Config, config_path: str) -> list[tuple[str, str, bool]]:
+    """(repository path, what loads it, whether it is a vLLM ``--config`` file) of each file or folder in the
+    repository that a launch line at ``rev`` makes its server load (gate/inputs/launch_diff.py: a ``--config``
+    file, a chat template, the draft, the head, the served model), the line's files read from the commit."""
+    read = _reader(repo, rev, config_path)
     out = []
-    for path in (cfg.models.target.path, cfg.models.draft.path if cfg.models.draft else None, cfg.speculation.head,
-                 cfg.suite.path, cfg.suite.chat_template,
-                 cfg.baseline.dir):
-        if path is None:
-            continue
-        if not path.startswith(BUILTIN_PREFIX) and not path.startswith(("/", "~")):
-            out.append(_norm(str(base / path)))
+    for i, engine in enumerate(cfg.engines):
+        preset = engine.launch_preset
+        for where, ep in engine.endpoints():
+            for item in loaded_files(preset, list(ep.launch or []), read):
+                real = _in_repo(repo, rev, item.path, config_path)
+                if real:
+                    out.append((real, f"engines[{i}].{where}.launch {item.what}", item.config_file))
+    return out
+
+
+def _file_reasons(repo: Path, revs: tuple[str, str], path: str, why: str, config_file: bool) -> list[str]:
+    """What changed in a file the gate reads: key by key for YAML and JSON ([] where only comments or formatting
+    moved), else that it changed."""
+    moved = file_changes(path, *(_show(repo, rev, path) for rev in revs), config_file=config_file) \
+        if config_file or path.lower().endswith((".yaml", ".yml", ".json")) else None
+    if moved is None:
+        return [f"{path} changed ({why})"]
+    out = [f"{m.line()} ({why})" for m in moved[:MAX_FIELDS_PER_FILE]]
+    if len(moved) > MAX_FIELDS_PER_FILE:
+        out.append(f"{path}: … and {len(moved) - MAX_FIELDS_PER_FILE} more key(s) ({why})")
     return out
 
 
@@ -326,19 +382,21 @@ def detect(repo: Path, config_path: str, base: str, head: str = "HEAD") -> Chang
     if base_cfg is None:
         why = f"the config is invalid at {fork_point}" if base_err else f"the config is new (not at {fork_point})"
         return Change(True, [why])
-    reasons = []
-    a = {k: v for k, v in _flatten(base_cfg.model_dump(mode="json")).items() if k.split(".")[0] not in IGNORED_SECTIONS}
-    b = {k: v for k, v in _flatten(head_cfg.model_dump(mode="json")).items() if k.split(".")[0] not in IGNORED_SECTIONS}
-    for key in sorted(set(a) | set(b)):
-        if a.get(key) != b.get(key):
-            reasons.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
+    reasons = [m.line() for m in config_changes(base_cfg.model_dump(mode="json"), head_cfg.model_dump(mode="json"),
+                                                IGNORED_SECTIONS)]
     files = [f for f in _git(repo, "diff", "--name-only", "--no-renames", fork_point, head).splitlines() if f]
-    watched = {w: "read by the gate" for w in _repo_relative(base_cfg, config_path) + _repo_relative(head_cfg,
-                                                                                                        config_path)}
+    # path -> (what names it, a vLLM --config file): what the config names, then what its launch lines load
+    watched: dict[str, tuple[str, bool]] = {}
+    for cfg in (base_cfg, head_cfg):
+        for path, name in _repo_relative(cfg, config_path):
+            watched.setdefault(path, (name, False))
+    for rev, cfg in ((fork_point, base_cfg), (head, head_cfg)):
+        for path, what, config_file in launch_loaded(repo, rev, cfg, config_path):
+            watched.setdefault(path, (what, config_file))
     for rev, cfg in ((fork_point, base_cfg), (head, head_cfg)):
         found, missing = plugin_files(repo, rev, cfg, config_path)
         for w in found:
-            watched.setdefault(w, "run by a plug-in engine")
+            watched.setdefault(w, ("run by a plug-in engine", False))
         if rev == head:  # fail closed: a plug-in whose code cannot be found may have changed
             for module in missing:
                 where = ", ".join(f"{r}/" if r else "the repository root" for r in import_roots(repo, rev, cfg,
@@ -349,10 +407,14 @@ def detect(repo: Path, config_path: str, base: str, head: str = "HEAD") -> Chang
     patterns = sorted(set(base_cfg.watch) | set(head_cfg.watch))
     spec = _globs(patterns)
     for f in files:
-        hit = next((w for w in sorted(watched) if _under(f, w)), None)
+        hit = max((w for w in watched if _under(f, w)), key=len, default=None)  # the nearest watched folder
         if hit:
-            reasons.append(f"{f} changed ({watched[hit]}: {hit})")
-            continue
+            why, config_file = watched[hit]
+            said = _file_reasons(repo, (fork_point, head), f, why if f == hit else f"{why}: {hit}",
+                                 config_file and f == hit)
+            reasons += said
+            if said:
+                continue
         if spec.match_file(f) or any(_under(f, p) for p in patterns):
             pat = next((p for p in patterns if _globs([p]).match_file(f) or _under(f, p)), patterns[0])
             reasons.append(f"{f} changed (watch: {pat})")

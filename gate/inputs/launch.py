@@ -29,6 +29,9 @@ are :mod:`gate.inputs.launch_checks`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +50,34 @@ _ABOUT = {p: s.about for p, s in STACKS.items() if s.about}
 # The keys of vLLM's --speculative-config the gate reads; any other is named by line_notes
 SPEC_KEYS_READ = ("num_speculative_tokens", "method", "model", "prompt_lookup_min", "prompt_lookup_max",
                   "disable_by_batch_size")
+
+
+Read = Callable[[str], "str | None"]  # a path as a launch line names it -> its text, or None
+_FILES_FROM: ContextVar[Read | None] = ContextVar("launch_files_from", default=None)
+
+
+def read_text(path: str) -> str | None:
+    """A file a launch line names, read from the working tree (the server's own view of it), or inside
+    :func:`files_from` by its reader; None where it cannot be read.  Every reader of launch files takes another as
+    ``read`` (``specguard changed`` reads a commit's)."""
+    other = _FILES_FROM.get()
+    if other is not None:
+        return other(path)
+    try:
+        return Path(path).expanduser().read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+@contextmanager
+def files_from(read: Read) -> Iterator[None]:
+    """Inside the block the files launch lines name are read by ``read``: ``specguard changed`` validates each
+    commit's config beside that commit's ``--config`` file, not the checkout's."""
+    token = _FILES_FROM.set(read)
+    try:
+        yield
+    finally:
+        _FILES_FROM.reset(token)
 
 
 @dataclass(frozen=True)
@@ -98,8 +129,9 @@ def _int(flag: str, value: str) -> int:
         raise ValueError(f"{flag} {value!r}: expected a whole number") from None
 
 
-def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
-    """k and the draft from a launch line of ``preset``; a preset the gate cannot read gives nothing."""
+def read_launch(preset: str, argv: list[str], read: Read = read_text) -> LaunchSpeculation:
+    """k and the draft from a launch line of ``preset``; a preset the gate cannot read gives nothing.  ``read`` reads
+    a ``--config`` file the line names (by default from the working tree)."""
     from gate.inputs.methods import METHODS, from_sglang, from_vllm
 
     flags = _flags(argv)
@@ -119,7 +151,7 @@ def read_launch(preset: str, argv: list[str]) -> LaunchSpeculation:
             draft, draft_flag = flags[f], f
             break
     if preset == "vllm":
-        file = vllm_file(flags)
+        file = vllm_file(flags, read)
         if k is None:
             for f in _K_FLAGS["vllm"]:
                 if f[2:] in file:
@@ -190,16 +222,20 @@ def _value(text: str):
         return text
 
 
-def vllm_file(flags: dict[str, str]) -> dict:
+def vllm_file(flags: dict[str, str], read: Read = read_text) -> dict:
     """``--config FILE``'s keys (YAML), underscores as dashes; {} where there is none or it cannot be read (said by
-    :func:`unread`, never refused: the server, not the gate, is the judge of its own file)."""
+    :func:`unread`, never refused: the server, not the gate, is the judge of its own file).  ``read`` reads the
+    file (by default from the working tree)."""
     import yaml
 
     if "--config" not in flags:
         return {}
+    text = read(flags["--config"])
+    if text is None:
+        return {}
     try:
-        data = yaml.safe_load(Path(flags["--config"]).expanduser().read_text())
-    except (OSError, yaml.YAMLError):
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
         return {}
     return {str(k).replace("_", "-"): v for k, v in data.items()} if isinstance(data, dict) else {}
 
@@ -416,6 +452,6 @@ def without_port(argv: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["MEMORY_BUDGET", "MEMORY_FLAGS", "PORT_PLACEHOLDER", "SPEC_KEYS_READ", "LaunchSpeculation", "fill_port",
-           "hub_id", "memory_fraction", "mismatches", "moved_launch", "read_launch", "url_port", "vllm_file",
-           "with_port", "without_port"]
+__all__ = ["MEMORY_BUDGET", "MEMORY_FLAGS", "PORT_PLACEHOLDER", "SPEC_KEYS_READ", "LaunchSpeculation", "Read",
+           "files_from", "fill_port", "hub_id", "memory_fraction", "mismatches", "moved_launch", "read_launch",
+           "read_text", "url_port", "vllm_file", "with_port", "without_port"]

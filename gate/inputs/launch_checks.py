@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.inputs.launch import hub_id, launch_flags, read_launch, unread, vllm_file
+from gate.inputs.launch import Read, hub_id, launch_flags, read_launch, read_text, unread, vllm_file
 from gate.inputs.stack_flags import SETTINGS, STACKS, Flag
 
 
@@ -88,10 +88,12 @@ def _given(flag: Flag, argv: list[str], file: dict) -> tuple[str | None, str | N
     return value, where
 
 
-def served(preset: str, argv: list[str]) -> dict[str, list[tuple[Flag, str | None, str | None]]]:
-    """Each setting a line of ``preset`` can give: (flag, the value given or None, the name it was given by)."""
+def served(preset: str, argv: list[str],
+           read: Read = read_text) -> dict[str, list[tuple[Flag, str | None, str | None]]]:
+    """Each setting a line of ``preset`` can give: (flag, the value given or None, the name it was given by);
+    ``read`` reads a ``--config`` file the line names (by default from the working tree)."""
     stack = STACKS[preset]
-    file = vllm_file(launch_flags(argv)) if stack.reads_config_file else {}
+    file = vllm_file(launch_flags(argv), read) if stack.reads_config_file else {}
     out = {name: [(flag, *_given(flag, argv, file)) for flag in flags] for name, flags in stack.settings.items()}
     after = stack.positional_model_after
     if after in argv and out["model"][0][1] is None:  # `vllm serve MODEL ...`

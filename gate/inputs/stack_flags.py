@@ -5,7 +5,9 @@ serving settings on which the reference must match the server (``http.allow_diff
 difference by the setting's name).  A flag's first name is the stack's own spelling, the rest its aliases; its
 default is the stack's documented one where that is fixed, and None where the stack picks by version, hardware or
 model (then a line that sets it and a line that does not are not known to agree).  Flags from the stacks' docs and
-``--help`` (vLLM 0.32, SGLang 0.5, llama.cpp b7000, TGI 3.3; checked 2026-12-06).
+``--help`` (vLLM 0.32, SGLang 0.5, llama.cpp b7000, TGI 3.3; checked 2026-12-06).  A stack's ``files`` are the flags
+that name a file or folder the server loads (a config file, a chat template, a tokenizer): ``specguard changed``
+follows them into the repository, with the draft, the head and the served model (gate/inputs/launch_diff.py).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class Stack:
     prefill: tuple[tuple[str, ...], int | None] | None = None  # the prefill chunk's flags, the documented default
     prefix_cache_off: str | None = None  # the flag that turns the prefix cache off
     reads_config_file: bool = False  # `--config FILE` holds flags (YAML, their names without dashes)
+    files: tuple[str, ...] = ()  # flags whose value names a file or folder the server loads (`specguard changed`)
     shown: str = ""  # how the line starts the stack, said when it does not
 
 
@@ -129,6 +132,8 @@ VLLM = Stack(
     positional_model_after="serve", memory=("--gpu-memory-utilization", 0.9),
     prefill=(("--max-num-batched-tokens", "--max_num_batched_tokens"), None),
     prefix_cache_off="--no-enable-prefix-caching", reads_config_file=True,
+    files=("--config", "--chat-template", "--chat_template", "--tokenizer", "--generation-config",
+           "--generation_config"),
     shown="vllm serve MODEL, or python -m vllm.entrypoints.openai.api_server",
 )
 
@@ -157,6 +162,7 @@ SGLANG = Stack(
     about=("--speculative",),
     memory=("--mem-fraction-static", 0.88), prefill=(("--chunked-prefill-size",), None),
     prefix_cache_off="--disable-radix-cache",
+    files=("--chat-template", "--tokenizer-path", "--speculative-token-map"),
     shown="python -m sglang.launch_server",
 )
 
@@ -181,6 +187,7 @@ LLAMACPP = Stack(
            "--device-draft", "-ctkd", "-ctvd", "--cache-type-k-draft", "--cache-type-v-draft"),
     about=("--spec-", "--draft", "-md", "--model-draft", "-cd", "--ctx-size-draft"),
     prefill=(("-ub", "--ubatch-size"), 512),
+    files=("--chat-template-file", "--grammar-file", "--lora"),
     shown="llama-server",
 )
 
@@ -200,6 +207,7 @@ TGI = Stack(
     },
     k=("--speculate",),  # Medusa heads in the model, else n-gram lookup: the method is not on the line
     about=("--speculate",),
+    files=("--tokenizer-config-path",),
     shown="text-generation-launcher",
 )
 
