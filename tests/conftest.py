@@ -119,7 +119,8 @@ def pytest_configure(config):
 # module's tests stay together, so its module fixtures are built once), the fast tier last. Then the suite does not
 # end with one worker in a heavy module while the other waits. The order is only a schedule: a module missing
 # from HEAVY_MODULES runs after them, and nothing fails when the weights drift.
-LONGEST = ("test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine",
+LONGEST = ("test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[sampling-and-batches]",
+           "test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[greedy]",
            "test_lifecycle.py::test_a_baseline_through_its_whole_life")
 # CPU seconds of each module's slow tests under `make test` (cpuprof, 2026-12-02), heaviest first.
 HEAVY_MODULES = ("test_http.py", "test_reliability.py", "test_paired.py", "test_engines.py", "test_cli.py",

@@ -25,7 +25,7 @@ batching: {{batch_sizes: [1, 2], compositions: 1}}
 generation: {{max_new_tokens: 12}}
 suite: {{max_prompts_per_slice: 1, slices: [prose, code, questions]}}
 checks:
-  speedup: {{min_repeats: 6, max_repeats: 6, warmup: 1, context_buckets: [1024], calibration_trials: 5}}
+  speedup: {{min_repeats: 4, max_repeats: 4, warmup: 1, context_buckets: [1024], calibration_trials: 5}}
 output: {{dir: out, cache_dir: null}}
 """
 
