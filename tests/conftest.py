@@ -20,6 +20,27 @@ def _threads():
     torch.set_num_threads(int(THREADS))
 
 
+@pytest.fixture(autouse=True)
+def _one_anchor_per_worker(request, tmp_path_factory, monkeypatch):
+    """A slow test's in-process gate runs with no cache (``output.cache_dir: null``) anchor the reference to
+    ``generate()`` once per worker, not once per run: the anchor's key holds everything its result depends on
+    (target, dtype, device, versions, prompts, settings), so a record made by another test of the same worker is the
+    one this run would make.  tests/test_anchor.py tests the anchor itself and keeps the product's behaviour."""
+    if request.node.get_closest_marker("slow") is None or request.module.__name__.endswith("test_anchor"):
+        yield
+        return
+    from gate.run.anchor import Anchor
+
+    shared = tmp_path_factory.getbasetemp() / "shared-anchor"
+    original = Anchor.__init__
+
+    def init(self, pair, reference, cache_root, *args, **kwargs):
+        original(self, pair, reference, shared if cache_root is None else cache_root, *args, **kwargs)
+
+    monkeypatch.setattr(Anchor, "__init__", init)
+    yield
+
+
 @pytest.fixture(scope="session")
 def demo_pair():
     from gate.inputs.models import load_pair
