@@ -206,7 +206,9 @@ def launched_config(spin_engine: int, spin_reference: int, isolate: bool, slowed
         argv = [sys.executable, "-m", "gate.testing.server", "--port", "{port}", "--mode", mode, "--threads", "1",
                 "--spin", str(spin)]
         if slowed:
-            argv += ["--spin-pidfile", pidfile] if spin else ["--slowed-by", pidfile]
+            # the spinner idles: --slowed-by makes the slowdown, and a busy loop would only take a core from the
+            # suite's other worker for the whole test
+            argv += ["--spin-pidfile", pidfile, "--spin-idle"] if spin else ["--slowed-by", pidfile]
         return json.dumps(argv)
 
     return f"""\

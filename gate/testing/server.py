@@ -344,19 +344,21 @@ def in_thread(app, port: int, host: str = "127.0.0.1", timeout_s: float = 30.0):
         thread.join(timeout_s)
 
 
-SPINNER = ("import ctypes, signal\n"
+SPINNER = ("import ctypes, signal, time\n"
            "try: ctypes.CDLL('libc.so.6').prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG: dies with the server
            "except OSError: pass\n"
-           "while True: pass\n")
+           "while True: %s\n")
 
 
-def spin() -> int:
-    """A busy process in this process group (a SIGSTOP of the group freezes it too), ended with the server: its pid."""
+def spin(idle: bool = False) -> int:
+    """A busy process in this process group (a SIGSTOP of the group freezes it too), ended with the server: its pid.
+    ``idle``: it sleeps instead (``--spin-idle``), a neighbour that is frozen and resumed like a busy one and costs no
+    CPU, for tests where ``--slowed-by`` makes the slowdown."""
     import subprocess
     import sys
 
-    return subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL).pid
+    return subprocess.Popen([sys.executable, "-c", SPINNER % ("time.sleep(60)" if idle else "pass")],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
 
 
 def running(pid: int) -> bool:
@@ -403,11 +405,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="start N busy processes in the server's process group, which spin for as long as it runs "
                          "(as an idle vLLM CPU server does): a neighbour that slows what is timed beside it")
     ap.add_argument("--spin-pidfile", metavar="PATH", help="write the first --spin process's pid here")
+    ap.add_argument("--spin-idle", action="store_true",
+                    help="the --spin processes sleep instead of spinning: frozen and resumed by the probe like busy "
+                         "ones, at no CPU cost (where --slowed-by on the other server makes the slowdown)")
     ap.add_argument("--slowed-by", metavar="PATH",
                     help="after each batch, while the process whose pid PATH holds runs (not SIGSTOPped), wait as "
                          "long again as the batch took: a neighbour's slowdown, deterministic (for the probe's tests)")
     args = ap.parse_args(argv)
-    pids = [spin() for _ in range(args.spin)]
+    pids = [spin(args.spin_idle) for _ in range(args.spin)]
     if args.spin_pidfile and pids:
         with open(args.spin_pidfile, "w", encoding="ascii") as f:
             f.write(f"{pids[0]}\n")
