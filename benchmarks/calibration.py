@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -167,6 +168,19 @@ def _demo_rows(n: int, seed: int = 0):
     return pair, rows(target, items), rows(draft, items)
 
 
+@functools.cache
+def _confirmation_setup(n: int, draws: int):
+    """The demo's rows at n, their moments, and the two passes' calibrations (the first pass's null draws and the
+    second's, seeded as the check seeds them): made once, shared by the null and the power simulations (the rows
+    are the expensive part, a sampled run and two teacher-forced scorings)."""
+    _, p, q = _demo_rows(n)
+    chunk = dist._Chunk(p, q)
+    token = dist.sample_from(p, np.random.default_rng(0))
+    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
+    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    return p, q, chunk, chunk.moments(), cal1, cal2
+
+
 def confirmation_null(gates: int, alpha: float, n: int, groups: int, draws: int) -> dict:
     """Per test, per group and per gate of ``groups`` groups: how often unchanged code fails with one pass at
     alpha and with the confirmed rule, on tokens redrawn from the target at a sampled run's positions.  Each group
@@ -175,12 +189,7 @@ def confirmation_null(gates: int, alpha: float, n: int, groups: int, draws: int)
     from gate.checks.confirmation import Rule, adjusted, fails
 
     rule = Rule(alpha, alpha / 100)
-    _, p, q = _demo_rows(n)
-    chunk = dist._Chunk(p, q)
-    m = chunk.moments()
-    token = dist.sample_from(p, np.random.default_rng(0))
-    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
-    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    p, _, chunk, m, cal1, cal2 = _confirmation_setup(n, draws)
     rng = np.random.default_rng(2026)
 
     def one(cal) -> dict[str, float]:
@@ -227,12 +236,7 @@ def confirmation_power(trials: int, alpha: float, n: int, draws: int) -> dict:
     from gate.checks.confirmation import Rule, adjusted, fails
 
     rule = Rule(alpha, alpha / 100)
-    _, p, q = _demo_rows(n)
-    chunk = dist._Chunk(p, q)
-    m = chunk.moments()
-    token = dist.sample_from(p, np.random.default_rng(0))
-    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
-    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    p, q, chunk, m, cal1, cal2 = _confirmation_setup(n, draws)
     rng = np.random.default_rng(7)
     out = {"alpha": alpha, "floor": rule.floor, "n": int(p.shape[0]), "trials": trials, "families": {}}
     for family in dist.FAMILIES:
@@ -244,13 +248,17 @@ def confirmation_power(trials: int, alpha: float, n: int, draws: int) -> dict:
                 y = dist._sample(cdf, rng.random(p.shape[0]))
                 return adjusted(cal.apply(dist.pvalues(chunk.stats(y), m, rng.random(p.shape[0]))))
 
-            once = twice = 0
+            once = twice = floor = 0
             for _ in range(trials):
                 p1 = adj(cal1)
                 once += p1 < alpha
+                floor += p1 < rule.floor
                 decided = rule.first(p1)
                 twice += fails(rule.decide(p1, adj(cal2)) if decided == "unconfirmed" else decided)
-            rows_.append({"epsilon": eps, "one_pass": once / trials, "confirmed": twice / trials})
+            rows_.append({"epsilon": eps, "one_pass": once / trials, "confirmed": twice / trials,
+                          "counts": [once, twice], "one_pass_ci": clopper_pearson(once, trials),
+                          "confirmed_ci": clopper_pearson(twice, trials), "below_floor": floor / trials,
+                          "bound": rule.power(floor / trials, once / trials)})
         out["families"][family] = rows_
         print(f"confirmation, power ({family}): " + ", ".join(
             f"e={r['epsilon']} {r['one_pass']:.0%}/{r['confirmed']:.0%}" for r in rows_), file=sys.stderr)
