@@ -277,7 +277,7 @@ def confirmation_power(trials: int, alpha: float, n: int, draws: int) -> dict:
     return out
 
 
-def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int) -> dict:
+def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int, only: tuple[str, ...] = ()) -> dict:
     """Every built-in mutant that samples (and the correct engine), ``seeds`` sampled passes of ``n`` tokens at batch
     size 8 each, through the check's own analysis: the rate at which one pass rejects at alpha, and at which the
     confirmed rule fails, pass i confirmed by pass i + 1 (independent seeds)."""
@@ -288,11 +288,13 @@ def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int) -> dict:
     loaded = parse_config(CONFIG % {"dtype": "float32"}, PACKAGE_DIR / "calibration.yaml")
     pair = load_pair(loaded)
     prompts = [tuple(pair.encode(p.text)) for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts]
-    target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
+    target, draft = Scorer(pair.target.model, pair.device), DraftModel(Scorer(pair.draft.model, pair.device))
     settings = GenerationSettings(1.0, 4)
     per = -(-n // 32)
     out = {"alpha": alpha, "floor": rule.floor, "n": n, "seeds": seeds, "engines": {}}
     for name, cls in {"correct": SpeculativeEngine, **MUTANTS}.items():
+        if only and name not in only:
+            continue
         engine = cls(pair.target.model, pair.draft.model, pair.device)
         ps = []
         for s in range(seeds):
@@ -350,6 +352,8 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="engine x batch size groups per simulated gate")
     ap.add_argument("--power-trials", type=int, default=200, help="per planted distortion")
     ap.add_argument("--mutants", type=int, default=0, metavar="SEEDS", help="also every sampling mutant, SEEDS passes")
+    ap.add_argument("--mutant", action="append", default=[], metavar="NAME",
+                    help="with --mutants: only this engine (repeatable; `correct` is the correct one)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -364,7 +368,7 @@ def main() -> None:
         report["confirmation_power"] = confirmation_power(args.power_trials, 0.01, n, args.null_trials)
     if args.mutants:
         report["confirmation_mutants"] = confirmation_mutants(args.mutants, 0.01, args.confirmation_n,
-                                                              args.null_trials)
+                                                              args.null_trials, tuple(args.mutant))
     if not args.skip_bf16:
         report["bf16"] = bf16_noise()
     print(json.dumps(report, indent=1))
