@@ -1,7 +1,8 @@
 """Calibrate the checks on the demo pair: false-rejection rate of the distribution test, and bf16 noise.
 
     python benchmarks/calibration.py [--trials 1000] [--n 100 200 600 2000] [--skip-bf16] [--json out.json]
-    python benchmarks/calibration.py --skip-fixed --skip-bf16 --confirmation 10000 [--groups 4] [--mutants 20]
+    python benchmarks/calibration.py --skip-fixed --skip-bf16 --confirmation 10000 [--groups 4]
+    python benchmarks/calibration.py --skip-fixed --skip-bf16 --mutants 20 [--mutant NAME]...
 
 1. Size of the distribution test at each n: plain sampling (T=1) on the default
    suite gives the positions; tokens are redrawn from the target's own
