@@ -1,7 +1,8 @@
 """Calibrate the checks on the demo pair: false-rejection rate of the distribution test, and bf16 noise.
 
     python benchmarks/calibration.py [--trials 1000] [--n 100 200 600 2000] [--skip-bf16] [--json out.json]
-    python benchmarks/calibration.py --skip-fixed --skip-bf16 --confirmation 10000 [--groups 4] [--mutants 20]
+    python benchmarks/calibration.py --skip-fixed --skip-bf16 --confirmation 10000 [--groups 4]
+    python benchmarks/calibration.py --skip-fixed --skip-bf16 --mutants 20 [--mutant NAME]...
 
 1. Size of the distribution test at each n: plain sampling (T=1) on the default
    suite gives the positions; tokens are redrawn from the target's own
@@ -24,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -167,6 +169,19 @@ def _demo_rows(n: int, seed: int = 0):
     return pair, rows(target, items), rows(draft, items)
 
 
+@functools.cache
+def _confirmation_setup(n: int, draws: int):
+    """The demo's rows at n, their moments, and the two passes' calibrations (the first pass's null draws and the
+    second's, seeded as the check seeds them): made once, shared by the null and the power simulations (the rows
+    are the expensive part, a sampled run and two teacher-forced scorings)."""
+    _, p, q = _demo_rows(n)
+    chunk = dist._Chunk(p, q)
+    token = dist.sample_from(p, np.random.default_rng(0))
+    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
+    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    return p, q, chunk, chunk.moments(), cal1, cal2
+
+
 def confirmation_null(gates: int, alpha: float, n: int, groups: int, draws: int) -> dict:
     """Per test, per group and per gate of ``groups`` groups: how often unchanged code fails with one pass at
     alpha and with the confirmed rule, on tokens redrawn from the target at a sampled run's positions.  Each group
@@ -175,12 +190,7 @@ def confirmation_null(gates: int, alpha: float, n: int, groups: int, draws: int)
     from gate.checks.confirmation import Rule, adjusted, fails
 
     rule = Rule(alpha, alpha / 100)
-    _, p, q = _demo_rows(n)
-    chunk = dist._Chunk(p, q)
-    m = chunk.moments()
-    token = dist.sample_from(p, np.random.default_rng(0))
-    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
-    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    p, _, chunk, m, cal1, cal2 = _confirmation_setup(n, draws)
     rng = np.random.default_rng(2026)
 
     def one(cal) -> dict[str, float]:
@@ -227,14 +237,20 @@ def confirmation_power(trials: int, alpha: float, n: int, draws: int) -> dict:
     from gate.checks.confirmation import Rule, adjusted, fails
 
     rule = Rule(alpha, alpha / 100)
-    _, p, q = _demo_rows(n)
-    chunk = dist._Chunk(p, q)
-    m = chunk.moments()
-    token = dist.sample_from(p, np.random.default_rng(0))
-    cal1 = dist.analyze_distributions(p, q, token, null_trials=draws).calibration()
-    cal2 = dist.analyze_distributions(p, q, token, null_trials=draws, null_seed=dist.SECOND_NULL_SEED).calibration()
+    p, q, chunk, m, cal1, cal2 = _confirmation_setup(n, draws)
     rng = np.random.default_rng(7)
     out = {"alpha": alpha, "floor": rule.floor, "n": int(p.shape[0]), "trials": trials, "families": {}}
+    aside = np.random.default_rng(8)  # its own stream: the rates above stay as they were without it
+
+    def second_cal(cdf) -> float:
+        """One pass at alpha judged on the second pass's calibration draws: b as the second pass sees it (a
+        calibration of 2,000 draws sets a test's critical value at its 5th most extreme draw, which differs
+        between two sets of draws)."""
+        hits = 0
+        for _ in range(trials):
+            y = dist._sample(cdf, aside.random(p.shape[0]))
+            hits += adjusted(cal2.apply(dist.pvalues(chunk.stats(y), m, aside.random(p.shape[0])))) < alpha
+        return hits / trials
     for family in dist.FAMILIES:
         rows_ = []
         for eps in dist.EPSILONS:
@@ -244,20 +260,25 @@ def confirmation_power(trials: int, alpha: float, n: int, draws: int) -> dict:
                 y = dist._sample(cdf, rng.random(p.shape[0]))
                 return adjusted(cal.apply(dist.pvalues(chunk.stats(y), m, rng.random(p.shape[0]))))
 
-            once = twice = 0
+            once = twice = floor = 0
             for _ in range(trials):
                 p1 = adj(cal1)
                 once += p1 < alpha
+                floor += p1 < rule.floor
                 decided = rule.first(p1)
                 twice += fails(rule.decide(p1, adj(cal2)) if decided == "unconfirmed" else decided)
-            rows_.append({"epsilon": eps, "one_pass": once / trials, "confirmed": twice / trials})
+            rows_.append({"epsilon": eps, "one_pass": once / trials, "confirmed": twice / trials,
+                          "counts": [once, twice], "one_pass_ci": clopper_pearson(once, trials),
+                          "confirmed_ci": clopper_pearson(twice, trials), "below_floor": floor / trials,
+                          "bound": rule.power(floor / trials, once / trials),
+                          "one_pass_second_calibration": second_cal(cdf)})
         out["families"][family] = rows_
         print(f"confirmation, power ({family}): " + ", ".join(
             f"e={r['epsilon']} {r['one_pass']:.0%}/{r['confirmed']:.0%}" for r in rows_), file=sys.stderr)
     return out
 
 
-def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int) -> dict:
+def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int, only: tuple[str, ...] = ()) -> dict:
     """Every built-in mutant that samples (and the correct engine), ``seeds`` sampled passes of ``n`` tokens at batch
     size 8 each, through the check's own analysis: the rate at which one pass rejects at alpha, and at which the
     confirmed rule fails, pass i confirmed by pass i + 1 (independent seeds)."""
@@ -268,11 +289,13 @@ def confirmation_mutants(seeds: int, alpha: float, n: int, draws: int) -> dict:
     loaded = parse_config(CONFIG % {"dtype": "float32"}, PACKAGE_DIR / "calibration.yaml")
     pair = load_pair(loaded)
     prompts = [tuple(pair.encode(p.text)) for p in load_suite(PACKAGE_DIR / "suites" / "default.jsonl").prompts]
-    target, draft = Scorer(pair.target.model, pair.device), Scorer(pair.draft.model, pair.device)
+    target, draft = Scorer(pair.target.model, pair.device), DraftModel(Scorer(pair.draft.model, pair.device))
     settings = GenerationSettings(1.0, 4)
     per = -(-n // 32)
     out = {"alpha": alpha, "floor": rule.floor, "n": n, "seeds": seeds, "engines": {}}
     for name, cls in {"correct": SpeculativeEngine, **MUTANTS}.items():
+        if only and name not in only:
+            continue
         engine = cls(pair.target.model, pair.draft.model, pair.device)
         ps = []
         for s in range(seeds):
@@ -330,6 +353,8 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="engine x batch size groups per simulated gate")
     ap.add_argument("--power-trials", type=int, default=200, help="per planted distortion")
     ap.add_argument("--mutants", type=int, default=0, metavar="SEEDS", help="also every sampling mutant, SEEDS passes")
+    ap.add_argument("--mutant", action="append", default=[], metavar="NAME",
+                    help="with --mutants: only this engine (repeatable; `correct` is the correct one)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -344,7 +369,7 @@ def main() -> None:
         report["confirmation_power"] = confirmation_power(args.power_trials, 0.01, n, args.null_trials)
     if args.mutants:
         report["confirmation_mutants"] = confirmation_mutants(args.mutants, 0.01, args.confirmation_n,
-                                                              args.null_trials)
+                                                              args.null_trials, tuple(args.mutant))
     if not args.skip_bf16:
         report["bf16"] = bf16_noise()
     print(json.dumps(report, indent=1))

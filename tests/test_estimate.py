@@ -66,7 +66,7 @@ def test_a_gpu_runner_before_its_first_run_gets_an_estimate_from_a_stated_rate(t
     assert doc["estimate_from"].startswith("assumed: every engine generates 250 tokens per second")
     assert main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "250"]) == 0
     text = capsys.readouterr().out
-    assert "estimate: " in text and "confirmation: only for a group whose distribution test lands between" in text
+    assert "estimate: " in text and "confirmation: not planned; one more sampling pass only for a group" in text
     # the confirmation pass (gate.checks.confirmation) is possible, not planned: its tokens and time beside the estimate
     sampled = {(w["engine"], w["batch_size"]): w["tokens"] for w in doc["work"] if w["phase"] == "sampling"}
     assert {(c["engine"], c["batch_size"]): c["tokens"] for c in doc["confirmation"]} == sampled
@@ -74,6 +74,35 @@ def test_a_gpu_runner_before_its_first_run_gets_an_estimate_from_a_stated_rate(t
     with pytest.raises(SystemExit):
         main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "0"])
     assert "a rate above 0 tokens per second" in capsys.readouterr().err
+
+
+def test_plan_states_the_confirmation_passes_worst_case_and_how_rarely_it_runs(tmp_path, capsys, monkeypatch):
+    """Issue 55, item 4: the confirmation pass (gate.checks.confirmation) is not planned, so the plan states its
+    worst case beside the estimate (one more sampling pass per group: tokens and time) and when it runs (a group
+    between confirm_floor and alpha: at most alpha per group on a correct engine); with `confirm: false` no line."""
+    import gate.inputs.models as models
+
+    monkeypatch.setattr(models, "_load_one", lambda *a, **k: pytest.fail("plan loaded weights"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", str(DEMO_CONFIG), "--tokens-per-s", "100"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("confirmation:"))
+    assert "between confirm_floor 0.0001 and alpha 0.01" in line and "probability at most 0.01 per group" in line
+    # the demo samples 768 tokens per engine at bs 8: the worst case is both groups again, 1536 tokens, 15 s at 100/s
+    assert "reference bs 8: up to 768 tokens; speculative bs 8: up to 768 tokens" in line
+    assert "at worst 1536 tokens, every group again, about 15 s here" in line and "(not in the estimate)" in line
+    cfg = tmp_path / "no-confirm.yaml"
+    text = DEMO_CONFIG.read_text().replace("alpha: 0.01, power_trials: 20",
+                                           "alpha: 0.05, power_trials: 20, confirm_floor: 0.001")
+    cfg.write_text(text)
+    assert main(["plan", str(cfg), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["confirmation_rule"] == {"alpha": 0.05, "floor": 0.001}
+    cfg.write_text(text.replace("confirm_floor: 0.001", "confirm: false"))
+    assert main(["plan", str(cfg)]) == 0
+    assert "confirmation:" not in capsys.readouterr().out
+    assert main(["plan", str(cfg), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["confirmation"] == [] and doc["confirmation_s"] is None and doc["confirmation_rule"] is None
 
 
 def test_plan_takes_the_last_run_of_the_hardware_key_it_is_given(tmp_path, capsys, monkeypatch):

@@ -121,3 +121,20 @@ def test_the_null_selftest_report_fails_on_any_failing_check_and_states_each_rat
     assert 0.001 < lo < 0.002 and 0.24 < hi < 0.25, (lo, hi)  # the exact interval, as scipy computes it
     report.runs.append(NullRun("paired", 3, ["distribution"], [], seen, cells=6, marked=0))
     assert not report.passed, "a failing check on the unchanged engine is a false alarm"
+
+
+def test_the_null_selftest_counts_distribution_groups_failed_by_one_pass_and_after_confirmation():
+    """Issue 55, item 4: the null self-test reports, over every run, how many distribution groups one pass at alpha
+    would have failed and how many still fail after the confirmation, each with its interval."""
+    from gate.selftest.null import NullReport, NullRun
+
+    report = NullReport(runs=[NullRun("stored", 1, [], [], ["distribution"], 6, 0, 1, 2, 1, 0),
+                              NullRun("paired", 2, [], [], ["distribution"], 6, 0, 0, 2, 0, 0)])
+    g = report.groups()
+    assert g["groups"] == 4 and g["one_pass"]["failed"] == 1 and g["confirmed"]["failed"] == 0
+    assert g["confirmed"]["ci"][0] == 0.0 and 0.5 < g["confirmed"]["ci"][1] < 0.7  # Clopper-Pearson, 0 of 4
+    text = "\n".join(report.lines())
+    assert "distribution groups (engine x batch size) failed: one pass at alpha 1 of 4" in text
+    assert "after confirmation 0 of 4 (0.0%–60.2%)" in text
+    assert report.to_json()["distribution_groups"] == g
+    assert NullReport().group_lines() == []

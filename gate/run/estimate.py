@@ -70,6 +70,7 @@ class PlanReport:
     # its floor and alpha: (engine, bs) -> the tokens it would sample again; and their time, where rates are known
     confirmation: dict[tuple[str, int], int] = field(default_factory=dict)
     confirmation_s: float | None = None
+    confirmation_rule: tuple[float, float] | None = None  # (alpha, floor): the near-miss region that triggers it
 
     def lines(self) -> list[str]:
         out = [f"plan for {self.config}: {self.summary}"]
@@ -86,10 +87,14 @@ class PlanReport:
                 out.append(f"  {engine}: " + "; ".join(cells))
         if self.confirmation:
             every = sum(self.confirmation.values())
-            out.append("confirmation: only for a group whose distribution test lands between confirm_floor and alpha "
-                       "(on a correct engine, about alpha of the runs): it samples again, " + "; ".join(
+            alpha, floor = self.confirmation_rule or (None, None)
+            where = (f"between confirm_floor {floor:g} and alpha {alpha:g} (on a correct engine, with probability at "
+                     f"most {alpha:g} per group)" if alpha is not None else
+                     "between confirm_floor and alpha (on a correct engine, with probability at most alpha per group)")
+            out.append(f"confirmation: not planned; one more sampling pass only for a group whose distribution test "
+                       f"lands {where}: " + "; ".join(
                            f"{e} bs {b}: up to {t} tokens" for (e, b), t in sorted(self.confirmation.items()))
-                       + f"; {every} tokens if every group did"
+                       + f"; at worst {every} tokens, every group again"
                        + (f", about {_duration(self.confirmation_s)} here" if self.confirmation_s is not None else "")
                        + ", then the checks again (not in the estimate)")
         if self.timing_tokens:
@@ -131,7 +136,9 @@ class PlanReport:
                 "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill, "memory": self.memory,
                 "confirmation": [{"engine": e, "batch_size": b, "tokens": t}
                                  for (e, b), t in sorted(self.confirmation.items())],
-                "confirmation_s": self.confirmation_s}
+                "confirmation_s": self.confirmation_s,
+                "confirmation_rule": ({"alpha": self.confirmation_rule[0], "floor": self.confirmation_rule[1]}
+                                      if self.confirmation_rule else None)}
 
 
 def _duration(seconds: float) -> str:
@@ -229,6 +236,8 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                     w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
         if cfg.checks.distribution.confirm:  # a second pass of the same size, with new seeds
             report.confirmation[(g.engine, g.batch_size)] = per_pass * math.ceil(g.need / per_pass)
+            d = cfg.checks.distribution  # the floor as gate.checks.confirmation.Rule.of reads it (alpha / 100 unset)
+            report.confirmation_rule = (d.alpha, d.confirm_floor if d.confirm_floor is not None else d.alpha / 100)
     for level in p.timing:
         per_repeat = sum(_budget(b.members, prompts) for c in level.cells for b in c.batches)
         first = _budget(level.cells[0].batches[0].members, prompts) if level.cells else 0

@@ -79,6 +79,9 @@ class NullRun:
     cells: int  # speedup cells and load levels judged
     marked: int  # of them warned or failed
     second_passes: int = 0  # distribution groups sampled again before they could fail (gate.checks.confirmation)
+    groups: int = 0  # distribution groups (engine x batch size) judged
+    one_pass: int = 0  # of them, failed by one pass at alpha (the rule before confirmation)
+    confirmed: int = 0  # of them, failed after confirmation (at once below the floor, or confirmed)
 
 
 @dataclass
@@ -126,14 +129,34 @@ class NullReport:
         if second:
             head.append(f"distribution groups sampled again before they could fail (a first pass between the floor "
                         f"and alpha, as `specguard gate` confirms it): {second}")
+        head += self.group_lines()
         if self.between_sd is not None:
             head.append(f"between-run spread of a cell's mean log speedup here: {self.between_sd:.1%} "
                         f"({self.between_df} df, one job; baseline.between_run_sd should be at least this)")
         return [*head, "", *table]
 
+    def groups(self) -> dict:
+        """The distribution check per group over every run: judged, failed by one pass at alpha, failed after
+        confirmation; each rate with its Clopper-Pearson 95% interval."""
+        n = sum(r.groups for r in self.runs)
+        out: dict = {"groups": n}
+        for key in ("one_pass", "confirmed"):
+            k = sum(getattr(r, key) for r in self.runs)
+            out[key] = {"failed": k, "ci": clopper_pearson(k, n)}
+        return out
+
+    def group_lines(self) -> list[str]:
+        g = self.groups()
+        if not g["groups"]:
+            return []
+        said = [f"{g[key]['failed']} of {g['groups']} ({g[key]['ci'][0]:.1%}–{g[key]['ci'][1]:.1%})"
+                for key in ("one_pass", "confirmed")]
+        return [f"distribution groups (engine x batch size) failed: one pass at alpha {said[0]}; after confirmation "
+                f"{said[1]}"]
+
     def to_json(self) -> dict:
         return {"passed": self.passed, "seconds": self.seconds, "between_sd": self.between_sd,
-                "between_df": self.between_df, "rows": self.rows(),
+                "between_df": self.between_df, "rows": self.rows(), "distribution_groups": self.groups(),
                 "runs": [r.__dict__ for r in self.runs]}
 
 
@@ -207,7 +230,10 @@ def null_selftest(runs: int = 10, repeats: int = 8, samples: int = 600, modes: t
                 rows = [r for by_bs in (checks.distribution.engines.values() if checks.distribution else ())
                         for r in by_bs.values()]
                 second = sum(r.confirmation is not None and r.confirmation.p2 is not None for r in rows)
-                report.runs.append(NullRun(mode, seed, failed, warned, seen, cells, marked, second))
+                judged = [r for r in rows if r.n]
+                one = sum(r.rejected or r.confirmation is not None for r in judged)  # p1 < alpha, or outside
+                report.runs.append(NullRun(mode, seed, failed, warned, seen, cells, marked, second, len(judged), one,
+                                           sum(bool(r.rejected) for r in judged)))
                 if mode == "stored":
                     stored_runs.append(summary.measured.speedup)
                 say(f"{mode} run {seed}: " + (f"FAILED {', '.join(failed)}" if failed else "no failure")
