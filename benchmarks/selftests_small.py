@@ -49,6 +49,8 @@ def null() -> list[str]:
     missing = {"equivalence", "distribution", "acceptance", "speedup", "reproducibility"} - seen
     if missing:
         problems.append(f"null: no verdict from {', '.join(sorted(missing))}")
+    if report.groups()["groups"] != 2:  # the reference and the speculative engine at the sampled batch size
+        problems.append(f"null: {report.groups()['groups']} distribution groups counted, not 2")
     return problems
 
 
