@@ -177,3 +177,26 @@ def test_runner_load_is_part_of_results_json_and_its_schema():
     assert Results.model_validate_json(text).runner_load.other_cpu_cores == 0.1
     assert "runner_load" in schema("results")["properties"]
     assert "resolution" in schema("checks")["$defs"]["LoadStats"]["properties"]
+
+
+def test_paired_speed_is_judged_on_the_paired_ratios_own_spread():
+    """Paired mode: the judged spread is the run's own (head and base interleaved), so the stated resolution and the
+    one that decides are the same: quiet paired ratios are judged, noisy ones are not."""
+    from gate.verdict.baseline import measure
+    from gate.verdict.speed import paired_changes
+    from gate.verdict.summary import PairedCell, PairedSummary
+
+    head = timed({})
+    measured = measure(head, syn.checks_for(head), syn.config())
+    for sd, judged_ in ((0.02, True), (0.6, False)):
+        rng = random.Random(7)
+        cells = {key: PairedCell(slice=c.slice, batch_size=c.batch_size, bucket=c.bucket,
+                                 ratios=[math.exp(rng.gauss(0, sd)) for _ in c.samples], batches=c.batches)
+                 for key, c in measured.speedup["speculative"].items()}
+        paired = PairedSummary(engine="base-speculative", head_engine="speculative", num_draft_tokens=4, cells=cells)
+        cells_, levels, _ = paired_changes(measured, paired, syn.config().baseline)
+        for level in levels:
+            assert level.resolution.judged is judged_
+            assert level.resolution.own == level.resolution.drop
+            assert level.status == ("pass" if judged_ else "neutral")
+        assert all((c.status == "neutral") is not judged_ for c in cells_)
