@@ -200,3 +200,23 @@ def test_paired_speed_is_judged_on_the_paired_ratios_own_spread():
             assert level.resolution.own == level.resolution.drop
             assert level.status == ("pass" if judged_ else "neutral")
         assert all((c.status == "neutral") is not judged_ for c in cells_)
+
+
+def test_gpu_readings_parse_nvidia_smi(monkeypatch, tmp_path):
+    """No GPU here: a stand-in ``nvidia-smi`` on PATH answers the two queries as the real one does (CSV, no header,
+    no units); a process that is not this run's counts as another process on its device."""
+    import os
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   'case "$1" in\n'
+                   '  --query-gpu=*) echo "0, GPU-aaa, 1980, 1980, 97"; echo "1, GPU-bbb, 1400, 1980, 3" ;;\n'
+                   f'  --query-compute-apps=*) echo "GPU-aaa, {os.getpid()}"; echo "GPU-aaa, 999999999" ;;\n'
+                   "esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    got = load.record(load.snapshot())
+    assert [g.index for g in got.gpus] == [0, 1]
+    assert got.gpus[0].other_processes == 1 and got.gpus[1].other_processes == 0
+    assert got.gpus[0].sm_clock_mhz == [1980.0, 1980.0] and got.gpus[1].max_sm_clock_mhz == 1980.0
+    assert "1 other process on GPU 0" in load.likely_cause(got)
