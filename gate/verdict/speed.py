@@ -88,6 +88,8 @@ def _resolved(levels: list[tuple[SpeedupChange, Tested]], own: dict[str, dict[st
         else:
             own_drop, sd = (mine.drop, mine.sd) if mine is not None else (None, None)
         judged = own_drop is None or own_drop <= rules.speedup_drop
+        if stated is not None and own_drop is not None:  # the judge pools the head's spread over every level: a
+            stated = max(stated, own_drop)  # level noisier than the rest is never stated finer than its own spread
         res = LevelResolution(drop=stated, own=own_drop, sd=sd, judged=judged)
         out.append((change.model_copy(update={"resolution": res}), t))
     return out
