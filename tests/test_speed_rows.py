@@ -45,7 +45,9 @@ def rows(comment: str) -> list[dict]:
 
 def verdict_and_comment(seed: int):
     rng = random.Random(seed)
-    cfg = syn.config(between_run_sd=rng.choice((0.0, 0.02, 0.05)))
+    # a fail rule wide enough, now and then, that the noisiest sets are still judged (docs/baselines.md, "What a run
+    # can resolve"): a row whose load level is not judged is ⚪, and the property below holds for it too
+    cfg = syn.config(between_run_sd=rng.choice((0.0, 0.02, 0.05)), speedup_drop=rng.choice((0.10, 0.6)))
     head = noisy(rng, rng.uniform(-0.3, 0.3), rng.choice((0.05, 0.2, 0.5)))
     checks = syn.checks_for(head)
     base = noisy(rng, 0.0, rng.choice((0.05, 0.2, 0.5)))

@@ -288,10 +288,23 @@ class Repeats(_Doc):
     stopped_by: list[str | None]
 
 
+class Resolution(_Doc):
+    """The smallest drop of speedup this run would detect with 80% power (a 95% test), from its own timing spread
+    (gate.checks.resolution): ``drop = 1 - exp(-(t_.975 + t_.80) se)``, ``se`` the standard error of the mean log
+    speedup, ``sd`` the repeat-to-repeat spread of a log sample it came from, on ``df`` degrees of freedom."""
+
+    drop: float | None  # None: no repeats, no spread measured
+    se: float | None
+    sd: float
+    df: int
+
+
 class LoadStats(SpeedupStats):
     """One load level, pooled over its cells, with the range of repeats they took."""
 
     repeats: Repeats | None
+    # what this load level's own timing spread resolves (absent in checks written before it)
+    resolution: Resolution | None = omitted_when_none()
 
 
 class Crossover(_Doc):
@@ -328,6 +341,8 @@ class SpeedupEngine(_Doc):
     not_a_speedup: str | None = Field(None, exclude_if=lambda v: v is None)
     # its timing measured co-located servers, not speculation (gate.run.isolation): why; its cells are not judged
     neighbours: str | None = Field(None, exclude_if=lambda v: v is None)
+    # what the run's own timing spread resolves of a drop in every cell alike (absent in checks written before it)
+    resolution: Resolution | None = omitted_when_none()
 
 
 class Speedup(_Doc):

@@ -38,6 +38,7 @@ import itertools
 import statistics
 from collections import defaultdict
 
+from gate.checks import resolution
 from gate.checks.doc import (
     CellStats,
     Crossover,
@@ -45,6 +46,7 @@ from gate.checks.doc import (
     Expected,
     LoadStats,
     Repeats,
+    Resolution,
     Speedup,
     SpeedupCI,
     SpeedupEngine,
@@ -240,6 +242,10 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
             reps = [c["repeats"] for c in cells_at]
             load[str(bs)] = LoadStats(**dict(block(lambda p: True, bs)), repeats=Repeats(
                 min=min(reps), max=max(reps), stopped_by=sorted({c["stopped_by"] for c in cells_at})) if reps else None)
+        own = _resolution(mine)
+        for bs, res in own.items():
+            if bs != "run" and str(bs) in load:
+                load[str(bs)].resolution = res
         buckets = sorted({p.bucket for p in mine}, key=_bucket_order)
         by_bucket = {b: {str(bs): block(lambda p, b=b: p.bucket == b, bs)
                          for bs in sizes if any(p.batch_size == bs and p.bucket == b for p in mine)}
@@ -255,9 +261,29 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
             memory=_memory(results, engine), expected_note=None if calibrated else NOT_CALIBRATED,
             against=None if against == REFERENCE else against,
             versus_gate=_versus_gate(results, engine, resamples) if against != REFERENCE else None,
-            not_a_speedup=NOT_A_SPEEDUP if engine in other_stack else None, neighbours=neighbours.get(engine))
+            not_a_speedup=NOT_A_SPEEDUP if engine in other_stack else None, neighbours=neighbours.get(engine),
+            resolution=own.get("run"))
     return Speedup(engines=engines, protocol=protocol, calibration=results.calibration,
                    calibrated_engines=results.calibrated_engines)
+
+
+def _resolution(pairs: list[TimingPair]) -> dict:
+    """Per load level (batch size) and for the run (``"run"``): what the engine's own timing spread resolves
+    (gate.checks.resolution), from each cell's samples grouped by timed batch."""
+    by: dict[tuple, list[tuple[float, int]]] = {}
+    for p in pairs:
+        if (r := p.ratio) is not None:
+            by.setdefault((p.batch_size, p.slice, p.bucket), []).append((r, p.execution.batch))
+    cells: dict[int, list] = {}
+    for (bs, _, _), rows in sorted(by.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), str(kv[0][2]))):
+        cells.setdefault(bs, []).append(resolution.grouped([r for r, _ in rows], [b for _, b in rows]))
+    if not cells:
+        return {}
+    out: dict = {bs: Resolution(drop=d, se=se, sd=sd, df=df)
+                 for bs, (d, sd, df, se) in resolution.levels(cells).items()}
+    d, sd, df, se = resolution.whole(cells)
+    out["run"] = Resolution(drop=d, se=se, sd=sd, df=df)
+    return out
 
 
 def _versus_gate(results: Results, engine: str, resamples: int) -> dict[str, SpeedupCI]:

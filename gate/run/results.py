@@ -31,9 +31,10 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 from gate.engines.base import SpecCounters, eps_of
 from gate.errors import Problem, ResultsError
 from gate.inputs.config import REFERENCE, Config
-from gate.io.documents import Document, RunRef
+from gate.io.documents import Document, RunRef, omitted_when_none
 from gate.io.files import parse_json, read_input, split_lines
 from gate.io.rundir import RESULTS, DocumentKind, load_document
+from gate.run.load import RunnerLoad
 from gate.run.records import (
     Execution,
     Mode,
@@ -270,6 +271,8 @@ class Results(RunHeader):
     # launched servers timed alone and beside each other (gate.run.isolation); left out while none was probed
     neighbours: list[NeighbourProbe] = Field(default_factory=list, exclude_if=lambda v: not v)
     isolated: bool = Field(False, exclude_if=lambda v: not v)  # timed one server at a time (isolate_servers)
+    # the runner while the gate timed: load, other processes, steal, clocks (gate.run.load); absent without timing
+    runner_load: RunnerLoad | None = omitted_when_none()
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")

@@ -49,6 +49,7 @@ from gate.inputs.models import ModelPair
 from gate.inputs.suite import Suite
 from gate.io.files import atomic_write_json
 from gate.io.rundir import RECORDS, RESULTS
+from gate.run import load
 from gate.run.anchor import Anchor
 from gate.run.cache import ReferenceCache
 from gate.run.calibrate import calibrate
@@ -479,6 +480,7 @@ class Runner:
         for skip in self.plan.skips:
             self.progress.note(f"skip {skip.engine} at batch size {skip.batch_size} ({skip.mode}): {skip.reason}")
         status, stopped, calibration, timing = "complete", None, {}, {}
+        runner_load = None
         base_calibration: dict[str, dict[str, float]] = {}
         try:
             with sigterm_interrupts():
@@ -497,7 +499,9 @@ class Runner:
                 self.outputs_phase()
                 if self.plan.timing:
                     with self.phases("timing"):
+                        started = load.snapshot()
                         timing = self.timing_phase()
+                        runner_load = load.record(started)
                 if self.cfg.checks.traffic is not None and (self.shard is None or self.shard[0] == 0):  # on one shard
                     with self.phases("request-rate traffic"):
                         self.traffic_phase()
@@ -529,7 +533,7 @@ class Runner:
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                                   cache={"reused": self.executor.reused}, paired=paired,
                                   anchor=self.anchored, traffic=self.traffic, neighbours=self.probes,
-                                  isolated=self.isolate)
+                                  isolated=self.isolate, runner_load=runner_load)
                 atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)

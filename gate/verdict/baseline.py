@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from gate.checks.doc import ChecksDoc, EquivalenceSummary, Reproducibility
+from gate.checks.doc import ChecksDoc, EquivalenceSummary, Reproducibility, Resolution
 from gate.engines.base import SpecCounters
 from gate.errors import BaselineError, Problem, RefreshRefused
 from gate.inputs.config import REFERENCE, Config
@@ -192,6 +192,11 @@ class Measurements(_Doc):
     memory: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
     # engine -> rate -> cell; left out while empty, so baselines without request-rate load keep their documents
     traffic: dict[str, dict[str, TrafficCell]] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    # What the run's own timing spread resolves, per engine and load level (checks.json's; gate.checks.resolution),
+    # and the load levels it cannot resolve the fail rule's drop at (config's baseline.speedup_drop): not judged,
+    # never stored (:func:`derive` leaves their cells out).  Read from the run, never written to a baseline.
+    resolution: dict[str, dict[str, Resolution]] = Field(default_factory=dict, exclude=True)
+    unresolved: dict[str, list[int]] = Field(default_factory=dict, exclude=True)
 
 
 class Baseline(Measurements):
@@ -381,6 +386,10 @@ def derive(measured: Measurements, *, name: str, hardware_key: str, hardware: di
         raise refused
     BaselineSettings.model_validate(measured.settings.model_dump())  # only settings a stored baseline may hold
     forced = Forced(reason=force_reason, failing=failing) if failing and force_reason is not None else None
+    if measured.unresolved:  # speed the run could not resolve is not judged, and never stored
+        measured = measured.model_copy(update={"speedup": {
+            engine: {key: c for key, c in cells.items() if c.batch_size not in measured.unresolved.get(engine, ())}
+            for engine, cells in measured.speedup.items()}})
     return Baseline(**dict(measured), name=name, hardware_key=hardware_key, hardware=hardware,
                     created_utc=created_utc, forced=forced, reason=reason or force_reason, source=source)
 
@@ -417,7 +426,14 @@ def measure(results: Results, checks: ChecksDoc, config: Config) -> Measurements
                          for bs, row in rows.items()} for e, rows in dist.engines.items()},
             min_detectable_epsilon={f: v.min_detectable_epsilon for f, v in dist.power.families.items()}
             if dist.power else None)
+    own = {engine: {bs: row.resolution for bs, row in e.load_curve.items() if row.resolution is not None}
+           for engine, e in (checks.speedup.engines.items() if checks.speedup else ())}
+    drop = config.baseline.speedup_drop
+    unresolved = {engine: sorted(int(bs) for bs, r in rows.items() if r.drop is not None and r.drop > drop)
+                  for engine, rows in own.items()}
     return Measurements(
+        resolution={e: rows for e, rows in own.items() if rows},
+        unresolved={e: sizes for e, sizes in unresolved.items() if sizes},
         fingerprint=BaselineFingerprint(models=models, libraries=dict(fpr.libraries), config=fpr.config,
                                         stacks={name: StackId(version=s.version, launch=_portable(s.launch))
                                                 for name, s in fpr.stacks.items()},

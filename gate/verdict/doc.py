@@ -49,6 +49,18 @@ class Explanation(_Doc):
     sentence: str = ""
 
 
+class LevelResolution(_Doc):
+    """What a load level's timing resolves (docs/baselines.md, "What a run can resolve"): the smallest drop detected
+    with 80% power by a 95% test, from the spread the judge holds (``drop``: within the run and, stored, between
+    runs) and from the run's own repeats alone (``own``, with ``sd`` per sample); ``judged`` is false where ``own``
+    is worse than ``baseline.speedup_drop``: the run cannot see the drop the fail rule is about."""
+
+    drop: float | None
+    own: float | None
+    sd: float | None
+    judged: bool = True
+
+
 class SpeedupChange(_Doc):
     engine: str
     slice: str | None
@@ -63,10 +75,13 @@ class SpeedupChange(_Doc):
     # the one-sided p-value of a drop, Holm-adjusted over every cell and load level of the run (gate.verdict.
     # speed_rule); absent in verdicts written before the family rule
     p_adjusted: float | None = omitted_when_none()
+    # a load level's (and its cells'): what its timing resolves, and whether it was judged (status neutral: not)
+    resolution: LevelResolution | None = omitted_when_none()
 
     def mark(self) -> str:
         """What a row shows beside its change: its status, except a pass whose 95% interval lies wholly below no
-        change, which is ``slower``: a drop the family does not flag (under ``baseline.min_effect``, or not
+        change, which is ``slower``; a row not judged (its load level's timing cannot resolve the fail rule's
+        drop) is ``neutral``, never a pass: a drop the family does not flag (under ``baseline.min_effect``, or not
         significant once every cell and load level is counted), never shown as a pass."""
         if self.status == "pass" and self.ratio.high is not None and self.ratio.high < 1:
             return "slower"
@@ -187,5 +202,5 @@ class VerdictDoc(_Doc):
 
 
 __all__ = ["EXIT_FAIL", "EXIT_PASS", "SCHEMA", "AcceptanceChange", "BaselineRef", "Changed",
-           "EquivalenceChange", "Explanation", "Interval", "Rules", "RunRef", "SpeedupChange", "Status",
-           "TimingNoise", "TrafficChange", "VerdictDoc"]
+           "EquivalenceChange", "Explanation", "Interval", "LevelResolution", "Rules", "RunRef", "SpeedupChange",
+           "Status", "TimingNoise", "TrafficChange", "VerdictDoc"]

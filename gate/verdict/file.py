@@ -8,7 +8,7 @@ prints one word on stdout and exits:
 word    exit meaning
 ======= ==== ====================================================================================
 pass    0    ``verdict.json`` belongs to the run in RUN_DIR and passed
-neutral 0    the same, with no baseline to compare with yet
+neutral 0    the same, with no baseline to compare with yet, or speed a noisy run could not judge
 fail    1    the verdict belongs to the run and failed
 error   2    no verdict, an unreadable one, or one that belongs to another run (the reason on stderr)
 ======= ==== ====================================================================================

@@ -37,6 +37,7 @@ import numpy as np
 from gate.checks.doc import VerdictLine
 from gate.inputs.config import REFERENCE, BaselineConfig, Config, baseline_name
 from gate.numbers import signed_pct, times
+from gate.run.load import likely_cause
 from gate.run.results import Results
 from gate.stats import alpha_from_mean_accepted
 from gate.verdict.baseline import Baseline, Comparability, Measurements, comparability
@@ -137,7 +138,8 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
                         "timing was not compared (equivalence and acceptance were)"))
     if paired is not None:
         sp_changes, sp_levels, noise = paired_changes(measured, paired, rules)
-    verdicts += speedup_verdicts(sp_changes, sp_levels, rules, paired is not None)
+    verdicts += speedup_verdicts(sp_changes, sp_levels, rules, paired is not None,
+                                 required=head.config.checks.speedup.required, cause=likely_cause(head.runner_load))
     if paired is not None:
         tr_changes = _paired_traffic_changes(measured, paired, rules.speedup_drop)
     else:
@@ -147,14 +149,17 @@ def judge(head: RunSummary, stored: Stored, rules: BaselineConfig) -> VerdictDoc
                                   paired is not None)
     # The runner is named only to explain a speed change the family marked: a move inside the spread between runs
     # needs no explanation (and named on unchanged runs, it was one more false alarm).
-    marked = any(c.status != "pass" for c in sp_changes + sp_levels)
+    marked = any(c.status in ("fail", "warn") for c in sp_changes + sp_levels)
     drift = runner_drift(sp_changes) if paired is None and marked else None
     if drift is not None:
         verdicts.append(drift)
 
     failed = [v for v in verdicts if v.status == "fail"]
     mode = "paired" if paired else ("stored" if baseline else "none")
-    outcome = "fail" if failed else ("neutral" if mode == "none" else "pass")
+    # speed a load level's timing could not resolve is not judged: the job's verdict is neutral, never a pass (or,
+    # under checks.speedup.required, its lines failed above)
+    unjudged = any(c.status == "neutral" for c in sp_levels)
+    outcome = "fail" if failed else ("neutral" if mode == "none" or unjudged else "pass")
     ref = None
     if baseline is not None:
         ref = BaselineRef(path=stored.path, name=baseline.name, hardware_key=baseline.hardware_key,
@@ -471,6 +476,10 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
         where = f"{worst.slice} at bs {worst.batch_size}" if worst.slice else f"all slices at bs {worst.batch_size}"
         parts.append(f"speedup {1 - worst.ratio.estimate:.0%} lower on {where} (significant, within the "
                      "tolerance)")
+    unjudged = sorted({c.batch_size for c in doc.speedup_levels if c.status == "neutral"})
+    if unjudged:
+        parts.append(f"speed not judged at bs {_sizes(unjudged)} (the run's timing spread cannot resolve a "
+                     f"{doc.rules.speedup_drop if doc.rules else 0.1:.0%} drop)")
     tr_drops = [c for c in doc.traffic if c.status == "fail"]
     if tr_drops:
         worst = min(tr_drops, key=lambda c: c.ratio.estimate)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 
-from gate.checks.doc import VerdictLine
+from gate.checks import resolution
+from gate.checks.doc import Resolution, VerdictLine
 from gate.inputs.config import BaselineConfig
 from gate.numbers import signed_pct, times
 from gate.verdict.baseline import Baseline, Comparability, Measurements
-from gate.verdict.doc import Interval, SpeedupChange, TimingNoise
+from gate.verdict.doc import Interval, LevelResolution, SpeedupChange, TimingNoise
 from gate.verdict.explain import Cost, explain
 from gate.verdict.noise import CellRun, cell_mean, within
 from gate.verdict.speed_rule import (
@@ -53,14 +54,45 @@ def _change(engine: str, slice_: str | None, bs: int, bucket: str | None, base: 
 
 def _family(cells: list[tuple[SpeedupChange, Tested]], levels: list[tuple[SpeedupChange, Tested]],
             rules: BaselineConfig) -> tuple[list[SpeedupChange], list[SpeedupChange]]:
-    """Every cell and load level of the run, one family: Holm over their p-values, then each one's status."""
+    """Every cell and load level of the run that its timing can resolve, one family: Holm over their p-values, then
+    each one's status.  A load level whose own timing spread cannot resolve ``speedup_drop`` (its
+    ``resolution.judged`` false) is not judged, nor are its cells: neutral, outside the family."""
+    unjudged = {(c.engine, c.batch_size) for c, _ in levels if c.resolution is not None and not c.resolution.judged}
     every = cells + levels
-    adjusted = holm([t.p_drop for _, t in every])
+    judged_rows = [(c, t) for c, t in every if (c.engine, c.batch_size) not in unjudged]
+    adjusted = dict(zip((id(c) for c, _ in judged_rows), holm([t.p_drop for _, t in judged_rows])))
+    levels_by = {(c.engine, c.batch_size): c.resolution for c, _ in levels}
     judged = []
-    for (change, _), p in zip(every, adjusted):
+    for change, _ in every:
+        if (change.engine, change.batch_size) in unjudged:
+            judged.append(change.model_copy(update={"status": "neutral", "significant": False,
+                                                    "resolution": levels_by[(change.engine, change.batch_size)]}))
+            continue
+        p = adjusted[id(change)]
         status, significant = speed_status(change.ratio, p, rules.speedup_drop, rules.min_effect)
         judged.append(change.model_copy(update={"status": status, "significant": significant, "p_adjusted": p}))
     return judged[:len(cells)], judged[len(cells):]
+
+
+def _resolved(levels: list[tuple[SpeedupChange, Tested]], own: dict[str, dict[str, Resolution]] | None,
+              rules: BaselineConfig) -> list[tuple[SpeedupChange, Tested]]:
+    """Each load level with what it resolves: ``drop`` from the spread the judge holds (its interval's), ``own``
+    from the run's own repeats: the checks' (stored mode), or the paired ratios' (paired mode: all of the spread
+    is the run's own).  Not judged where ``own`` is worse than ``speedup_drop``."""
+    out = []
+    for change, t in levels:
+        stated = resolution.drop(math.sqrt(t.var), t.df) if t.var is not None else None
+        mine = (own or {}).get(change.engine, {}).get(str(change.batch_size)) if own is not None else None
+        if own is None:  # paired: the judged spread is the run's own
+            own_drop, sd = stated, None
+        else:
+            own_drop, sd = (mine.drop, mine.sd) if mine is not None else (None, None)
+        judged = own_drop is None or own_drop <= rules.speedup_drop
+        if stated is not None and own_drop is not None:  # the judge pools the head's spread over every level: a
+            stated = max(stated, own_drop)  # level noisier than the rest is never stated finer than its own spread
+        res = LevelResolution(drop=stated, own=own_drop, sd=sd, judged=judged)
+        out.append((change.model_copy(update={"resolution": res}), t))
+    return out
 
 
 def _levels(cells: list[tuple[SpeedupChange, Tested]], shared: float) -> list[tuple[SpeedupChange, Tested]]:
@@ -123,7 +155,8 @@ def stored_changes(head: Measurements, baseline: Baseline, rules: BaselineConfig
         ratio = t.interval()
         tested.append((_change(engine, now.slice, now.batch_size, now.bucket, _geo(b), _geo([h]), t,
                                explain(bc, hc, ratio.estimate) if hc and bc and ratio.estimate else None), t))
-    cells, levels = _family(tested, _levels(tested, 2 * between.between_sd ** 2), rules)
+    levels = _resolved(_levels(tested, 2 * between.between_sd ** 2), head.resolution, rules)
+    cells, levels = _family(tested, levels, rules)
     noise = TimingNoise(within_sd_head=w_head.sd, within_sd_base=w_base.sd, between_sd=between.between_sd,
                         between_source=between.source, passes=max(len(r) for r in base_runs))
     return cells, levels, noise
@@ -158,7 +191,12 @@ def paired_changes(measured: Measurements, paired: PairedSummary, rules: Baselin
             base_shown = _geo([groups(base.samples, base.batches)])
         tested.append((_change(paired.head_engine, cell.slice, cell.batch_size, cell.bucket, base_shown, shown, t,
                                explain(bc, hc, ratio.estimate) if hc and bc and ratio.estimate else None), t))
-    cells, levels = _family(tested, _levels(tested, 0.0), rules)
+    levels = _resolved(_levels(tested, 0.0), None, rules)
+    for i, (change, t) in enumerate(levels):  # the paired ratios' spread per sample: the run's own
+        if change.resolution is not None:
+            levels[i] = (change.model_copy(update={"resolution": change.resolution.model_copy(
+                update={"sd": w.sd})}), t)
+    cells, levels = _family(tested, levels, rules)
     return cells, levels, TimingNoise(within_sd_head=w.sd, between_source="paired: one process, interleaved")
 
 
@@ -167,8 +205,23 @@ def _where(c: SpeedupChange) -> str:
             else f"batch size {c.batch_size}, all slices")
 
 
+def not_judged_why(level: SpeedupChange, rules: BaselineConfig, cause: str | None = None) -> str:
+    """Why a load level's speed is not judged, in one sentence: its timing spread, what it resolves, the likely
+    cause where the runner's load names one."""
+    r = level.resolution
+    spread = f", {r.sd:.0%} per sample," if r is not None and r.sd is not None else ""
+    why = (f"speed at batch size {level.batch_size} not judged: this run's timing spread{spread} cannot resolve a "
+           f"{rules.speedup_drop:.0%} drop (baseline.speedup_drop); it resolves drops of {r.own:.0%} or more")
+    if cause:
+        why += f"; likely cause: {cause}"
+    return why + ("; rerun on a quiet runner, time more repeats (checks.speedup.min_repeats, time_budget_s) or "
+                  "compare paired")
+
+
 def speedup_verdicts(changes: list[SpeedupChange], levels: list[SpeedupChange], rules: BaselineConfig,
-                      paired: bool) -> list[VerdictLine]:
+                      paired: bool, required: bool = False, cause: str | None = None) -> list[VerdictLine]:
+    """The speed lines: each failure, one warning for the family, each load level not judged (neutral; a failure
+    under ``checks.speedup.required``), and a pass for the rest."""
     out = []
     how = "paired with the base in this job" if paired else "against the baseline, within- and between-run spread"
     tolerance = rules.speedup_drop
@@ -183,23 +236,34 @@ def speedup_verdicts(changes: list[SpeedupChange], levels: list[SpeedupChange], 
             why += f": {c.explanation.sentence}"
         out.append(VerdictLine(check="speedup", status="fail", engine=c.engine, batch_size=c.batch_size,
                                 slice=c.slice, why=why))
-    warned = [c for c in every if c.status == "warn"]
+    for c in levels:
+        if c.status == "neutral":
+            why = not_judged_why(c, rules, cause)
+            out.append(VerdictLine(check="speedup", status="fail" if required else "neutral", engine=c.engine,
+                                    batch_size=c.batch_size,
+                                    why=f"{REQUIRED}{why}" if required else why))
+    judged = [c for c in every if c.status != "neutral"]
+    warned = [c for c in judged if c.status == "warn"]
     if warned:
         worst = min(warned, key=lambda c: c.ratio.estimate)
         out.append(VerdictLine(
             check="speedup", status="warn", engine=worst.engine,
             why=f"{len(warned)} slower, beyond the {rules.min_effect:.0%} worth naming and significant over the "
-                f"run's {len(every)} cells and load levels (Holm), within the {tolerance:.0%} tolerance ({how}; "
+                f"run's {len(judged)} cells and load levels (Holm), within the {tolerance:.0%} tolerance ({how}; "
                 f"worst {_where(worst)}: {signed_pct(worst.ratio.estimate - 1)}"
                 + (f", 95% CI {signed_pct(worst.ratio.low - 1)} to {signed_pct(worst.ratio.high - 1)}"
                    if worst.ratio.low is not None else "") + ")"))
-    if every and not any(c.status in ("fail", "warn") for c in every):
-        worst = min((c for c in every if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate, default=None)
+    if judged and not any(c.status in ("fail", "warn") for c in judged):
+        worst = min((c for c in judged if c.ratio.estimate is not None), key=lambda c: c.ratio.estimate, default=None)
         if worst is not None:
             out.append(VerdictLine(check="speedup", status="pass", engine=worst.engine,
-                                    why=f"no drop beyond the spread between runs in any cell or load level ({how}; "
-                                        f"worst {_where(worst)}: {signed_pct(worst.ratio.estimate - 1)})"))
+                                    why=f"no drop beyond the spread between runs in any "
+                                        f"{'judged ' if len(judged) < len(every) else ''}cell or load level "
+                                        f"({how}; worst {_where(worst)}: {signed_pct(worst.ratio.estimate - 1)})"))
     return out
 
 
-__all__ = ["paired_changes", "speedup_verdicts", "stored_changes"]
+REQUIRED = "required (checks.speedup.required), and "
+
+
+__all__ = ["REQUIRED", "not_judged_why", "paired_changes", "speedup_verdicts", "stored_changes"]

@@ -12,6 +12,7 @@ from pydantic import Field
 from gate.checks.doc import ChecksDoc, VerdictLine
 from gate.inputs.config import Config
 from gate.io.documents import Document, RunRef, omitted_when_none
+from gate.run.load import RunnerLoad
 from gate.run.results import Results
 from gate.verdict.baseline import Measurements, cell_key, measure
 
@@ -51,6 +52,7 @@ class RunSummary(Document):
     checks: list[VerdictLine]  # the run's own verdict lines (info left out)
     paired: PairedSummary | None = None
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)  # role -> location, fingerprint, dtype
+    runner_load: RunnerLoad | None = None  # the runner while the run timed (gate.run.load): the likely cause of noise
 
 
 def _paired_cell(cell: tuple, rows: dict[tuple, dict[str, float]], base: str, head: str) -> PairedCell:
@@ -102,7 +104,7 @@ def summarize(results: Results, checks: ChecksDoc, config: Config, name: str) ->
         config=config, measured=measure(results, checks, config),
         checks=[v for v in checks.verdicts if v.status != "info"], paired=paired,
         models={role: {"location": m.location, "fingerprint": m.fingerprint, "dtype": m.dtype}
-                for role, m in results.fingerprint.models.items()})
+                for role, m in results.fingerprint.models.items()}, runner_load=results.runner_load)
 
 
 __all__ = ["PairedCell", "PairedSummary", "RunSummary", "summarize"]
