@@ -120,7 +120,7 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     head = commit(repo, {"specguard.yaml": config().replace("max_new_tokens: 8", "max_new_tokens: 6")})
     proc = _act(seen, repo, api, pr_event(repo, base, head), "specguard.yml")
     assert proc.returncode == 0, output(proc)[-4000:]
-    assert "generation.max_new_tokens: 8 -> 6" in output(proc), "the changed job says what it gates"
+    assert "generation.max_new_tokens: 8 → 6" in output(proc), "the changed job says what it gates"
     assert [p[1] for p in api.calls("POST")] == ["/repos/acme/models/issues/7/comments"], api.log
     assert comments(api)[0].startswith("## ⚪ specguard: NEUTRAL") and "no baseline" in comments(api)[0]
     assert "<!-- specguard:models -->" in comments(api)[0]

@@ -242,8 +242,8 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
             reps = [c["repeats"] for c in cells_at]
             load[str(bs)] = LoadStats(**dict(block(lambda p: True, bs)), repeats=Repeats(
                 min=min(reps), max=max(reps), stopped_by=sorted({c["stopped_by"] for c in cells_at})) if reps else None)
-        own = _resolution(mine)
-        for bs, res in own.items():
+        resolved = _resolution(mine)  # not ``own``: that names the engines' own references, for the next engine
+        for bs, res in resolved.items():
             if bs != "run" and str(bs) in load:
                 load[str(bs)].resolution = res
         buckets = sorted({p.bucket for p in mine}, key=_bucket_order)
@@ -262,7 +262,7 @@ def analyze_speedup(results: Results, resamples: int = 2000) -> Speedup:
             against=None if against == REFERENCE else against,
             versus_gate=_versus_gate(results, engine, resamples) if against != REFERENCE else None,
             not_a_speedup=NOT_A_SPEEDUP if engine in other_stack else None, neighbours=neighbours.get(engine),
-            resolution=own.get("run"))
+            resolution=resolved.get("run"))
     return Speedup(engines=engines, protocol=protocol, calibration=results.calibration,
                    calibrated_engines=results.calibrated_engines)
 
