@@ -45,13 +45,13 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  14 minutes on 2 Intel cores from a fresh clone (945 tests, 2026-12-06); 13 to 16
-# on 2 AMD cores (746 tests, 2026-12-04).
+# 4 minutes instead of 19 s).  12 min 41 s on 2 Intel cores from a fresh clone (1,503 tests, 2026-12-06); 13 to
+# 16 on 2 AMD cores (746 tests, 2026-12-04).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act); about a minute on 2 cores (720 tests, 57 s on the Intel machine). tests/conftest.py fails a fast test that does any of those.
+# act); about a minute on 2 cores (1,253 tests, 47 s on the Intel machine). tests/conftest.py fails a fast test that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
 
