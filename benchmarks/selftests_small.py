@@ -7,9 +7,15 @@
   far beyond what contention between interleaved engines can hide), 4 repeats per cell.  The base must fail no
   cell beyond the 10% tolerance; the slowdown's median head/base ratio must be below 0.85 and at least half its
   cells flagged.
-* null: stored mode only (a baseline of two timing passes, one run against it), 100 sampled tokens: the unchanged
-  engine must fail no check, and every check (equivalence, distribution, acceptance, speedup, reproducibility)
-  must have spoken.
+* null: stored mode only (a baseline of two timing passes, one run against it), 100 sampled tokens, 4 repeats per
+  cell: the unchanged engine must fail no check, and every check (equivalence, distribution, acceptance, speedup,
+  reproducibility) must have spoken.  At 2 repeats the run's own timing spread cannot resolve the self-test's 10%
+  drop, so its speed is not judged and the baseline stores none (docs/baselines.md): no speed line to count.
+
+Measured on the quiet 2-core Intel machine (2026-12-06): the speed half 53 s (the base 0 of 6 cells failed, the 50%
+slowdown 6 of 6 failed, median head/base 0.632), the null half 61 s (every check spoke, none failed, 0 of 8 speed
+cells and levels marked).  Under load 8 to 12 from other work the speed half took 38 minutes and saw the 50%
+slowdown in 1 of 6 cells (median 0.867): why this is a benchmark.
 
 Both assert on timings, so they live here and not in tests/ (the suite's rule: no timed assertion in a test).
 Run alone: other processes on the same cores are what the speed rule is built to notice.  The tables over 10 runs
@@ -42,7 +48,7 @@ def speed() -> list[str]:
 def null() -> list[str]:
     from gate.selftest.null import null_selftest
 
-    report = null_selftest(runs=1, repeats=2, samples=100, modes=("stored",))
+    report = null_selftest(runs=1, repeats=4, samples=100, modes=("stored",))
     print("\n".join(report.lines()))
     problems = [] if report.passed else ["null: the unchanged engine failed a check"]
     seen = {r["check"] for r in report.rows()}
