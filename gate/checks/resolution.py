@@ -53,13 +53,15 @@ def spread(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     return (math.sqrt(ss / df) if df else 0.0), df
 
 
+def variance_factor(run: Sequence[Sequence[float]]) -> float:
+    """``Var(cell mean) / sigma_w^2`` for one cell's repeats: ``sum(1 / n_b) / B^2`` over its ``B`` timed batches."""
+    groups = [g for g in run if g]
+    return sum(1 / len(g) for g in groups) / len(groups) ** 2
+
+
 def factor(cells: Sequence[LogGroups]) -> float | None:
     """``Var(level mean) / sigma_w^2`` for a load level's cells (None: no samples)."""
-    fs = []
-    for cell in cells:
-        g = [x for x in cell if x]
-        if g:
-            fs.append(sum(1 / len(x) for x in g) / len(g) ** 2)
+    fs = [variance_factor(cell) for cell in cells if any(cell)]
     return sum(fs) / len(fs) ** 2 if fs else None
 
 
@@ -97,4 +99,5 @@ def whole(cells: dict[int, list[LogGroups]]) -> tuple[float | None, float, int, 
     return drop(se, df), sd, df, se
 
 
-__all__ = ["CONFIDENCE", "MIN_DF", "POWER", "drop", "factor", "grouped", "levels", "spread", "whole"]
+__all__ = ["CONFIDENCE", "MIN_DF", "POWER", "drop", "factor", "grouped", "levels", "spread", "variance_factor",
+           "whole"]

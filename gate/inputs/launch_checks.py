@@ -50,8 +50,9 @@ def unreadable(preset: str | None, argv: list[str]) -> str | None:
             f"line's own words, not what it runs, so where that sets them {unchecked}")
 
 
-def _is_flag(word: str) -> bool:
-    if not word.startswith("-"):
+def is_flag(word: str) -> bool:
+    """Whether a launch line's word is a flag: not a value such as a negative number or ``-`` (standard input)."""
+    if not word.startswith("-") or word == "-":
         return False
     try:
         float(word)
@@ -74,7 +75,7 @@ def _given(flag: Flag, argv: list[str], file: dict) -> tuple[str | None, str | N
                 value = "false" if eq and text.lower() in ("false", "0", "no") else "true"
             elif eq:
                 value = text
-            elif i + 1 < len(argv) and not _is_flag(argv[i + 1]):
+            elif i + 1 < len(argv) and not is_flag(argv[i + 1]):
                 value = argv[i + 1]
             else:
                 value = "true"  # given bare (llama.cpp's older -fa)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from gate.inputs.launch import Read, launch_flags, read_launch, read_text, vllm_file
-from gate.inputs.launch_checks import served, starts_stack
+from gate.inputs.launch_checks import is_flag, served, starts_stack
 from gate.inputs.stack_flags import STACKS
 
 LINE_CAP = 600  # characters of one printed line
@@ -108,16 +108,6 @@ def field_changes(a, b, key: str = "", depth: int = 0) -> list[tuple[str, object
 # --- launch lines ------------------------------------------------------------------------------------------------
 
 
-def _is_flag(word: str) -> bool:
-    if not word.startswith("-") or word == "-":
-        return False
-    try:
-        float(word)
-        return False  # a negative number is a value
-    except ValueError:
-        return True
-
-
 def _words(argv: list[str]) -> tuple[list[str], dict[str, list[str | None]], dict[str, str]]:
     """(the words that are no flag's, each flag's values in order (None: a switch), each flag's spelling)."""
     positional: list[str] = []
@@ -126,13 +116,13 @@ def _words(argv: list[str]) -> tuple[list[str], dict[str, list[str | None]], dic
     i = 0
     while i < len(argv):
         word = argv[i]
-        if not _is_flag(word):
+        if not is_flag(word):
             positional.append(word)
             i += 1
             continue
         name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
         if not eq:
-            if i + 1 < len(argv) and not _is_flag(argv[i + 1]):
+            if i + 1 < len(argv) and not is_flag(argv[i + 1]):
                 value = argv[i + 1]
                 i += 1
             else:
@@ -162,7 +152,7 @@ def _command(text: str | None) -> list[str] | None:
         words = shlex.split(text)
     except ValueError:
         return None
-    return words if len(words) > 1 and any(_is_flag(w) for w in words) else None
+    return words if len(words) > 1 and any(is_flag(w) for w in words) else None
 
 
 def _flag_value(values: list[str | None] | None):

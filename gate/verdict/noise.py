@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gate.checks.resolution import spread, variance_factor
+
 CellRun = Sequence[Sequence[float]]  # one cell in one run: its log samples, grouped by timed batch (its repeats)
 
 
@@ -32,12 +34,6 @@ def cell_mean(run: CellRun) -> float:
     batches are different prompts, whose speedups differ for real: they are the cell, not its noise)."""
     means = [sum(g) / len(g) for g in run if g]
     return sum(means) / len(means)
-
-
-def variance_factor(run: CellRun) -> float:
-    """``Var(cell_mean) / sigma_w^2`` for this run's repeats: ``sum(1 / n_b) / B^2`` over its ``B`` batches."""
-    groups = [g for g in run if g]
-    return sum(1 / len(g) for g in groups) / len(groups) ** 2
 
 
 @dataclass(frozen=True)
@@ -51,14 +47,7 @@ class Spread:
 def within(groups: Sequence[Sequence[float]]) -> Spread:
     """Pooled standard deviation of log samples about their own group's mean (a group: the repeats of one timed
     batch in one run): the repeat-to-repeat noise, never the difference between a cell's prompts."""
-    ss, df = 0.0, 0
-    for g in groups:
-        if len(g) < 2:
-            continue
-        m = sum(g) / len(g)
-        ss += sum((x - m) ** 2 for x in g)
-        df += len(g) - 1
-    return Spread(math.sqrt(ss / df) if df else 0.0, df)
+    return Spread(*spread(groups))
 
 
 @dataclass(frozen=True)
