@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
+from gate import stacks
 from gate.engines.base import GenerationSettings, Request
-from gate.engines.http import PRESETS, HttpEngine
+from gate.engines.http import HttpEngine
 from gate.engines.server import Server
 from gate.engines.speculative import SpeculativeEngine
 from gate.inputs.config import PACKAGE_DIR, parse_config
@@ -72,7 +73,7 @@ def main() -> None:
            "--threads", str(args.threads)]
     report: dict = {"command": " ".join(sys.argv), "max_new_tokens": args.max_new_tokens, "levels": {}}
     with Server(cmd, f"http://127.0.0.1:{port}", "/health", 300, {}, "stand-in"):
-        served = HttpEngine("served", f"http://127.0.0.1:{port}", PRESETS["vllm"], speculative=True)
+        served = HttpEngine("served", f"http://127.0.0.1:{port}", stacks.get("vllm"), speculative=True)
         for n in (1, 4):
             batches = [[Request(p, args.max_new_tokens, prompt_id=str(i + j)) for j, p in enumerate(prompts[i:i + n])]
                        for i in range(0, len(prompts) - n + 1, n)]

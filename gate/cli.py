@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+import gate.engines  # noqa: F401  (registers the built-in engine types before any config is read)
 from gate import pipeline
 from gate.arguments import parser
 from gate.errors import (

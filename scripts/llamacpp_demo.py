@@ -243,8 +243,9 @@ def capture(_args) -> None:
     llamacpp preset sends; the others record the shapes the presets must survive."""
     from transformers import AutoTokenizer
 
+    from gate import stacks
     from gate.engines.base import GenerationSettings, Request
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
 
     FIXTURES.mkdir(parents=True, exist_ok=True)
     prompt = suite_prompts(1)[0]
@@ -263,11 +264,11 @@ def capture(_args) -> None:
     server = "(reference, no draft)"
     with Running(server_command(port, "target-f32", slots=2, threads=2), port, CACHE / "capture.log"):
         record("llamacpp-ref-native", "/completions",
-               HttpEngine("reference", url, PRESETS["llamacpp"], False, logprobs=5).body(req, settings))
+               HttpEngine("reference", url, stacks.get("llamacpp"), False, logprobs=5).body(req, settings))
     server = "-md (speculation on)"
     with Running(server_command(port, "target-f32", "draft-f32", slots=2, threads=2), port,
                  CACHE / "capture.log"):
-        spec = HttpEngine("llamacpp", url, PRESETS["llamacpp"], True).body(req, settings)
+        spec = HttpEngine("llamacpp", url, stacks.get("llamacpp"), True).body(req, settings)
         openai = {k: v for k, v in spec.items()} | {"logprobs": 1}
         cases = {
             "llamacpp-spec-native": ("/completions", spec),
@@ -275,7 +276,7 @@ def capture(_args) -> None:
             "llamacpp-spec-openai-route": ("/v1/completions", openai),
             # the vllm preset's reference request sent to llama-server: ids asked the vLLM way, ignored here
             "llamacpp-openai-route-no-ids": ("/v1/completions",
-                                             HttpEngine("reference", url, PRESETS["vllm"], False, logprobs=0)
+                                             HttpEngine("reference", url, stacks.get("vllm"), False, logprobs=0)
                                              .body(req, settings)),
             "llamacpp-chat-include-usage": ("/v1/chat/completions",
                                             {"messages": [{"role": "user", "content": prompt.text[:60]}],
@@ -341,8 +342,9 @@ def cpu(args) -> None:
     the client's process time against the server's (utime + stime from /proc)."""
     from transformers import AutoTokenizer
 
+    from gate import stacks
     from gate.engines.base import GenerationSettings, Request
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
 
     tok = AutoTokenizer.from_pretrained(DEMO / "target")
     prompts = [tuple(tok(p.text, add_special_tokens=False)["input_ids"]) for p in suite_prompts()][:16]
@@ -355,7 +357,7 @@ def cpu(args) -> None:
 
     with Running(server_command(port, "target-f32", "draft-f32", threads=args.threads), port,
                  CACHE / "cpu.log") as srv:
-        engine = HttpEngine("llamacpp", f"http://127.0.0.1:{port}", PRESETS["llamacpp"], True)
+        engine = HttpEngine("llamacpp", f"http://127.0.0.1:{port}", stacks.get("llamacpp"), True)
         settings = GenerationSettings(temperature=0.0)
         for n in (1, 4, 8):
             client = server = wall = 0.0

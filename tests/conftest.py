@@ -14,6 +14,8 @@ import pytest
 import torch
 from helpers import THREADS, demo_config
 
+import gate.engines  # noqa: F401  (registers the built-in engine types, as the CLI does before reading a config)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _threads():

@@ -35,7 +35,7 @@ def test_the_diagram_goes_from_the_config_through_every_stage_to_the_posted_comm
     diagram = block("mermaid")
     stages = sorted(p.name for p in (ROOT / "gate").iterdir() if (p / "__init__.py").exists()
                     and p.name not in ("selftest", "testing", "schemas"))  # tools beside the flow, not stages of it
-    assert stages == ["checks", "ci", "engines", "inputs", "io", "report", "repro", "run", "verdict"]
+    assert stages == ["checks", "ci", "engines", "inputs", "io", "report", "repro", "run", "stacks", "verdict"]
     shown = [s for s in stages if f"gate/{s}/" in diagram]
     assert set(stages) - set(shown) == {"io"}, "every stage but io (under all of them) is in the diagram"
     assert "specguard.yaml" in diagram and "PR comment" in diagram and "baselines/" in diagram
@@ -134,6 +134,46 @@ def test_no_module_imports_itself_through_others():
     cycles = {tuple(sorted({a, b})) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
               if graph.chain_exists(importer=b, imported=a)}
     assert not cycles, sorted(cycles)
+
+
+# Every import by name inside gate/ (importlib.import_module), and why it may be one: loading the user's code, or a
+# registry package loading its own built-in modules (each registers itself)
+BY_NAME = {
+    "gate.engines.contract": "user code: a plug-in's callable",
+    "gate.repro.replay": "user code: a minimal case's callable, from its own pythonpath",
+    "gate.engines.types": "a registry: every module of gate/engines/types/",
+    "gate.stacks": "a registry: every module of gate/stacks/",
+}
+
+
+def _imports_by_name() -> set[str]:
+    """The modules of the gate that import a module by name (importlib.import_module, __import__)."""
+    found = set()
+    for path in (ROOT / "gate").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "import_module"
+                                               or getattr(node.func, "id", None) == "__import__"):
+                found.add(module)
+    return found
+
+
+def test_every_import_by_name_is_user_code_or_a_registry_and_the_cycle_test_sees_it():
+    """Issue 54, item 6: gate/inputs/config.py imported gate.engines.types by name, a loop (the config layer
+    reaching up into the engines) that the contracts and grimp could not see.  Now each import by name is listed
+    with its reason, a registry's loads join the import graph, and the graph has no loop."""
+    import pkgutil
+
+    import grimp
+
+    assert _imports_by_name() == set(BY_NAME), sorted(_imports_by_name() - set(BY_NAME))
+    graph = grimp.build_graph("gate")
+    for package in ("gate.engines.types", "gate.stacks"):
+        for m in pkgutil.iter_modules([str(ROOT / package.replace(".", "/"))]):
+            graph.add_import(importer=package, imported=f"{package}.{m.name}")
+    loops = {tuple(sorted({a, b})) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
+             if graph.chain_exists(importer=b, imported=a)}
+    assert not loops, sorted(loops)
 
 
 def test_the_minimal_cases_name_no_engine_type():

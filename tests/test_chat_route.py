@@ -10,8 +10,9 @@ import json
 import pytest
 from test_http import gate_here, serving
 
+from gate import stacks
 from gate.engines.base import GenerationSettings, Request
-from gate.engines.http import CHAT_ROUTE, PRESETS, HttpEngine, parse_chat
+from gate.engines.http import CHAT_ROUTE, HttpEngine, parse_chat
 from gate.errors import ConfigError
 from gate.inputs.config import PACKAGE_DIR, parse_config
 
@@ -20,7 +21,7 @@ MESSAGES = (("system", "Be brief."), ("user", "What is a list?"))
 
 
 def test_a_chat_row_goes_to_the_chat_route_with_its_messages_and_a_prompt_row_stays_on_completions():
-    engine = HttpEngine("x", "http://127.0.0.1:9", PRESETS["vllm"], False, model="m", chat=True, logprobs=5)
+    engine = HttpEngine("x", "http://127.0.0.1:9", stacks.get("vllm"), False, model="m", chat=True, logprobs=5)
     chat = Request((1, 2, 3), 8, 7, "c", MESSAGES)
     body = engine.body(chat, GenerationSettings(0.0, 4, (2,)))
     assert engine.route(chat) == CHAT_ROUTE and "prompt" not in body
@@ -29,7 +30,7 @@ def test_a_chat_row_goes_to_the_chat_route_with_its_messages_and_a_prompt_row_st
     assert body["return_token_ids"] is True and (body["logprobs"], body["top_logprobs"]) == (True, 5)
     plain = Request((1, 2, 3), 8, 7, "p")
     assert engine.route(plain) == "/v1/completions" and engine.body(plain, GenerationSettings())["prompt"] == [1, 2, 3]
-    off = HttpEngine("x", "http://127.0.0.1:9", PRESETS["vllm"], False, model="m", chat=False)
+    off = HttpEngine("x", "http://127.0.0.1:9", stacks.get("vllm"), False, model="m", chat=False)
     assert off.route(chat) == "/v1/completions", "route: completions renders the template in the gate, as before"
 
 

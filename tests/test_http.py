@@ -434,9 +434,10 @@ def test_the_api_key_comes_from_the_environment_and_never_appears(tmp_path):
     assert parse_config(base, "x.yaml").config.engines[0].http.api_key_env == "SPECGUARD_TEST_KEY"
     with pytest.raises(ConfigError, match="the key itself never goes in the config"):
         parse_config(base.replace("SPECGUARD_TEST_KEY", "sk-secret-123"), "x.yaml")
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate import stacks
+    from gate.engines.http import HttpEngine
 
-    engine = HttpEngine("x", "http://127.0.0.1:9", PRESETS["vllm"], True, api_key="sk-secret-123")
+    engine = HttpEngine("x", "http://127.0.0.1:9", stacks.get("vllm"), True, api_key="sk-secret-123")
     assert "sk-secret" not in repr(engine)
 
 
@@ -496,20 +497,21 @@ def test_merging_shards_of_different_runs_is_refused_naming_the_field(demo_pair,
 
 
 def test_preset_parsers_read_each_stacks_stream_chunk():
-    from gate.engines.http import PRESETS, counters_between
+    from gate import stacks
+    from gate.engines.http import counters_between
 
     vllm = {"choices": [{"text": "Hi", "logprobs": {"tokens": ["token_id:42"], "token_logprobs": [-0.1],
                                                     "top_logprobs": [{"token_id:42": -0.1, "token_id:7": -2.5}]},
                          "finish_reason": None}]}
-    c = PRESETS["vllm"].parse(vllm)
+    c = stacks.get("vllm").parse(vllm)
     assert c.ids == [42] and c.tops == [{42: -0.1, 7: -2.5}]
     newer = {"choices": [{"text": "Hi", "token_ids": [42, 43], "logprobs": None}]}
-    assert PRESETS["vllm"].parse(newer).ids == [42, 43]
+    assert stacks.get("vllm").parse(newer).ids == [42, 43]
     sglang = {"choices": [{"text": "Hi", "token_ids": [5], "logprobs": {"top_logprobs": [{"Hi": -0.2}]}}]}
-    c = PRESETS["sglang"].parse(sglang)
+    c = stacks.get("sglang").parse(sglang)
     assert c.ids == [5] and c.tops is None, "text-keyed logprobs cannot be used"
     tgi = {"choices": [{"text": " world", "logprobs": None}]}
-    assert PRESETS["tgi"].parse(tgi).ids is None and PRESETS["tgi"].prompt_as_text
+    assert stacks.get("tgi").parse(tgi).ids is None and stacks.get("tgi").prompt_as_text
     got = counters_between({"num_drafts": 10, "_generated": 100}, {"num_drafts": 30, "_generated": 160})
     assert (got.num_drafts, got.num_accepted_tokens) == (20, 40), "sglang: accepted = generated - verify steps"
 
@@ -517,7 +519,8 @@ def test_preset_parsers_read_each_stacks_stream_chunk():
 def test_metrics_are_parsed_with_prometheus_client_and_differenced():
     from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-    from gate.engines.http import PRESETS, counters_between
+    from gate import stacks
+    from gate.engines.http import counters_between
     from gate.engines.http import scrape as _scrape
 
     reg = CollectorRegistry()
@@ -531,13 +534,13 @@ def test_metrics_are_parsed_with_prometheus_client_and_differenced():
     original = requests.get
     try:
         requests.get = lambda *a, **k: type("R", (), {"text": generate_latest(reg).decode()})()
-        before = _scrape("http://x/metrics", PRESETS["vllm"], PRESETS["vllm"].counters, {})
+        before = _scrape("http://x/metrics", stacks.get("vllm"), stacks.get("vllm").counters, {})
         drafts.inc(3)
         tokens.inc(12)
         acc.inc(7)
         pos.labels(position="0").inc(3)
         pos.labels(position="1").inc(4)
-        after = _scrape("http://x/metrics", PRESETS["vllm"], PRESETS["vllm"].counters, {})
+        after = _scrape("http://x/metrics", stacks.get("vllm"), stacks.get("vllm").counters, {})
     finally:
         requests.get = original
     c = counters_between(before, after)
@@ -575,10 +578,11 @@ def one_request(doc: dict):
 
 def test_llama_server_native_stream_gives_every_token_id_and_the_draft_counters(httpserver):
     """The engine under test (-md), as the llamacpp preset asks it: every token's id, timings' draft counts."""
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate import stacks
+    from gate.engines.http import HttpEngine
 
     doc = recorded("llamacpp-spec-native")
-    engine = HttpEngine("llamacpp", replay(httpserver, "llamacpp-spec-native"), PRESETS["llamacpp"], True,
+    engine = HttpEngine("llamacpp", replay(httpserver, "llamacpp-spec-native"), stacks.get("llamacpp"), True,
                         model=doc["request"]["model"], metrics_path=None)
     requests_, settings = one_request(doc)
     assert engine.body(requests_[0], settings) == doc["request"], "recorded from the request the preset sends"
@@ -596,8 +600,9 @@ def test_ids_missing_from_a_recorded_stream_are_a_contract_failure_not_a_shorter
     """llama-server holds back the ids of a token whose text is an incomplete UTF-8 sequence; if they never come,
     the final event's tokens_predicted says how many were generated.  The recorded stream with one token event
     taken out must be a contract failure naming both counts, never a shorter output judged as the engine's."""
+    from gate import stacks
     from gate.engines.base import EngineFailure
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
 
     doc = recorded("llamacpp-spec-native")
     events = doc["body"].split("\n\n")
@@ -605,7 +610,7 @@ def test_ids_missing_from_a_recorded_stream_are_a_contract_failure_not_a_shorter
     doc = {**doc, "body": "\n\n".join(e for e in events if e != held_back)}
     httpserver.expect_request(doc["route"], method="POST").respond_with_data(
         doc["body"], status=200, content_type="text/event-stream")
-    engine = HttpEngine("llamacpp", httpserver.url_for("/").rstrip("/"), PRESETS["llamacpp"], True,
+    engine = HttpEngine("llamacpp", httpserver.url_for("/").rstrip("/"), stacks.get("llamacpp"), True,
                         model=doc["request"]["model"], metrics_path=None)
     with pytest.raises(EngineFailure) as got:
         engine.generate(*one_request(doc))
@@ -630,10 +635,11 @@ def test_a_token_outside_the_servers_top_k_is_a_bound_never_a_near_tie():
 
 
 def test_llama_server_reference_stream_gives_top_k_logprobs_keyed_by_id(httpserver):
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate import stacks
+    from gate.engines.http import HttpEngine
 
     doc = recorded("llamacpp-ref-native")
-    engine = HttpEngine("reference", replay(httpserver, "llamacpp-ref-native"), PRESETS["llamacpp"], False,
+    engine = HttpEngine("reference", replay(httpserver, "llamacpp-ref-native"), stacks.get("llamacpp"), False,
                         model=doc["request"]["model"], logprobs=5, metrics_path=None)
     requests_, settings = one_request(doc)
     assert engine.body(requests_[0], settings) == doc["request"], "recorded from the request the preset sends"
@@ -646,37 +652,38 @@ def test_llama_server_reference_stream_gives_top_k_logprobs_keyed_by_id(httpserv
 def test_llama_servers_openai_route_gives_no_id_for_tokens_accepted_from_the_draft():
     """Why the llamacpp preset uses the native route: on /v1/completions, tokens verified from the draft come
     with logprobs null (the server sets no probabilities on them), so their ids are lost."""
-    from gate.engines.http import PRESETS
+    from gate import stacks
 
     doc = recorded("llamacpp-spec-openai-route")
     events = sse_events(doc)
     with_text = [e for e in events if e["choices"] and e["choices"][0]["text"]]
     without_ids = [e for e in with_text if e["choices"][0]["logprobs"] is None]
     assert without_ids, "some streamed tokens carry text but no id"
-    assert PRESETS["llamacpp"].route == "/completions"
+    assert stacks.get("llamacpp").route == "/completions"
 
 
 def test_a_usage_only_chunk_recorded_from_llama_server_is_parsed():
     """llama-server's chat stream with stream_options.include_usage ends with "choices": [] (and its timings),
     the shape vLLM and SGLang send on /v1/completions: every event parses, the last as an empty chunk."""
-    from gate.engines.http import PRESETS
+    from gate import stacks
 
     doc = recorded("llamacpp-chat-include-usage")
     events = sse_events(doc)
     assert events[-1]["choices"] == [] and "usage" in events[-1]
     for preset in ("vllm", "sglang", "openai", "tgi"):
-        chunks = [PRESETS[preset].parse(e) for e in events]
+        chunks = [stacks.get(preset).parse(e) for e in events]
         assert chunks[-1].ids is None and chunks[-1].text == "" and chunks[-1].finish is None
 
 
 def test_a_reference_that_ignores_the_ids_request_is_a_config_error_naming_the_field(httpserver):
     """The vllm preset pointed at llama-server's OpenAI route (recorded): it ignores return_tokens_as_token_ids,
     so text comes back without ids.  The gate stops at the first wave and names the field."""
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate import stacks
+    from gate.engines.http import HttpEngine
     from gate.errors import ConfigError
 
     doc = recorded("llamacpp-openai-route-no-ids")
-    engine = HttpEngine("reference", replay(httpserver, "llamacpp-openai-route-no-ids"), PRESETS["vllm"], False,
+    engine = HttpEngine("reference", replay(httpserver, "llamacpp-openai-route-no-ids"), stacks.get("vllm"), False,
                         model="x", logprobs=0, metrics_path=None, where=("specguard.yaml", "engines[0].http"))
     with pytest.raises(ConfigError) as err:
         engine.generate(*one_request(doc))
@@ -686,11 +693,12 @@ def test_a_reference_that_ignores_the_ids_request_is_a_config_error_naming_the_f
 
 
 def test_llama_servers_metrics_give_the_speculation_counters(httpserver):
-    from gate.engines.http import PRESETS, counters_between, scrape
+    from gate import stacks
+    from gate.engines.http import counters_between, scrape
 
     text = (FIXTURES / "llamacpp-metrics.txt").read_text()
     httpserver.expect_request("/metrics").respond_with_data(text, content_type="text/plain")
-    got = scrape(httpserver.url_for("/metrics"), PRESETS["llamacpp"], PRESETS["llamacpp"].counters, {})
+    got = scrape(httpserver.url_for("/metrics"), stacks.get("llamacpp"), stacks.get("llamacpp").counters, {})
     assert got["num_drafts"] > 0 and got["num_draft_tokens"] >= got["num_accepted_tokens"] > 0
     assert "pos:0" in got
     c = counters_between({}, got)

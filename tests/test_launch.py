@@ -499,10 +499,11 @@ def test_a_line_the_gate_cannot_read_gets_a_note_saying_what_is_unchecked(tmp_pa
 
 
 def test_each_preset_reads_its_table_under_every_alias_and_vllms_config_file(tmp_path, monkeypatch):
+    from gate import stacks
     from gate.inputs.launch_checks import served, starts_stack
-    from gate.inputs.stack_flags import SETTINGS, STACKS
+    from gate.stacks.base import SETTINGS
 
-    assert all(set(s.settings) <= set(SETTINGS) for s in STACKS.values())
+    assert all(set(s.settings) <= set(SETTINGS) for s in stacks.stacks())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "serve.yaml").write_text("tensor_parallel_size: 4\nenforce-eager: true\n")
     got = served("vllm", ["vllm", "serve", "m", "--config", "serve.yaml", "--enforce-eager=false"])

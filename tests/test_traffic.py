@@ -298,8 +298,9 @@ def scripted_app(tokens_per_event: int, step_s: float, extra: int = 0):
 
 
 def test_the_http_sender_replays_a_trace_to_a_real_server_in_real_time():
+    from gate import stacks
     from gate.engines.base import GenerationSettings
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
     from gate.run.traffic import BURST_S, http_sender
     from gate.testing.server import in_thread
 
@@ -307,7 +308,7 @@ def test_the_http_sender_replays_a_trace_to_a_real_server_in_real_time():
     # load the client's thread can read two events in one go (CI once saw one gap of 2.6 ms where two were sent
     # 2 ms apart): each request sees at most two gaps, and most see both.
     with in_thread(scripted_app(3, 0.03), free_port()) as url:
-        engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None)
+        engine = HttpEngine("llamacpp", url, stacks.get("llamacpp"), speculative=True, metrics_path=None)
         trace = make_trace([P(p.id, p.slice, p.prompt_ids, 9) for p in PROMPTS], 50.0, 10, "poisson", 1)
         reqs, duration, cut = replay(trace, http_sender(engine, GenerationSettings(0.0, 4, ())))
     assert cut is None and duration > 0
@@ -359,8 +360,9 @@ def test_an_interrupted_replay_stops_at_once_and_cuts_off_the_requests_in_flight
 
 
 def test_an_interrupt_cuts_off_http_streams_in_flight_at_their_next_chunk():
+    from gate import stacks
     from gate.engines.base import GenerationSettings
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
     from gate.run.traffic import WallClock, http_sender
     from gate.testing.server import in_thread
 
@@ -374,7 +376,7 @@ def test_an_interrupt_cuts_off_http_streams_in_flight_at_their_next_chunk():
                 raise KeyboardInterrupt
 
     with in_thread(scripted_app(1, 0.05), free_port()) as url:  # 200 tokens at 20 a second: 10 s a request
-        engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None)
+        engine = HttpEngine("llamacpp", url, stacks.get("llamacpp"), speculative=True, metrics_path=None)
         trace = make_trace([P(p.id, p.slice, p.prompt_ids, 200) for p in PROMPTS], 20.0, 6, "constant", 1)
         began = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
@@ -409,13 +411,14 @@ def test_paired_mode_replays_the_same_traces_to_the_base_and_judges_head_against
                                                           (0, 100_000, 0.5, "still streaming after 0 s")])
 def test_a_server_that_ignores_the_budget_or_never_ends_fails_its_request(extra, budget, timeout, message):
     """The read timeout is per chunk: a stream that goes on forever, or past max_tokens, is cut off and named."""
+    from gate import stacks
     from gate.engines.base import GenerationSettings, Request
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
     from gate.errors import EngineFailure
     from gate.testing.server import in_thread
 
     with in_thread(scripted_app(1, 0.01, extra), free_port()) as url:
-        engine = HttpEngine("llamacpp", url, PRESETS["llamacpp"], speculative=True, metrics_path=None,
+        engine = HttpEngine("llamacpp", url, stacks.get("llamacpp"), speculative=True, metrics_path=None,
                             timeout_s=timeout)
         began = time.monotonic()
         with pytest.raises(EngineFailure) as err:

@@ -12,9 +12,10 @@ import torch
 from transformers import LogitsProcessorList, MinPLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from gate.engines.base import GenerationSettings
-from gate.engines.sampling import ORDERS, probs, truncate
+from gate.engines.sampling import probs, truncate
 from gate.errors import ConfigError
 from gate.inputs.config import PACKAGE_DIR, parse_config
+from gate.stacks import orders
 
 WARPERS = {"top_k": lambda v: TopKLogitsWarper(v), "top_p": lambda v: TopPLogitsWarper(v),
            "min_p": lambda v: MinPLogitsWarper(v)}
@@ -27,11 +28,11 @@ def transformers_probs(logits: torch.Tensor, temperature: float, order: str, top
     """transformers' warpers, in the order given, each only where it is on."""
     values = {"top_k": top_k, "top_p": top_p, "min_p": min_p}
     off = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
-    chain = LogitsProcessorList([WARPERS[s](values[s]) for s in ORDERS[order] if values[s] != off[s]])
+    chain = LogitsProcessorList([WARPERS[s](values[s]) for s in orders()[order] if values[s] != off[s]])
     return torch.softmax(chain(None, logits / temperature), -1)
 
 
-@pytest.mark.parametrize("order", sorted(ORDERS))
+@pytest.mark.parametrize("order", sorted(orders()))
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"k{s['top_k']}-p{s['top_p']}-m{s['min_p']}")
 def test_the_truncation_is_transformers_warpers_in_the_stacks_order(order, setting):
     torch.manual_seed(0)
@@ -46,7 +47,7 @@ def test_the_order_matters_where_min_p_meets_top_p():
     """min_p is a share of the largest probability, which no other truncation drops, so it commutes with top_k; with
     top_p it does not: applied first (vLLM), it raises what is left before top_p counts its mass."""
     x = torch.log(torch.tensor([[0.4, 0.3, 0.1, 0.1, 0.1]]))
-    kept = {o: (truncate(x.clone(), 0, 0.5, 0.3, o) > float("-inf")).tolist() for o in ORDERS}
+    kept = {o: (truncate(x.clone(), 0, 0.5, 0.3, o) > float("-inf")).tolist() for o in ("vllm", "transformers")}
     # vLLM: min_p keeps 0.4 and 0.3 (0.57, 0.43 renormalised), and top_p 0.5 then drops the 0.43
     # transformers: top_p on the whole keeps 0.4 and 0.3 (the 0.1s sum to 0.3 <= 0.5), and min_p keeps both
     assert kept == {"vllm": [[True, False, False, False, False]],
@@ -128,10 +129,11 @@ output: {cache_dir: null}
 
 
 def test_a_server_is_sent_the_truncation_and_an_untruncated_request_is_unchanged():
+    from gate import stacks
     from gate.engines.base import Request
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
 
-    engine = HttpEngine("x", "http://127.0.0.1:9", PRESETS["vllm"], True, model="m")
+    engine = HttpEngine("x", "http://127.0.0.1:9", stacks.get("vllm"), True, model="m")
     req = Request((1, 2, 3), 8, seed=7)
     body = engine.body(req, GenerationSettings(0.7, 4, (2,), top_k=50, top_p=0.9))
     assert (body["top_k"], body["top_p"], body["min_p"], body["seed"]) == (50, 0.9, 0.0, 7)
@@ -161,15 +163,16 @@ def test_assisted_generation_samples_inside_the_truncation(demo_pair, demo_promp
 def test_a_refusal_streamed_as_an_event_is_reported_in_the_servers_words(httpserver):
     """vLLM 0.32 refuses min_p with speculation by an error event in the stream (status 200): the failure quotes it,
     never "malformed stream chunk"."""
+    from gate import stacks
     from gate.engines.base import Request
-    from gate.engines.http import PRESETS, HttpEngine
+    from gate.engines.http import HttpEngine
     from gate.errors import EngineFailure
 
     message = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
     httpserver.expect_request("/v1/completions").respond_with_data(
         f'data: {{"error": {{"message": "{message}", "type": "BadRequestError", "code": 400}}}}\n\ndata: [DONE]\n\n',
         content_type="text/event-stream")
-    engine = HttpEngine("vllm", httpserver.url_for("/").rstrip("/"), PRESETS["vllm"], True, model="m",
+    engine = HttpEngine("vllm", httpserver.url_for("/").rstrip("/"), stacks.get("vllm"), True, model="m",
                         metrics_path=None)
     with pytest.raises(EngineFailure) as err:
         engine.generate([Request((1, 2, 3), 4, 0)], GenerationSettings(0.7, 4, (), min_p=0.1))

@@ -65,7 +65,7 @@ class ToyType(EngineType):
     def capabilities(self, spec):
         return self.caps(spec.toy.max_batch_size)
 
-    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+    def build(self, spec, pair, loaded, *, log_dir=None, prepared=None):
         from gate.engines.reference import ReferenceEngine
 
         return ToyEngine(ReferenceEngine(pair.target.model, pair.device), spec.toy.max_batch_size, spec.toy.bug)

@@ -53,6 +53,7 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
+import gate.engines.types  # noqa: F401  (registers the built-in engine types: each commit's config is read)
 from gate.errors import GitError, Problem, SpecguardError
 from gate.inputs.config import BUILTIN_PREFIX, Config, parse_config
 from gate.inputs.launch import files_from

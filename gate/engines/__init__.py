@@ -50,27 +50,27 @@ def build_reference(pair: ModelPair, loaded: LoadedConfig | None = None) -> Engi
     return ReferenceEngine(pair.target.model, pair.device)
 
 
-def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_dir=None, callable_=None) -> Engine:
-    """``callable_``: a plug-in's callable already loaded (its worker started by :func:`preflight_problems`)."""
-    engine = engine_type(spec).build(spec, pair, loaded, log_dir=log_dir, callable_=callable_)
+def build_engine(spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, log_dir=None, prepared=None) -> Engine:
+    """``prepared``: what its type's preflight readied for it (:func:`preflight_problems`; a plug-in's worker)."""
+    engine = engine_type(spec).build(spec, pair, loaded, log_dir=log_dir, prepared=prepared)
     engine.name = spec.label
     return engine
 
 
 def build_own_reference(spec: EngineConfig, engine: Engine, pair: ModelPair, loaded: LoadedConfig,
-                        log_dir=None, callable_=None) -> Engine | None:
+                        log_dir=None, prepared=None) -> Engine | None:
     """An engine's own plain decoding (a plug-in's ``engines[].reference``), run and timed beside it as
     ``spec.own_reference_name``; None when it has none (its speedup is then throughput against the gate's
-    reference, and says so).  ``callable_``: its callable already loaded by :func:`preflight_problems`."""
-    return engine_type(spec).own_reference(spec, engine, pair, loaded, log_dir=log_dir, callable_=callable_)
+    reference, and says so).  ``prepared``: what its type's preflight readied for it (:func:`preflight_problems`)."""
+    return engine_type(spec).own_reference(spec, engine, pair, loaded, log_dir=log_dir, prepared=prepared)
 
 
-def preflight_problems(loaded: LoadedConfig, log_dir=None, started: dict | None = None) -> list[Problem]:
+def preflight_problems(loaded: LoadedConfig, log_dir=None, prepared: dict | None = None) -> list[Problem]:
     """What every engine's type checks before a run (a plug-in's callable, imported in its own worker); workers that
-    loaded are kept in ``started`` by engine name for the run to use, and stopped without it."""
+    loaded are kept in ``prepared`` by engine name for the run to use, and stopped without it."""
     problems: list = []
     for i, spec in enumerate(loaded.config.engines):
-        problems += engine_type(spec).preflight(loaded, i, spec, log_dir=log_dir, started=started)
+        problems += engine_type(spec).preflight(loaded, i, spec, log_dir=log_dir, prepared=prepared)
     return problems
 
 
@@ -80,3 +80,6 @@ def capabilities_of(spec: EngineConfig) -> Capabilities:
 
 
 __all__ += ["capabilities_of", "engine_type", "engine_types"]
+
+# The built-in engine types, one module each: importing the package registers them all (gate/engines/registry.py)
+from gate.engines import types as _builtin_types  # noqa: E402,F401

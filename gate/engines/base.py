@@ -310,6 +310,7 @@ class ServedEngine(Protocol):
     beyond :meth:`Engine.generate`.  Ask :func:`served` for it, never an attribute by name."""
 
     name: str
+    url: str  # where it answers (the run's isolation finds the launched server it is timed on by it)
 
     def identity(self) -> str | None:
         """The stack's version as the server reports it (results.json's stacks), None where it reports none."""

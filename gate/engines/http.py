@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import requests
 
@@ -41,68 +40,9 @@ from gate.engines.base import (
     SpecCounters,
 )
 from gate.errors import ConfigError, EngineError, Problem
+from gate.stacks.base import Chunk, Stack, as_id, first_choice
 
-# --- presets: what each stack needs in a request and gives back --------------------------------------
-
-
-@dataclass
-class Chunk:
-    """What one streamed event carries: token ids (None: the stack gives none), per-token top-k logprobs
-    keyed by token id (None: not offered), text, and per-request counters (llama.cpp's timings)."""
-
-    ids: list[int] | None
-    tops: list[dict[int, float]] | None
-    text: str
-    counters: dict[str, int] | None = None
-    finish: str | None = None  # "stop" (EOS or a stop string) or "length"; None while streaming
-    done: bool = False  # the stream's last event (a route without "[DONE]")
-    generated: int | None = None  # tokens the server says it generated so far (llama-server's tokens_predicted)
-    # no ids: each token's text and the top-k keyed by text, as OpenAI's legacy logprobs give them
-    texts: list[str] | None = None
-    top_texts: list[dict[str, float]] | None = None
-    prompt_ids: list[int] | None = None  # the chat route's first event: the prompt the server rendered
-
-
-def _as_id(t) -> int | None:
-    if isinstance(t, int) and not isinstance(t, bool):
-        return t
-    if isinstance(t, str) and t.startswith("token_id:") and t[9:].isdigit():
-        return int(t[9:])
-    return None
-
-
-def first_choice(event: dict) -> dict:
-    """The event's first choice; {} for a chunk that carries none: the final usage chunk (``"choices": []``)
-    that vLLM sends with ``--enable-force-include-usage`` or ``stream_options.include_usage``, SGLang with
-    ``include_usage``, llama-server on its chat route.  A chunk without a ``choices`` list is malformed."""
-    choices = event["choices"]
-    if not isinstance(choices, list):
-        raise TypeError("choices is not a list")
-    return choices[0] if choices else {}
-
-
-def parse_openai(event: dict) -> Chunk:
-    """vLLM (and the OpenAI legacy completions shape): ``choices[0].token_ids`` when the stack returns them,
-    else ``logprobs.tokens`` as "token_id:<n>" (``return_tokens_as_token_ids``); top-k keyed likewise."""
-    choice = first_choice(event)
-    lp = choice.get("logprobs") or {}
-    ids = choice.get("token_ids")
-    if not (isinstance(ids, list) and all(_as_id(t) is not None for t in ids)):
-        ids = [_as_id(t) for t in (lp.get("tokens") or [])]
-        ids = ids if ids and all(t is not None for t in ids) else None
-    tops = None
-    if lp.get("top_logprobs") is not None:
-        tops = [{_as_id(k): float(v) for k, v in (d or {}).items() if _as_id(k) is not None}
-                for d in lp["top_logprobs"]]
-    texts = top_texts = None
-    pieces = lp.get("tokens")
-    if ids is None and isinstance(pieces, list) and all(isinstance(t, str) for t in pieces):
-        texts = list(pieces)
-        raw = lp.get("top_logprobs")
-        if isinstance(raw, list) and len(raw) == len(pieces) and all(isinstance(d, dict) for d in raw):
-            top_texts = [{str(k): float(v) for k, v in d.items() if isinstance(v, (int, float))} for d in raw]
-    return Chunk([int(t) for t in ids] if ids is not None else None, tops, choice.get("text") or "",
-                 finish=choice.get("finish_reason"), texts=texts, top_texts=top_texts)
+# --- the wire: each stack's request fields and answers are its own (gate/stacks/); the chat route is read here ---
 
 
 def _error_event(event) -> str | None:
@@ -120,15 +60,15 @@ def parse_chat(event: dict) -> Chunk:
     (``return_tokens_as_token_ids``) ``logprobs.content[].top_logprobs[]`` keyed "token_id:<n>"."""
     choice = first_choice(event)
     ids = choice.get("token_ids")
-    if ids is not None and not (isinstance(ids, list) and all(_as_id(t) is not None for t in ids)):
+    if ids is not None and not (isinstance(ids, list) and all(as_id(t) is not None for t in ids)):
         raise TypeError("token_ids is not a list of ids")
     tops = None
     content = (choice.get("logprobs") or {}).get("content")
     if isinstance(content, list) and content:
-        tops = [{_as_id(t.get("token")): float(t["logprob"]) for t in (c.get("top_logprobs") or [])
-                 if _as_id(t.get("token")) is not None} for c in content]
+        tops = [{as_id(t.get("token")): float(t["logprob"]) for t in (c.get("top_logprobs") or [])
+                 if as_id(t.get("token")) is not None} for c in content]
     prompt = event.get("prompt_token_ids")
-    if prompt is not None and not (isinstance(prompt, list) and all(_as_id(t) is not None for t in prompt)):
+    if prompt is not None and not (isinstance(prompt, list) and all(as_id(t) is not None for t in prompt)):
         raise TypeError("prompt_token_ids is not a list of ids")
     return Chunk([int(t) for t in ids] if ids is not None else None, tops,
                  (choice.get("delta") or {}).get("content") or "", finish=choice.get("finish_reason"),
@@ -138,91 +78,13 @@ def parse_chat(event: dict) -> Chunk:
 CHAT_ROUTE = "/v1/chat/completions"
 
 
-def parse_sglang(event: dict) -> Chunk:
-    """SGLang: ``choices[0].token_ids`` (``return_token_ids``); its logprobs are keyed by text, not usable."""
-    c = parse_openai(event)
-    return Chunk(c.ids, None, c.text, finish=c.finish)
-
-
-def parse_llamacpp(event: dict) -> Chunk:
-    """llama-server's native ``/completions`` stream: one event per token with ``content`` and ``tokens`` (its
-    id), top-k in ``completion_probabilities[].top_logprobs`` ({id, logprob}) when ``n_probs`` (alias
-    ``logprobs``) > 0, and a last event with ``stop: true``, ``stop_type`` and ``timings`` (``draft_n``,
-    ``draft_n_accepted``).  Not its OpenAI route: there, tokens accepted from the draft come with
-    ``logprobs: null`` (no id at all), since the server sets no probabilities on them."""
-    ids = event["tokens"]
-    if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
-        raise TypeError("tokens is not a list of ids")
-    probs = event.get("completion_probabilities")
-    tops = None
-    if isinstance(probs, list) and len(probs) == len(ids):
-        tops = [{t["id"]: float(t["logprob"]) for t in (e.get("top_logprobs") or [])
-                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float))} for e in probs]
-    timings = event.get("timings") or {}
-    counters = None
-    if isinstance(timings.get("draft_n"), int):
-        counters = {"num_draft_tokens": timings["draft_n"], "num_accepted_tokens": timings.get("draft_n_accepted", 0)}
-    done = event.get("stop") is True
-    finish = ("stop" if event.get("stop_type") in ("eos", "word") else "length") if done else None
-    generated = event.get("tokens_predicted")
-    return Chunk(ids, tops, event.get("content") or "", counters, finish=finish, done=done,
-                 generated=generated if isinstance(generated, int) else None)
-
-
-def parse_text(event: dict) -> Chunk:
-    """A stack that gives only text on its OpenAI route (TGI): the gate compares text, and says so."""
-    return Chunk(None, None, first_choice(event).get("text") or "")
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    engine_request: dict  # fields added to every request to the engine under test
-    reference_request: dict  # ... and to the reference (top-k logprobs are asked of the reference only)
-    parse: Callable[[dict], Chunk]
-    counters: dict[str, str] = field(default_factory=dict)  # SpecCounters field -> Prometheus metric family
-    per_pos: str | None = None  # the per-position accepted-tokens family (label "position")
-    prompt_as_text: bool = False  # the route takes no token ids: send the decoded prompt
-    route: str = "/v1/completions"
-    # Token ids ride on logprobs (vLLM's logprobs.tokens, llama-server's OpenAI route's logprobs.content): the
-    # reference always asks for at least this many, whatever http.logprobs says.  None: ids do not depend on them.
-    min_logprobs: int | None = None
-    gives_ids: bool = True  # False: the stack answers with text only; the gate compares text and says so
-
-
 SCORE_TOP = 20  # top tokens asked per scored position: vLLM's default --max-logprobs
-
-VLLM_COUNTERS = {"num_drafts": "vllm:spec_decode_num_drafts", "num_draft_tokens": "vllm:spec_decode_num_draft_tokens",
-                 "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
-LLAMACPP_COUNTERS = {"num_drafts": "llamacpp:spec_decode_num_drafts",
-                     "num_draft_tokens": "llamacpp:spec_decode_num_draft_tokens",
-                     "num_accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens"}
-
-PRESETS = {
-    # vLLM: token ids as "token_id:<n>"; logprobs=0 on the engine (the sampled token only; vLLM before about
-    # 0.14 turned speculation off for requests that ask for logprobs: use a newer build).
-    "vllm": Preset("vllm", {"return_tokens_as_token_ids": True, "logprobs": 0}, {"return_tokens_as_token_ids": True},
-                   parse_openai, VLLM_COUNTERS, "vllm:spec_decode_num_accepted_tokens_per_pos", min_logprobs=0),
-    # SGLang: ids with return_token_ids; counters from spec_verify_calls_total and generation_tokens_total
-    # (launch with --enable-metrics); no id-keyed logprobs on its OpenAI route.
-    "sglang": Preset("sglang", {"return_token_ids": True}, {"return_token_ids": True}, parse_sglang,
-                     {"num_drafts": "sglang:spec_verify_calls", "_generated": "sglang:generation_tokens"}),
-    # llama-server: its native /completions route streams every token's id (its OpenAI route drops the ids of
-    # tokens accepted from the draft); top-k with n_probs (alias logprobs); per-request draft counters in
-    # timings; /metrics needs --metrics.  The engine under test asks for no probabilities: they cost a softmax.
-    "llamacpp": Preset("llamacpp", {}, {}, parse_llamacpp, LLAMACPP_COUNTERS,
-                       "llamacpp:spec_decode_num_accepted_tokens_per_pos", route="/completions"),
-    # TGI's /v1/completions takes no token ids and returns no logprobs: text in, text out.
-    "tgi": Preset("tgi", {}, {}, parse_text, prompt_as_text=True, gives_ids=False),
-    # A generic OpenAI-compatible server: ids only if it volunteers them, else a text comparison (said so).
-    "openai": Preset("openai", {}, {}, parse_openai, gives_ids=False),
-}
 
 
 # --- metrics ------------------------------------------------------------------------------------------
 
 
-def scrape(url: str, preset: Preset, counters: dict[str, str], headers: dict, timeout: float = 10
+def scrape(url: str, preset: Stack, counters: dict[str, str], headers: dict, timeout: float = 10
            ) -> dict[str, float] | None:
     """The speculation counters now: {SpecCounters field or "pos:<j>": value}; None when unavailable."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -269,7 +131,7 @@ def counters_between(before: dict | None, after: dict | None) -> SpecCounters | 
 class HttpEngine:
     """One endpoint of a serving stack as an engine; a batch is a wave of concurrent requests."""
 
-    def __init__(self, name: str, url: str, preset: Preset, speculative: bool, model: str | None = None,
+    def __init__(self, name: str, url: str, preset: Stack, speculative: bool, model: str | None = None,
                  api_key: str | None = None, logprobs: int = 5, timeout_s: float = 300.0,
                  extra_body: dict | None = None, metrics_path: str | None = "/metrics",
                  counters: dict[str, str] | None = None, tokenize: Callable[[str], list[int]] | None = None,
@@ -582,4 +444,4 @@ def api_key(env_name: str | None, label: str) -> str | None:
     return key
 
 
-__all__ = ["PRESETS", "HttpEngine", "Preset", "api_key", "counters_between", "first_choice", "scrape"]
+__all__ = ["CHAT_ROUTE", "SCORE_TOP", "HttpEngine", "api_key", "counters_between", "parse_chat", "scrape"]

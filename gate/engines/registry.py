@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from gate.engines.base import Capabilities, Engine
-from gate.inputs.config import EngineConfig, LoadedConfig, engine_sections, register_section
+from gate.inputs.config import EngineConfig, LoadedConfig, register_section
 
 if TYPE_CHECKING:
     from gate.errors import Problem
@@ -50,12 +50,13 @@ class EngineType:
         return Capabilities()
 
     def build(self, spec: EngineConfig, pair: ModelPair, loaded: LoadedConfig, *, log_dir=None,
-              callable_=None) -> Engine:
-        """The engine; ``callable_``: a plug-in's callable already loaded by :meth:`preflight`."""
+              prepared=None) -> Engine:
+        """The engine; ``prepared``: what this type's :meth:`preflight` readied for it (a plug-in's worker), or
+        None."""
         raise NotImplementedError(self.name)
 
     def own_reference(self, spec: EngineConfig, engine: Engine, pair: ModelPair, loaded: LoadedConfig, *,
-                      log_dir=None, callable_=None) -> Engine | None:
+                      log_dir=None, prepared=None) -> Engine | None:
         """Its own plain decoding, run and timed beside it as ``spec.own_reference_name``; None: none."""
         return None
 
@@ -94,9 +95,10 @@ class EngineType:
         return []
 
     def preflight(self, loaded: LoadedConfig, index: int, spec: EngineConfig, log_dir=None,
-                  started: dict | None = None) -> list[Problem]:
+                  prepared: dict | None = None) -> list[Problem]:
         """What must hold before a run that the config alone cannot show (a plug-in's callable imports in its
-        worker); workers that started are kept in ``started`` by engine name, for the run."""
+        worker); what it readies for the run is kept in ``prepared`` by engine name (a plug-in's worker), and
+        handed to :meth:`build` and :meth:`own_reference` as theirs."""
         return []
 
 
@@ -115,12 +117,10 @@ def register(kind: EngineType) -> EngineType:
 
 def engine_type(spec: EngineConfig | str) -> EngineType:
     """The type of a config's engine (or the type of that name)."""
-    engine_sections()  # the built-in types, loaded once
     return _TYPES[spec if isinstance(spec, str) else spec.type]
 
 
 def engine_types() -> dict[str, EngineType]:
-    engine_sections()
     return dict(_TYPES)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from gate.stacks import orders
+
 
 class RowRandom:
     """One CPU generator per row; uniforms are drawn per row and moved to the device."""
@@ -37,16 +39,13 @@ def probs(logits: torch.Tensor, settings) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
-# The order each stack applies its truncations in, after the temperature: vLLM V1's sampler applies min_p as a
-# logits processor before its top-k/top-p step (top-p over the top-k renormalised); transformers' generate() builds
-# its warpers top-k, top-p, min-p.  Each mask is the same in both (ties at the k-th logit kept, at least one token
-# kept by top-p, min_p against the largest probability of what reaches it).
-ORDERS = {"vllm": ("min_p", "top_k", "top_p"), "transformers": ("top_k", "top_p", "min_p")}
-
-
 def truncate(x: torch.Tensor, top_k: int, top_p: float, min_p: float, order: str = "vllm") -> torch.Tensor:
-    """Tempered logits ``x`` [..., V] with every token the truncation drops set to -inf."""
-    for step in ORDERS[order]:
+    """Tempered logits ``x`` [..., V] with every token the truncation drops set to -inf, in ``order``: a stack's
+    truncation order (gate/stacks/: vLLM V1's sampler applies min_p as a logits processor before its top-k/top-p
+    step, top-p over the top-k renormalised) or ``transformers`` (generate()'s warpers: top-k, top-p, min-p).  Each
+    mask is the same in every order (ties at the k-th logit kept, at least one token kept by top-p, min_p against
+    the largest probability of what reaches it)."""
+    for step in orders()[order]:
         if step == "top_k" and 0 < top_k < x.shape[-1]:
             kth = x.topk(top_k, dim=-1).values[..., -1:]
             x = x.masked_fill(x < kth, float("-inf"))

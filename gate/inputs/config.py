@@ -134,15 +134,12 @@ def register_section(section: type[EngineConfig]) -> None:
 
 
 def engine_sections() -> dict[str, type[EngineConfig]]:
-    """Every engine type's config section, the built-in types loaded on first use.
-
-    The one place the config reaches the engine layer, at run time and by name: each module of
-    ``gate/engines/types/`` registers its type when imported (gate/engines/registry.py)."""
-    import importlib
-    import sys
-
-    if ENGINE_TYPES_PACKAGE not in sys.modules:
-        importlib.import_module(ENGINE_TYPES_PACKAGE)
+    """Every registered engine type's config section.  The config never reaches up into the engine layer: importing
+    :mod:`gate.engines` registers the built-in types (each module of ``gate/engines/types/``), and every command
+    that reads a config has imported it before (a type of the user's own registers from its own module)."""
+    if not _SECTIONS:
+        raise RuntimeError("no engine type is registered: import gate.engines before reading a config (it registers "
+                           "the built-in types)")
     return _SECTIONS
 
 

@@ -7,20 +7,31 @@ the three do not commute when ``min_p`` meets the others (gate/engines/sampling.
 * ``vllm`` (default): ``min_p`` against the tempered distribution, then ``top_k``, then ``top_p`` over what
   ``top_k`` kept, renormalised (vLLM V1's sampler; SGLang's ``top_k``/``top_p`` agree);
 * ``transformers``: ``top_k``, ``top_p``, ``min_p``, each on the previous one's renormalised result (the warpers
-  ``generate()`` builds).
+  ``generate()`` builds);
+* any other stack's name whose order the gate models (gate/stacks/: a stack's ``truncation``).
 
 The truncation fields are left out of the config's digest while unset, so configs written before them keep theirs.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from gate import stacks
 from gate.inputs.fields import BatchSize, Strict
 
-TruncationOrder = Literal["vllm", "transformers"]
+
+def _modelled(name: str) -> str:
+    if name not in stacks.orders():
+        raise ValueError(f"no truncation order {name!r}: expected one of {', '.join(stacks.orders())}")
+    return name
+
+
+# A truncation order the gate models (gate.stacks.orders: a stack of the user's own may add one)
+TruncationOrder = Annotated[str, AfterValidator(_modelled),
+                            Field(json_schema_extra=lambda schema: schema.update(examples=list(stacks.orders())))]
 
 
 def _unset(default):

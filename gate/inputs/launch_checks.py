@@ -2,7 +2,7 @@
 line against its server's, setting by setting, and what the gate cannot read.
 
 * **The pair.**  The reference is the server's stack with speculation off: the speedup and the noise floor assume
-  it.  Each setting of the preset's table (gate/inputs/stack_flags.py: the served model, tensor and pipeline
+  it.  Each setting of the preset's stack (gate/stacks/: the served model, tensor and pipeline
   parallelism, dtype, quantization, the KV cache's dtype, the longest sequence, the batching budget, the most
   sequences, chunked prefill, the prefix cache, eager mode or graphs, the attention backend, the memory share, GPU
   layers) is read off both lines, a flag left out as the stack's documented default (where the stack picks by
@@ -21,32 +21,31 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.inputs.launch import Read, hub_id, launch_flags, read_launch, read_text, unread, vllm_file
-from gate.inputs.stack_flags import SETTINGS, STACKS, Flag
+from gate.inputs.launch import Read, hub_id, launch_flags, read_launch, read_text, unread
+from gate.stacks import find
+from gate.stacks.base import SETTINGS, Flag
 
 
 def starts_stack(preset: str | None, argv: list[str]) -> bool:
     """Whether a launch line starts ``preset``'s server itself (its program or module is one of its words), so that
     its flags are the stack's: a wrapper (``bash -c '…'``, a script) hides them."""
-    stack = STACKS.get(preset or "")
-    if stack is None:
-        return False
-    return any(not any(c.isspace() for c in w) and (Path(w).name in stack.programs or w.startswith(stack.modules))
-               for w in argv)
+    stack = find(preset)
+    return stack is not None and stack.starts(argv)
 
 
 def unreadable(preset: str | None, argv: list[str]) -> str | None:
     """Why the gate cannot read a launch line's flags, and what is then unchecked; None where it can."""
     unchecked = ("k, the method, the draft or head, and the settings the reference must share with the server "
                  "are not checked against the config or each other")
-    if preset not in STACKS:
+    stack = find(preset)
+    if stack is None or not stack.reads_launch:
         return f"preset {preset}: the gate reads no flags of its launch lines: {unchecked}"
     if starts_stack(preset, argv):
         return None
     if Path(argv[0]).name in ("bash", "sh", "zsh", "dash", "ksh") and "-c" in argv:
         return (f"{Path(argv[0]).name} -c runs a shell line the gate does not read: {unchecked}; write the command "
-                f"itself as a list of words ({STACKS[preset].shown} …)")
-    return (f"{argv[0]!r} does not start {preset} itself (expected {STACKS[preset].shown}): the gate reads the "
+                f"itself as a list of words ({stack.shown} …)")
+    return (f"{argv[0]!r} does not start {preset} itself (expected {stack.shown}): the gate reads the "
             f"line's own words, not what it runs, so where that sets them {unchecked}")
 
 
@@ -61,9 +60,11 @@ def is_flag(word: str) -> bool:
         return True
 
 
-def _given(flag: Flag, argv: list[str], file: dict) -> tuple[str | None, str | None]:
+def _given(flag: Flag, argv: list[str], file: dict, file_wins: bool = False, at: str = "--config"
+           ) -> tuple[str | None, str | None]:
     """(the value a line gives ``flag``, the name it was given by), the last one winning; a switch's value is "true"
-    or "false"; ``file``: vLLM's ``--config`` keys, which the command line overrides.  (None, None): not given."""
+    or "false"; ``file``: the keys of the line's file of flags (``at``), which the command line overrides unless
+    ``file_wins`` (TensorRT-LLM's options file wins).  (None, None): not given."""
     value = where = None
     for i, arg in enumerate(argv):
         name, eq, text = arg.partition("=") if arg.startswith("--") else (arg, "", "")
@@ -79,12 +80,12 @@ def _given(flag: Flag, argv: list[str], file: dict) -> tuple[str | None, str | N
                 value = argv[i + 1]
             else:
                 value = "true"  # given bare (llama.cpp's older -fa)
-    if value is None:
+    if value is None or file_wins:
         for name in flag.names:
             key = name[2:].replace("_", "-")
             if name.startswith("--") and key in file:
                 v = file[key]
-                value, where = (str(v).lower() if isinstance(v, bool) else str(v)), f"--config {key}"
+                value, where = (str(v).lower() if isinstance(v, bool) else str(v)), f"{at} {key}"
                 break
     return value, where
 
@@ -93,14 +94,16 @@ def served(preset: str, argv: list[str],
            read: Read = read_text) -> dict[str, list[tuple[Flag, str | None, str | None]]]:
     """Each setting a line of ``preset`` can give: (flag, the value given or None, the name it was given by);
     ``read`` reads a ``--config`` file the line names (by default from the working tree)."""
-    stack = STACKS[preset]
-    file = vllm_file(launch_flags(argv), read) if stack.reads_config_file else {}
-    out = {name: [(flag, *_given(flag, argv, file)) for flag in flags] for name, flags in stack.settings.items()}
-    after = stack.positional_model_after
-    if after in argv and out["model"][0][1] is None:  # `vllm serve MODEL ...`
-        rest = argv[argv.index(after) + 1:]
-        if rest and not rest[0].startswith("-"):
-            out["model"][0] = (out["model"][0][0], rest[0], f"{preset} {after}")
+    stack = find(preset)
+    if stack is None:
+        return {}
+    flags = launch_flags(argv)
+    file, at = stack.config_file(flags, read), stack.config_path(flags)
+    out = {name: [(flag, *_given(flag, argv, file, stack.file_wins, at[0] if at else "--config"))
+                  for flag in flags_] for name, flags_ in stack.settings.items()}
+    positional = stack.positional_model(argv)
+    if positional is not None and "model" in out and out["model"][0][1] is None:  # `vllm serve MODEL ...`
+        out["model"][0] = (out["model"][0][0], *positional)
     return out
 
 
@@ -160,7 +163,7 @@ def pair_differences(preset: str, server: list[str], reference: list[str], targe
     read = {role: served(preset, argv) for role, argv in (("server", server), ("reference", reference))
             if starts_stack(preset, argv)}
     for role, settings in read.items():
-        for _, model, where in settings["model"]:
+        for _, model, where in settings.get("model", ()):
             if model and target and hub_id(model) and hub_id(target) and hub_id(model) != hub_id(target):
                 out.append(Difference("model", True, role, f"the {role}'s {where} serves {model!r}, and "
                                       f"models.target.path is {target!r}: the gate would tokenize, fingerprint and "
@@ -194,7 +197,7 @@ def pair_differences(preset: str, server: list[str], reference: list[str], targe
 def disabled_sizes(preset: str | None, argv: list[str], batch_sizes: list[int]) -> str | None:
     """What a server's ``disable_by_batch_size`` (vLLM: in its speculative config, or the older flag) does to the
     run: the batch sizes at or above it decode without speculation; None where it is not set."""
-    if preset not in STACKS:
+    if find(preset) is None:
         return None
     try:
         spec = read_launch(preset, argv)

@@ -6,7 +6,7 @@ compared key by key, and a shell line (``bash -c '…'``) by the flags inside it
 ``--config`` file, a model's ``config.json``, the config itself) is compared key by key (``max-num-batched-tokens
 2048 → 4096``, ``revision unset → v2``): a comment or a reformatting is no change.  :func:`loaded_files` names the
 files and folders a launch line makes its server load (its stack's ``files`` flags in
-:mod:`gate.inputs.stack_flags`, those flags inside a ``--config`` file, the draft, the head, the served model),
+:mod:`gate.stacks`, those flags inside a ``--config`` file, the draft, the head, the served model),
 read through ``read`` so that a git revision can stand in for the working tree.
 
 Everything here is text from a pull request: :func:`inert` makes each line printable and bounded (no control
@@ -20,9 +20,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from gate.inputs.launch import Read, launch_flags, read_launch, read_text, vllm_file
+from gate.inputs.launch import Read, launch_flags, read_launch, read_text
 from gate.inputs.launch_checks import is_flag, served, starts_stack
-from gate.inputs.stack_flags import STACKS
+from gate.stacks import find
 
 LINE_CAP = 600  # characters of one printed line
 VALUE_CAP = 200  # characters of one value in it, so that a line shows both sides
@@ -282,27 +282,27 @@ def loaded_files(preset: str | None, argv: list[str], read: Read = read_text) ->
     """What a launch line of ``preset`` makes its server load from files: its stack's ``files`` flags (on the line,
     or in its ``--config`` file, which ``read`` reads), the draft, the head and the served model (a local path or a
     hub id: the caller keeps what is in the repository)."""
-    stack = STACKS.get(preset or "")
-    if stack is None or not argv:
+    stack = find(preset)
+    if stack is None or not stack.reads_launch or not argv:
         return []
-    argv = _shell_line(stack.preset, argv)
+    argv = _shell_line(stack.name, argv)
     flags = launch_flags(argv)
-    file = vllm_file(flags, read) if stack.reads_config_file else {}
+    file, at = stack.config_file(flags, read), stack.config_path(flags)
     out: list[Loaded] = []
     for f in stack.files:
         if f in flags:
-            out.append(Loaded(flags[f], f, config_file=f == "--config" and stack.reads_config_file))
+            out.append(Loaded(flags[f], f, config_file=f in stack.config_flags))
         elif f.startswith("--") and isinstance(file.get(f[2:].replace("_", "-")), str):
-            out.append(Loaded(file[f[2:].replace("_", "-")], f"--config {flags['--config']} {f[2:]}"))
+            out.append(Loaded(file[f[2:].replace("_", "-")], f"{at[0]} {at[1]} {f[2:]}"))
     try:
-        spec = read_launch(stack.preset, argv, read)
+        spec = read_launch(stack.name, argv, read)
     except ValueError:  # a flag that is not a number: validate says so; the paths are still followed below
         spec = None
     if spec is not None and spec.draft:
         out.append(Loaded(spec.draft, spec.draft_flag or "", "the draft"))
     if spec is not None and spec.head:
         out.append(Loaded(spec.head, spec.head_flag or "", "the head"))
-    for _flag, value, given in served(stack.preset, argv, read).get("model", []):
+    for _flag, value, given in served(stack.name, argv, read).get("model", []):
         if value:
             out.append(Loaded(value, given or "", "the served model"))
     return list({x.path: x for x in reversed(out)}.values())[::-1]  # each path once, as first named

@@ -10,7 +10,8 @@ itself.  A method names which one a config gates (``speculation.method``), and e
 * ``head``: whether it proposes with a module that is not a causal LM the gate can run (an EAGLE head, an MTP
   module): named by its path (``speculation.head``), for the change trigger and the fingerprint, never loaded;
 * the names the stacks give it on a launch line (vLLM ``--speculative-config`` ``method``, SGLang
-  ``--speculative-algorithm``), read back by :mod:`gate.inputs.launch` and refused on a mismatch.
+  ``--speculative-algorithm``) are each stack's own (``methods`` in gate/stacks/), read back by
+  :mod:`gate.inputs.launch` and refused on a mismatch.
 
 What proposes a method's drafts, as the in-process engines run it and the distribution check's draft-side tests
 recompute it, is its proposer class in :mod:`gate.engines.proposers` (one per method; the n-gram lookup lives there,
@@ -42,23 +43,6 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("other", False, False, "any other proposer (named here, not modelled)"),
 )}
 MethodName = Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix", "other"]
-
-# vLLM's speculative_config "method" values (vllm/config/speculative.py); every MTP variant is MTP here
-VLLM = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "ngram": "ngram", "suffix": "suffix",
-        "medusa": "medusa", "mlp_speculator": "other", "mtp": "mtp"}
-# SGLang's --speculative-algorithm values
-SGLANG = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp", "STANDALONE": "draft_model", "NGRAM": "ngram",
-          "LOOKAHEAD": "ngram"}
-
-
-def from_vllm(name: str) -> str:
-    """vLLM's method name as the gate's (``deepseek_mtp``, ``qwen3_next_mtp``, … are ``mtp``)."""
-    return VLLM.get(name) or ("mtp" if name.endswith("_mtp") else "other")
-
-
-def from_sglang(name: str) -> str:
-    return SGLANG.get(name.upper(), "other")
-
 
 def method_problems(cfg) -> list[tuple[tuple, str, str | None]]:
     """The method of a ``Config`` and what it needs: a draft model exactly where the method proposes with one, a head
@@ -98,4 +82,4 @@ def method_problems(cfg) -> list[tuple[tuple, str, str | None]]:
     return out
 
 
-__all__ = ["METHODS", "SGLANG", "VLLM", "Method", "MethodName", "from_sglang", "from_vllm", "method_problems"]
+__all__ = ["METHODS", "Method", "MethodName", "method_problems"]

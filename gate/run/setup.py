@@ -72,7 +72,7 @@ def load_inputs(session: Session, config: str, out: str | None, threads: int | N
         rundir = out_dir(loaded, out)
         suite = suite_for(loaded)
         workers: dict = {}
-        bad_plugins = preflight_problems(loaded, log_dir=rundir.path, started=workers)
+        bad_plugins = preflight_problems(loaded, log_dir=rundir.path, prepared=workers)
         if bad_plugins:
             raise SpecguardError(bad_plugins)
     return Inputs(loaded, suite, rundir, workers)
@@ -110,11 +110,11 @@ def load_models(session: Session, inputs: Inputs, base=None) -> Models:
     with session.phases("model load"):
         session.quiet_libraries()
         pair = load_pair(loaded)
-        engines = [build_engine(e, pair, loaded, log_dir=inputs.out.path, callable_=inputs.workers.get(e.label))
+        engines = [build_engine(e, pair, loaded, log_dir=inputs.out.path, prepared=inputs.workers.get(e.label))
                    for e in loaded.config.engines]
         paired = paired_engine(base, loaded, pair, log_dir=inputs.out.path) if base is not None else None
         own = [build_own_reference(spec, engine, pair, loaded, log_dir=inputs.out.path,
-                                   callable_=inputs.workers.get(spec.own_reference_name))
+                                   prepared=inputs.workers.get(spec.own_reference_name))
                for spec, engine in zip(loaded.config.engines, engines, strict=True)]
     return Models(pair, engines, paired, [e for e in own if e is not None])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gate.inputs.launch import memory_fraction
 from gate.inputs.launch_checks import served
-from gate.inputs.stack_flags import STACKS
+from gate.stacks import find
 
 BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
          "F8_E4M3": 1, "F8_E5M2": 1}
@@ -26,12 +26,13 @@ GIB = 1 << 30
 
 def served_model(preset: str, argv: list[str]) -> tuple[str | None, int, str | None]:
     """(the model a launch line serves, its tensor-parallel size, its --dtype) as the line says them (the preset's
-    flags: gate/inputs/stack_flags.py)."""
-    if preset not in STACKS:
+    stack: gate/stacks/)."""
+    stack = find(preset)
+    if stack is None or not stack.reads_launch:
         return None, 1, None
     settings = served(preset, argv)
-    model = settings["model"][0][1]
-    tp = settings["tensor_parallel"][0][1] or "1"
+    model = settings["model"][0][1] if "model" in settings else None
+    tp = (settings["tensor_parallel"][0][1] if "tensor_parallel" in settings else None) or "1"
     dtype = settings["dtype"][0][1] if "dtype" in settings else None
     try:
         tp_size = max(1, int(tp))

@@ -16,6 +16,10 @@ vLLM's OpenAI-compatible server that the ``vllm`` preset expects:
 * ``GET /metrics``: Prometheus text with vLLM's counters ``vllm:spec_decode_num_drafts``,
   ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos{position}``.
 
+``--shape trtllm`` speaks TensorRT-LLM's ``trtllm-serve`` instead (the ``trtllm`` preset, gate/stacks/trtllm.py):
+generated ids in ``choices[0].token_ids`` only with ``detokenize: false`` (and then an empty ``text``), top-k
+logprobs keyed by the token's text, no ``prompt_logprobs``, and ``/metrics`` as a JSON list of iteration statistics.
+
 Concurrent requests are batched the way serving stacks do it: requests that arrive within a short window
 run as one batch, so a batching bug (a mutant) shows under concurrency.  Logprobs are the target's
 teacher-forced top-k at each emitted position.  Streaming sends the tokens after the batch finishes, so its
@@ -112,9 +116,10 @@ def sampling_of(body: dict) -> tuple[float, int, float, float]:
 
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
              fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server",
-             contend=lambda elapsed_s: None, chat_template: str | None = None):
+             contend=lambda elapsed_s: None, chat_template: str | None = None, shape: str = "vllm"):
     """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early.
-    ``chat_template``: what the chat route renders messages with (None: the tokenizer's own)."""
+    ``chat_template``: what the chat route renders messages with (None: the tokenizer's own).  ``shape``: the
+    stack whose dialect it speaks, ``vllm`` or ``trtllm``."""
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import PlainTextResponse, StreamingResponse
     from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -128,7 +133,11 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
     per_pos = Counter(f"{METRIC}accepted_tokens_per_pos", "accepted draft tokens by position", ["position"],
                       registry=registry)
 
+    counted = {"draft_tokens": 0, "accepted_tokens": 0}  # the same, for --shape trtllm's JSON statistics
+
     def observe(c: SpecCounters) -> None:
+        counted["draft_tokens"] += c.num_draft_tokens
+        counted["accepted_tokens"] += c.num_accepted_tokens
         metrics["drafts"].inc(c.num_drafts)
         metrics["draft_tokens"].inc(c.num_draft_tokens)
         metrics["accepted_tokens"].inc(c.num_accepted_tokens)
@@ -187,6 +196,9 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def prometheus():
+        if shape == "trtllm":  # iteration statistics as JSON, its speculation's under specDecodingStats
+            return json.dumps([{"iter": 0, "specDecodingStats": {"numDraftTokens": counted["draft_tokens"],
+                                                                 "numAcceptedTokens": counted["accepted_tokens"]}}])
         return generate_latest(registry).decode()
 
     @app.post("/v1/completions")
@@ -202,7 +214,8 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         temperature = sampling_of(body)
         seed = int(body.get("seed") or 0)
         k_top = body.get("logprobs")
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        as_ids = bool(body.get("return_tokens_as_token_ids")) and shape == "vllm"
+        ids_field = shape == "trtllm" and body.get("detokenize") is False  # its ids, in place of the text
         seq = batcher.submit(Request(tuple(prompt), max_tokens, seed), temperature)
         out = list(seq.token_ids)
         finish = "stop" if seq.stop_reason == "eos" else "length"
@@ -219,10 +232,12 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
             if lps:
                 logprobs = {"tokens": [token_str(t, as_ids) for t in out], "token_logprobs": [c for _, c in lps],
                             "top_logprobs": [{token_str(t, as_ids): v for t, v in top.items()} for top, _ in lps]}
-            scored = prompt_logprobs(prompt, int(body["prompt_logprobs"])) if body.get("prompt_logprobs") else None
+            scored = prompt_logprobs(prompt, int(body["prompt_logprobs"])) \
+                if body.get("prompt_logprobs") and shape == "vllm" else None
+            ids = {"token_ids": out} if ids_field else {}
             return {"id": rid, "object": "text_completion", "model": model_name,
-                    "choices": [{"index": 0, "text": pair.decode(out), "logprobs": logprobs, "finish_reason": finish,
-                                 "prompt_logprobs": scored}],
+                    "choices": [{"index": 0, "text": "" if ids_field else pair.decode(out), "logprobs": logprobs,
+                                 "finish_reason": finish, "prompt_logprobs": scored, **ids}],
                     "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out)}}
 
         def events():
@@ -230,9 +245,10 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
                 out[:] = out[:2]
             for i, t in enumerate(out):
                 chunk = {"id": rid, "object": "text_completion", "model": model_name,
-                         "choices": [{"index": 0, "text": pair.decode([t]),
+                         "choices": [{"index": 0, "text": "" if ids_field else pair.decode([t]),
                                       "logprobs": logprobs_for(i) if lps else None,
-                                      "finish_reason": finish if i == len(out) - 1 else None}]}
+                                      "finish_reason": finish if i == len(out) - 1 else None,
+                                      **({"token_ids": [t]} if ids_field else {})}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             if force_include_usage or (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"id": rid, "object": "text_completion", "model": model_name, "choices": [],
@@ -289,6 +305,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
 
 def load(config: str | None = None):
     """The pair to serve: a specguard.yaml's models, or the embedded demo pair."""
+    import gate.engines  # noqa: F401  (registers the engine types a config names)
     from gate.inputs.config import PACKAGE_DIR, load_config, parse_config
     from gate.inputs.models import load_pair
 
@@ -396,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fault", choices=("error500", "truncate"), help="misbehave, for fault tests")
+    ap.add_argument("--shape", choices=("vllm", "trtllm"), default="vllm",
+                    help="the stack whose dialect it speaks: vLLM's (default) or TensorRT-LLM's trtllm-serve")
     ap.add_argument("--chat-template", metavar="FILE",
                     help="the Jinja template /v1/chat/completions renders messages with (default: the tokenizer's)")
     ap.add_argument("--force-include-usage", action="store_true",
@@ -423,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault,
-                         force_include_usage=args.force_include_usage, mode_name=args.mode,
+                         force_include_usage=args.force_include_usage, mode_name=args.mode, shape=args.shape,
                          chat_template=Path(args.chat_template).read_text() if args.chat_template else None,
                          contend=slowed_by(args.slowed_by) if args.slowed_by else lambda elapsed_s: None),
                 host=args.host, port=args.port, log_level="warning")

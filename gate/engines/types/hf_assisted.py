@@ -33,7 +33,7 @@ class HFAssistedType(EngineType):
 
         return HFAssistedEngine.capabilities
 
-    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+    def build(self, spec, pair, loaded, *, log_dir=None, prepared=None):
         from gate.engines.hf_assisted import HFAssistedEngine, PromptLookupEngine
         from gate.engines.proposers import NgramLookup, proposer_for
 

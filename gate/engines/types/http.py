@@ -9,8 +9,9 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import AfterValidator, Field, StrictInt, field_validator
 
+from gate import stacks
 from gate.engines.base import Capabilities
 from gate.engines.registry import EngineType, base_engine_of, register
 from gate.inputs.config import REFERENCE, EngineConfig
@@ -19,25 +20,21 @@ from gate.inputs.launch import PORT_PLACEHOLDER
 
 DifferenceName = Literal["model", "tensor_parallel", "pipeline_parallel", "dtype", "quantization", "kv_cache_dtype",
                          "max_model_len", "batch_budget", "max_seqs", "chunked_prefill", "prefix_caching", "eager",
-                         "attention", "memory", "gpu_layers"]  # gate.inputs.stack_flags.SETTINGS, in its order
+                         "attention", "memory", "gpu_layers"]  # gate.stacks.base.SETTINGS, in its order
 
-# What each preset's server lacks for scoring a given continuation teacher-forced (vLLM has prompt_logprobs).
-NO_SCORING = {
-    "sglang": "preset sglang: its input-token logprobs are not wired into the gate yet",
-    "llamacpp": "preset llamacpp: llama-server gives probabilities only for the tokens it generates (n_probs), "
-                "never for a given continuation",
-    "tgi": "preset tgi: its OpenAI route returns text, not token ids to score",
-    "openai": "preset openai: an OpenAI-compatible completions route scores only what it generates",
-}
 
-# The presets whose chat route reports the prompt it rendered and each token's id (vLLM: return_token_ids)
-CHAT = {"vllm"}
-# The presets whose truncation the gate reproduces (gate/engines/sampling.py ORDERS), and why the others are refused
-TRUNCATES_AS = {"vllm": "vllm"}
-NO_TRUNCATION = {
-    "llamacpp": "llama.cpp's default sampler chain applies top_k, top_p and min_p before the temperature",
-    "sglang": "SGLang masks top_k, top_p and min_p on one distribution, top_p not renormalised after top_k",
-}
+
+def _known_stack(name: str) -> str:
+    if stacks.find(name) is None:
+        raise ValueError(f"no serving stack {name!r}: expected one of {', '.join(stacks.names())} (gate/stacks/; a "
+                         "stack of your own is a module that registers one, imported before the config is read)")
+    return name
+
+
+# A preset: a registered stack's name (gate/stacks/); a stack registered by the user's own module is one too, so
+# the schema gives the built-in ones as examples, not as the only values
+PresetName = Annotated[str, AfterValidator(_known_stack),
+                       Field(json_schema_extra=lambda schema: schema.update(examples=stacks.names()))]
 
 
 class EndpointConfig(Strict):
@@ -97,7 +94,7 @@ class EndpointConfig(Strict):
 class HttpConfig(Strict):
     """A serving stack behind its OpenAI-compatible API (docs/serving.md)."""
 
-    preset: Literal["vllm", "sglang", "tgi", "llamacpp", "openai"] = "vllm"
+    preset: PresetName = "vllm"
     server: EndpointConfig  # speculation on: the engine under test
     reference: EndpointConfig | None = None  # the same stack with speculation off: the gate's reference
     model: Text | None = None  # the request's "model" (default: the first of /v1/models)
@@ -110,8 +107,8 @@ class HttpConfig(Strict):
     # "chat": a suite's `messages` rows go to /v1/chat/completions and the server's own chat template renders them
     # (the rest stay on the completions route); left out of the digest while "completions"
     route: Literal["completions", "chat"] = Field("completions", exclude_if=lambda v: v == "completions")
-    # settings on which the reference's launch line may differ from the server's on purpose (gate/inputs/
-    # stack_flags.py SETTINGS): each is then a warning, not a refusal; left out of the digest while empty
+    # settings on which the reference's launch line may differ from the server's on purpose (gate/stacks/base.py
+    # SETTINGS): each is then a warning, not a refusal; left out of the digest while empty
     allow_differences: list[DifferenceName] = Field(default_factory=list, exclude_if=lambda v: not v)
 
     @field_validator("allow_differences")
@@ -159,25 +156,29 @@ class HttpEngineConfig(EngineConfig):
         return self.http.reference is not None
 
     @property
+    def stack(self) -> stacks.Stack:
+        return stacks.get(self.http.preset)
+
+    @property
     def scores_continuations(self) -> bool:
-        return self.http.reference is not None and self.http.preset not in NO_SCORING
+        return self.http.reference is not None and self.stack.no_scoring is None
 
     @property
     def why_no_scoring(self) -> str | None:
-        return NO_SCORING.get(self.http.preset) if self.http.reference is not None else None
+        return self.stack.no_scoring if self.http.reference is not None else None
 
     def endpoints(self) -> list[tuple[str, EndpointConfig]]:
         return [(f"http.{role}", ep) for role, ep in (("server", self.http.server), ("reference", self.http.reference))
                 if ep is not None]
 
     def memory_shares(self):
-        from gate.inputs.launch import MEMORY_FLAGS, memory_fraction
+        from gate.inputs.launch import memory_fraction
 
         out = []
         for where, ep in self.endpoints():
             share, said = memory_fraction(self.http.preset, ep.launch or [])
-            if ep.launch and share is not None:
-                out.append((f"{where}.launch", share, said, MEMORY_FLAGS[self.http.preset][0]))
+            if ep.launch and share is not None and self.stack.memory is not None:
+                out.append((f"{where}.launch", share, said, self.stack.memory[0]))
         return out
 
     @property
@@ -190,9 +191,7 @@ class HttpEngineConfig(EngineConfig):
 
     @property
     def prefix_cache_off(self) -> str | None:
-        from gate.inputs.stack_flags import STACKS
-
-        return STACKS[self.http.preset].prefix_cache_off if self.http.preset in STACKS else None
+        return self.stack.prefix_cache_off
 
     def _pair(self, config):
         """The differences between the server's and the reference's launch lines (gate.inputs.launch)."""
@@ -247,17 +246,17 @@ class HttpEngineConfig(EngineConfig):
                 found = [str(err)]
             out += [(("http", role, "launch"), m, None) for m in found]
         out += self._allowance_problems(config)
-        if self.http.route == "chat" and self.http.preset not in CHAT:
+        if self.http.route == "chat" and not self.stack.chat:
             out.append((("http", "route"), f"preset {self.http.preset} has no chat route the gate can read token ids "
                         "and the rendered prompt from", "use route: completions (the gate renders the chat "
                         "template), or preset vllm (return_token_ids)"))
         sampling = config.generation.sampling
-        if sampling is not None and sampling.truncated and self.http.preset not in TRUNCATES_AS:
+        if sampling is not None and sampling.truncated and self.stack.truncation is None:
             out.append((("http", "preset"), f"generation.sampling truncates ({sampling.described()}), and preset "
                         f"{self.http.preset} truncates in an order the gate does not model "
-                        f"({NO_TRUNCATION.get(self.http.preset, 'not documented')}): its sampled tokens would be "
-                        "judged against another distribution",
-                        "sample without top_k/top_p/min_p for this stack, or gate it through preset vllm"))
+                        f"({self.stack.no_truncation}): its sampled tokens would be judged against another "
+                        "distribution", "sample without top_k/top_p/min_p for this stack, or gate it through preset "
+                        + " or ".join(s.name for s in stacks.stacks() if s.truncation)))
         return out
 
 
@@ -282,10 +281,10 @@ class HttpEngineConfig(EngineConfig):
 
 def http_engine(spec: HttpEngineConfig, url: str, pair, loaded, speculative: bool, name: str):
     """An engine over a serving stack's OpenAI-compatible API (``spec`` is an entry of ``loaded``'s engines)."""
-    from gate.engines.http import PRESETS, HttpEngine, api_key
+    from gate.engines.http import HttpEngine, api_key
 
     h = spec.http
-    return HttpEngine(name, url, PRESETS[h.preset], speculative, model=h.model,
+    return HttpEngine(name, url, stacks.get(h.preset), speculative, model=h.model,
                       api_key=api_key(h.api_key_env, f"engine {spec.label!r}"), logprobs=h.logprobs,
                       timeout_s=h.request_timeout_s, extra_body=h.extra_body, metrics_path=h.metrics,
                       counters=h.counters, tokenize=pair.encode, detokenize=pair.decode, chat=h.route == "chat",
@@ -299,12 +298,10 @@ class HttpType(EngineType):
     noun = "http engine"
 
     def capabilities(self, spec):
-        from gate.engines.http import PRESETS
-
-        counted = spec.http.metrics and ({**PRESETS[spec.http.preset].counters, **spec.http.counters})
+        counted = spec.http.metrics and ({**spec.stack.counters, **spec.http.counters})
         return Capabilities(in_process=False, steppable=False, counters="engine" if counted else "none")
 
-    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+    def build(self, spec, pair, loaded, *, log_dir=None, prepared=None):
         return http_engine(spec, spec.http.server.url, pair, loaded, speculative=True, name=spec.label)
 
     def reference(self, spec, pair, loaded):

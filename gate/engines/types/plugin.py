@@ -102,21 +102,21 @@ class PluginType(EngineType):
     def capabilities(self, spec):
         return capabilities_for(spec.max_batch_size)
 
-    def _callable(self, spec, target: str, name: str, loaded, log_dir, callable_):
+    def _callable(self, spec, target: str, name: str, loaded, log_dir, prepared):
         from gate.engines.plugin import ProcessCallable, load_in_process
 
-        if callable_ is not None:
-            return callable_
+        if prepared is not None:  # its worker, started by preflight
+            return prepared
         if spec.in_worker:
             return ProcessCallable(target, str(loaded.source), name,
                                    log_path=Path(log_dir) / f"{name}.log" if log_dir else None,
                                    roots=loaded.import_roots(spec))
         return load_in_process(target, str(loaded.source), loaded.import_roots(spec))
 
-    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+    def build(self, spec, pair, loaded, *, log_dir=None, prepared=None):
         from gate.engines.plugin import PluginEngine, PluginSettings
 
-        fn = self._callable(spec, spec.callable, spec.label, loaded, log_dir, callable_)
+        fn = self._callable(spec, spec.callable, spec.label, loaded, log_dir, prepared)
         models = loaded.config.models
         base = PluginSettings(max_new_tokens=[], seeds=[], temperature=0.0, num_draft_tokens=0,
                               eos_token_ids=[], target=pair.target.location,
@@ -127,7 +127,7 @@ class PluginType(EngineType):
         return PluginEngine(spec.label, fn, pair.device, base, max_batch_size=spec.max_batch_size,
                             vocab_size=pair.target.vocab_size, timeout_s=spec.timeout_s)
 
-    def own_reference(self, spec, engine, pair, loaded, *, log_dir=None, callable_=None):
+    def own_reference(self, spec, engine, pair, loaded, *, log_dir=None, prepared=None):
         from gate.engines.plugin import PluginEngine, SpeculationOff
 
         name = spec.own_reference_name
@@ -135,7 +135,7 @@ class PluginType(EngineType):
             return None
         if spec.reference.callable is None:
             return SpeculationOff(engine, name)
-        fn = self._callable(spec, spec.reference.callable, name, loaded, log_dir, callable_)
+        fn = self._callable(spec, spec.reference.callable, name, loaded, log_dir, prepared)
         own = PluginEngine(name, fn, pair.device, replace(engine.base, extra=dict(spec.reference.extra)),
                            max_batch_size=spec.max_batch_size, vocab_size=pair.target.vocab_size,
                            timeout_s=spec.timeout_s)
@@ -161,7 +161,7 @@ class PluginType(EngineType):
                 "settings": {"target": base.target, "draft": base.draft, "dtype": base.dtype, "device": base.device,
                              "draft_dtype": base.draft_dtype, "extra": dict(base.extra)}}
 
-    def preflight(self, loaded, index, spec, log_dir=None, started=None):
+    def preflight(self, loaded, index, spec, log_dir=None, prepared=None):
         """Import the callable (and the own reference's) in its own worker, never in the gate: a module that calls
         ``os._exit`` or prints workflow commands at import cannot end or speak for the gate."""
         from gate.engines.plugin import check_callable
@@ -172,7 +172,7 @@ class PluginType(EngineType):
                            "the plug-in's reference"))
         problems: list = []
         for target, name, where, what in checks:
-            problems += check_callable(loaded, spec, target, name, where, what, log_dir, started)
+            problems += check_callable(loaded, spec, target, name, where, what, log_dir, prepared)
         return problems
 
 

@@ -35,7 +35,7 @@ class SpeculativeType(EngineType):
 
         return SpeculativeEngine.capabilities
 
-    def build(self, spec, pair, loaded, *, log_dir=None, callable_=None):
+    def build(self, spec, pair, loaded, *, log_dir=None, prepared=None):
         from gate.engines.speculative import SpeculativeEngine
 
         return SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
