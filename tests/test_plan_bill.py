@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -118,3 +119,30 @@ def test_the_timeout_is_read_from_the_workflow_that_runs_the_action_on_this_conf
     (repo / ".github" / "workflows" / "specguard.yml").write_text(example.replace("    timeout-minutes: 120\n", ""))
     limit, _ = workflow_timeout(repo / "specguard.yaml")
     assert limit.minutes == 360 and limit.source.startswith("GitHub's default"), limit
+
+
+def test_the_kv_cache_per_token_per_gpu_is_read_off_the_target_config():
+    from transformers import LlamaConfig
+
+    from gate.run.weights import KvNeed
+
+    kv = KvNeed.of(LlamaConfig(num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+                               hidden_size=8192, dtype="bfloat16"), 1556, (1, 32))
+    assert kv.tokens == {1: 1556, 32: 32 * 1556}
+    assert kv.bytes_per_token(4, 1, None, None) == 2 * 80 * 2 * 128 * 2  # K and V, 2 of 8 heads per rank, bf16
+    assert kv.bytes_per_token(16, 1, None, None) == 2 * 80 * 1 * 128 * 2, "a rank holds at least one KV head"
+    assert kv.bytes_per_token(4, 2, None, "fp8") == 2 * 40 * 2 * 128 * 1
+    assert kv.bytes_per_token(4, 1, "float32", None) == 2 * 80 * 2 * 128 * 4
+
+
+def test_nvidia_smi_gives_the_smallest_gpus_size_where_torch_sees_none(tmp_path, monkeypatch):
+    from gate.run.weights import nvidia_smi_bytes
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '81559\\n40960\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert nvidia_smi_bytes() == 40960 << 20  # MiB, the smaller GPU
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2; exit 9\n")
+    assert nvidia_smi_bytes() is None
+
