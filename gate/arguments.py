@@ -43,7 +43,7 @@ HELP = {
     "selftest --repro": "also shrink each caught mutant's failing checks to minimal cases, into DIR/<mutant>/",
     "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
             "reference batches already cached; the distribution check's possible confirmation pass; the devices "
-            "every phase holds; each server's chunked prefill and its weights plus KV cache against its "
+            "every phase holds; each server's chunked prefill by wave and its weights plus KV cache against its "
             "memory share) and, from the last run in the output directory on this runner or stated rates, how long "
             "each phase will take and its device-minutes, warned against the job's timeout; no weights load",
     "plan --against": "plan a paired run against this base config",

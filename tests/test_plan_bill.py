@@ -269,6 +269,22 @@ def test_without_the_gpus_size_the_memory_line_says_how_to_give_it(tmp_path, cap
     assert "(71.7 of 80 GiB, nvidia-smi)" in doc["memory"][0], doc["memory"]
 
 
+# --- e. chunked prefill, named by the wave -------------------------------------------------------------------
+
+
+def test_chunked_prefill_is_named_by_the_wave_not_the_prompt(tmp_path, capsys, monkeypatch):
+    """The issue's case: each ~1,300-token prompt fits the 2,048-token step budget, so the plan said "not
+    exercised"; but a batch's requests share each scheduler step's budget, and at bs 8 and 32 every wave exceeds
+    it."""
+    monkeypatch.chdir(tmp_path)
+    doc = plan_json(capsys, str(seventy_b(tmp_path)))
+    line = doc["prefill"][0]
+    assert line.startswith("engines[0].http.server: prefill chunk --max-num-batched-tokens 2048 tokens per scheduler "
+                           "step, shared by the requests of a wave (a batch sent together): bs 1: 0 of 4 waves exceed "
+                           "it; bs 8: 1 of 1 waves exceed it; bs 32: 1 of 1 waves exceed it: chunked prefill is "
+                           "exercised"), line
+
+
 def test_a_hub_model_gets_its_kv_cache_alone_against_the_share(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = seventy_b(tmp_path)
@@ -291,4 +307,3 @@ def test_nvidia_smi_gives_the_smallest_gpus_size_where_torch_sees_none(tmp_path,
     assert nvidia_smi_bytes() == 40960 << 20  # MiB, the smaller GPU
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2; exit 9\n")
     assert nvidia_smi_bytes() is None
-

@@ -15,8 +15,9 @@ estimates from stated rates instead, one or one per batch size and engine (:mod:
 assumption printed (a GPU runner before its first run).  Without either there is no estimate, and the plan says
 why.  The estimate is kept per phase, engine and batch size (:mod:`gate.run.cost`), and priced in device-minutes:
 the devices the run holds through every phase (:mod:`gate.run.devices`) times each phase's wall minutes; it is
-warned against the job's timeout (:mod:`gate.run.limits`).  Per launched server the plan also says whether its
-weights plus the KV cache each batch size needs fit its memory share (:mod:`gate.run.weights`).
+warned against the job's timeout (:mod:`gate.run.limits`).  Per launched server the plan also says which waves
+(a batch's prompts, sent together) exceed its per-step prefill budget, and whether its weights plus the KV cache
+each batch size needs fit its memory share (:mod:`gate.run.weights`).
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                            truncate=cfg.suite.truncate_long_prompts)
     engines, own = _engines(loaded)
     p = plan(cfg, prompts, engines, timed=True, own_references=own)
-    report = PlanReport(config=str(loaded.source), prefill=prefill_lines(cfg.engines, prompts), summary=(
+    report = PlanReport(config=str(loaded.source), prefill=prefill_lines(cfg.engines, prompts, p), summary=(
         f"{len(prompts)} prompts in {len(suite.slices)} slices, batch sizes "
         f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "
         f"{gen.max_new_tokens} new tokens"))
@@ -388,12 +389,27 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     return out + memory_warnings(launched_shares(cfg.engines))
 
 
-def prefill_lines(engines, prompts) -> list[str]:
-    """Per launched server: its prefill chunk (the launch line's flag, or the stack's documented default) and how
-    many of the run's prompts are longer, so prefilled over several steps; where neither is known, that too."""
+def waves(p, prompts) -> dict[int, list[int]]:
+    """Batch size -> the prompt tokens of each distinct batch the plan sends at once (equivalence, timing and
+    sampling batches; a batch planned twice counted once)."""
+    seen: dict[int, dict[tuple[int, ...], int]] = {}
+    batches = [*p.batches, *(b for lvl in p.timing for c in lvl.cells for b in c.batches),
+               *(b for g in p.sampling for b in g.batches)]
+    for b in batches:
+        seen.setdefault(b.batch_size, {})[tuple(sorted(b.members))] = sum(len(prompts[i].prompt_ids)
+                                                                           for i in b.members)
+    return {bs: list(by.values()) for bs, by in sorted(seen.items())}
+
+
+def prefill_lines(engines, prompts, p=None) -> list[str]:
+    """Per launched server: its prefill budget per scheduler step (the launch line's flag, or the stack's documented
+    default), and per batch size how many of the plan's waves (a batch's requests, sent together) hold more
+    prompt tokens than it, so that the step budget splits their prefill into chunks; where neither is known,
+    that too.  Without a plan (``p``), each prompt alone is a wave."""
     from gate.inputs.launch import prefill_chunk
 
-    longest = max((len(p.prompt_ids) for p in prompts), default=0)
+    longest = max((len(q.prompt_ids) for q in prompts), default=0)
+    by_size = waves(p, prompts) if p is not None else {1: [len(q.prompt_ids) for q in prompts]}
     out = []
     for i, e in enumerate(engines):
         preset = e.launch_preset
@@ -404,13 +420,18 @@ def prefill_lines(engines, prompts) -> list[str]:
             field = f"engines[{i}].{where}"
             if chunk is None:
                 out.append(f"{field}: the line sets no prefill chunk and the stack's default depends on its version "
-                           f"and hardware; the longest prompt is {longest} tokens")
+                           f"and hardware; the longest prompt is {longest} tokens, the largest wave "
+                           f"{max((max(w) for w in by_size.values() if w), default=0)}")
                 continue
-            split = sum(len(p.prompt_ids) > chunk for p in prompts)
             given = f"{flag} {chunk}" if flag != "default" else f"{chunk}, the stack's default"
-            out.append(f"{field}: prefill chunk {given}: " + (
-                f"{split} of {len(prompts)} prompts are longer and are prefilled in chunks" if split else
-                f"no prompt is longer (the longest is {longest} tokens): chunked prefill is not exercised"))
+            over = {bs: sum(t > chunk for t in w) for bs, w in by_size.items()}
+            said = "; ".join(f"bs {bs}: {over[bs]} of {len(w)} waves exceed it" for bs, w in by_size.items())
+            largest = max((max(w) for w in by_size.values() if w), default=0)
+            out.append(f"{field}: prefill chunk {given} tokens per scheduler step, shared by the requests of a wave "
+                       f"(a batch sent together): {said}: " + (
+                           "chunked prefill is exercised (those waves are prefilled in chunks)" if any(over.values())
+                           else f"no wave exceeds it (the largest is {largest} tokens): chunked prefill is not "
+                           "exercised"))
     return out
 
 
