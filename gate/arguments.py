@@ -42,11 +42,22 @@ HELP = {
     "repro --budget-s": "seconds for all the shrinking (default: checks.repro.budget_s from the config)",
     "selftest --repro": "also shrink each caught mutant's failing checks to minimal cases, into DIR/<mutant>/",
     "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
-            "reference batches already cached; the distribution check's possible confirmation pass) and, from the last "
-            "run in the output directory on this runner, how long it will take; no weights load",
+            "reference batches already cached; the distribution check's possible confirmation pass; the devices "
+            "every phase holds; each server's chunked prefill by wave and its weights plus KV cache against its "
+            "memory share) and, from the last run in the output directory on this runner or stated rates, how long "
+            "each phase will take and its device-minutes, warned against the job's timeout; no weights load",
     "plan --against": "plan a paired run against this base config",
-    "plan --tokens-per-s": "estimate from a stated rate instead of an earlier run: every engine generates this many "
-                           "tokens per second at every batch size (fixed costs such as model load not counted)",
+    "plan --tokens-per-s": "estimate from stated rates instead of an earlier run (fixed costs such as model load not "
+                           "counted): N, every engine at every batch size; or per batch size, BS:N,BS:N,... such as "
+                           "1:900,8:4000,32:9000 (log-log between stated sizes; below the smallest, its rate per row; "
+                           "past the largest, held); either as ENGINE=... for one engine, the flag repeated for "
+                           "several (one without ENGINE= covers the rest); the plan prints every rate it assumed",
+    "plan --timeout-minutes": "the job's timeout, warned against where the estimate exceeds it (default: the "
+                              "timeout-minutes of the step or job in .github/workflows that runs the specguard action "
+                              "on this config, GitHub's 360 where that job sets none; the plan names the file)",
+    "plan --gpu-memory": "each GPU's memory in GiB, for the memory lines: whether weights plus the KV cache each batch "
+                         "size needs fit each launched server's share (default: read from torch.cuda or nvidia-smi "
+                         "where this machine sees GPUs)",
     "plan --hardware-key": "estimate from the last run in the output directory made under this hardware key, though "
                            "this machine's differs (a GPU runner's results.json and phases.json, from its artifact)",
     "suite": "build a prompt suite",
@@ -163,8 +174,21 @@ def cores() -> int:
 threads = count(1, max(cores(), 1), " (this machine's cores)")
 seconds = typed(lambda t: (lambda v: v if v is not None and 0 <= v <= 86400 else None)(
     float(t) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", t.strip()) else None), "seconds from 0 to 86400")
-tokens_per_s = typed(lambda t: (lambda v: v if v is not None and 0 < v <= 1e9 else None)(
-    float(t) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", t.strip()) else None), "a rate above 0 tokens per second")
+def _positive(high: float, what: str):
+    return typed(lambda t: (lambda v: v if v is not None and 0 < v <= high else None)(
+        float(t) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", t.strip()) else None), what)
+
+
+def _stated_rate(text: str):
+    from gate.run.rates import parse
+
+    return parse(text)
+
+
+tokens_per_s = typed(_stated_rate, "a rate above 0 tokens per second (N), or one per batch size (BS:N,BS:N,..., "
+                                   "such as 1:900,8:4000,32:9000), optionally for one engine (ENGINE=...)")
+minutes = _positive(100_000, "minutes above 0")
+gib = _positive(100_000, "GiB above 0")
 hardware_key = typed(lambda t: t if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,99}", t) else None,
                        "1-100 characters from [a-z0-9_.-]")
 run_id = typed(lambda t: t if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", t) else None,
@@ -295,7 +319,10 @@ def parser(commands) -> argparse.ArgumentParser:
     pl = command(sub, "plan", commands.cmd_plan)
     for name, kw in (("config", {}), ("--out", {"help": HELP["check --out"]}), ("--json", {"action": "store_true"}),
                      ("--against", {"metavar": "BASE.yaml", "help": HELP["plan --against"]}),
-                     ("--tokens-per-s", {"type": tokens_per_s, "metavar": "N", "help": HELP["plan --tokens-per-s"]}),
+                     ("--tokens-per-s", {"type": tokens_per_s, "metavar": "RATE", "action": "append",
+                                         "help": HELP["plan --tokens-per-s"]}),
+                     ("--timeout-minutes", {"type": minutes, "metavar": "N", "help": HELP["plan --timeout-minutes"]}),
+                     ("--gpu-memory", {"type": gib, "metavar": "GIB", "help": HELP["plan --gpu-memory"]}),
                      ("--hardware-key", {"type": hardware_key, "metavar": "KEY",
                                          "help": HELP["plan --hardware-key"]})):
         arg(pl, name, **kw)

@@ -138,7 +138,8 @@ def cmd_plan(args, session: Session) -> int:
     from gate.run.estimate import plan_config
 
     report = plan_config(args.config, args.out, args.against, tokens_per_s=args.tokens_per_s,
-                         hardware_key=args.hardware_key)
+                         hardware_key=args.hardware_key, timeout_minutes=args.timeout_minutes,
+                         gpu_memory_gib=args.gpu_memory)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK
 

@@ -182,8 +182,9 @@ def test_the_prefill_chunk_is_read_per_stack():
 
 @pytest.mark.parametrize(("chunk", "says"), [
     (', "--max-num-batched-tokens", "64"',
-     "prefill chunk --max-num-batched-tokens 64: 1 of 1 prompts are longer"),
-    (', "--max-num-batched-tokens", "100000"', "no prompt is longer (the longest is"),
+     "prefill chunk --max-num-batched-tokens 64 tokens per scheduler step, shared by the requests of a wave (a batch "
+     "sent together): bs 1: 1 of 1 waves exceed it: chunked prefill is exercised"),
+    (', "--max-num-batched-tokens", "100000"', "no wave exceeds it (the largest is"),
     ("", "the line sets no prefill chunk"),
 ])
 def test_plan_names_per_server_whether_a_prompt_is_prefilled_in_chunks(tmp_path, chunk, says):

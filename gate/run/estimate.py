@@ -11,27 +11,32 @@ calibration, analysis, report).  Timing repeats are adaptive, so the estimate is
 at ``max_repeats``); request-rate replays (``checks.traffic``) at their traces' expected spans, scaled by the
 earlier run's own ratio of its traffic phase to its traces' spans.  ``--hardware-key KEY`` takes the earlier
 run from another machine made under KEY (a GPU runner's artifact, planned on a laptop); ``--tokens-per-s N``
-estimates from a stated rate instead, with the assumption printed (a GPU runner before its first run).  Without
-either there is no estimate, and the plan says why.
+estimates from stated rates instead, one or one per batch size and engine (:mod:`gate.run.rates`), with the
+assumption printed (a GPU runner before its first run).  Without either there is no estimate, and the plan says
+why.  The estimate is kept per phase, engine and batch size (:mod:`gate.run.cost`), and priced in device-minutes:
+the devices the run holds through every phase (:mod:`gate.run.devices`) times each phase's wall minutes; it is
+warned against the job's timeout (:mod:`gate.run.limits`).  Per launched server the plan also says which waves
+(a batch's prompts, sent together) exceed its per-step prefill budget, and whether its weights plus the KV cache
+each batch size needs fit its memory share (:mod:`gate.run.weights`).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gate.engines import GenerationSettings
+from gate.errors import Problem, SpecguardError
 from gate.inputs import fingerprint as fp
 from gate.inputs.config import REFERENCE, LoadedConfig
 from gate.inputs.suite import Suite
+from gate.run.cost import FIXED, PHASE_ORDER, duration, estimate, minutes, span
+from gate.run.devices import Holder, held
+from gate.run.limits import Limit
 from gate.run.plan import EngineInfo, Job, plan
+from gate.run.rates import Rates, StatedRate
 from gate.run.records import Phase
-
-RESULT_PHASE = {"equivalence outputs": "outputs", "canonical reference": "canonical", "sampling": "sampling"}
-GENERATION_PHASES = ("equivalence outputs: ", "timing", "canonical reference", "sampling", "request-rate traffic",
-                     "confirmation")
 
 
 @dataclass
@@ -71,6 +76,47 @@ class PlanReport:
     confirmation: dict[tuple[str, int], int] = field(default_factory=dict)
     confirmation_s: float | None = None
     confirmation_rule: tuple[float, float] | None = None  # (alpha, floor): the near-miss region that triggers it
+    # the estimate's parts: (phase, engine, batch size) -> (least, most) seconds; traffic and fixed costs as
+    # ("request-rate traffic", "", 0) and ("fixed costs", "", 0)
+    phase_s: dict[tuple[str, str, int], tuple[float, float]] = field(default_factory=dict)
+    devices: list[Holder] = field(default_factory=list)  # what holds devices through every phase (gate.run.devices)
+    limits: list[Limit] = field(default_factory=list)  # the job's timeout (and later a budget) the estimate is held to
+    limits_note: str = ""  # where no timeout was found, why
+    longest: int = 0  # the longest row's prompt plus its new tokens (the KV cache a row may need)
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        return held(self.devices)
+
+    def phases(self) -> list[tuple[str, tuple[float, float]]]:
+        """(phase, (least, most) seconds) in the order the run goes through them."""
+        out: dict[str, list[float]] = {}
+        for (ph, _, _), (lo, hi) in self.phase_s.items():
+            acc = out.setdefault(ph, [0.0, 0.0])
+            acc[0], acc[1] = acc[0] + lo, acc[1] + hi
+        return [(ph, (lo, hi)) for ph, (lo, hi) in sorted(out.items(), key=lambda kv: PHASE_ORDER.index(kv[0]))]
+
+    def bill_lines(self) -> list[str]:
+        """Each phase's time (per engine and batch size) and its device-minutes, the devices, and the limits."""
+        gpus = len(self.held)
+        out = []
+        for ph, (lo, hi) in self.phases():
+            parts = []
+            for engine in sorted({e for (p, e, _) in self.phase_s if p == ph and e},
+                                 key=lambda e: (e != REFERENCE, e)):
+                parts.append(f"{engine}: " + ", ".join(
+                    f"bs {b} {span(*self.phase_s[(p, e, b)])}" for (p, e, b) in sorted(self.phase_s)
+                    if p == ph and e == engine))
+            bill = f"; {minutes(lo * gpus, hi * gpus)} GPU-min" if gpus else ""
+            why = FIXED if ph == "fixed costs" else ""
+            out.append(f"  {ph}: {span(lo, hi)}{bill}" + (f" ({'; '.join(parts)})" if parts else why))
+        if self.estimate_s is not None and gpus:
+            lo, hi = self.estimate_s
+            out.append(f"  total: {minutes(lo * gpus, hi * gpus)} GPU-min (wall minutes x {gpus} GPUs held)"
+                       + ("; model load, server start-up and calibration not counted"
+                          if ("fixed costs", "", 0) not in self.phase_s else ""))
+        return out
+
 
     def lines(self) -> list[str]:
         out = [f"plan for {self.config}: {self.summary}"]
@@ -95,7 +141,7 @@ class PlanReport:
                        f"lands {where}: " + "; ".join(
                            f"{e} bs {b}: up to {t} tokens" for (e, b), t in sorted(self.confirmation.items()))
                        + f"; at worst {every} tokens, every group again"
-                       + (f", about {_duration(self.confirmation_s)} here" if self.confirmation_s is not None else "")
+                       + (f", about {duration(self.confirmation_s)} here" if self.confirmation_s is not None else "")
                        + ", then the checks again (not in the estimate)")
         if self.timing_tokens:
             lo, hi = self.timing_repeats
@@ -115,11 +161,18 @@ class PlanReport:
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
+        out.append("devices: " + (f"{len(self.held)} GPUs held through every phase (servers start before the first "
+                                  "and stop after the last): " if self.held else "no GPU held: ")
+                   + "; ".join(h.text() for h in self.devices))
         if self.estimate_s is None:
             out.append(f"estimate: none ({self.estimate_from})")
         else:
             lo, hi = self.estimate_s
-            out.append(f"estimate: {_duration(lo)} to {_duration(hi)} on this runner ({self.estimate_from})")
+            out.append(f"estimate: {duration(lo)} to {duration(hi)} on this runner ({self.estimate_from})")
+            out += self.bill_lines()
+        out += [f"limit: {lim.name} {lim.minutes:g} min ({lim.source})" for lim in self.limits]
+        if self.limits_note:
+            out.append(f"limit: no timeout known ({self.limits_note}; --timeout-minutes N states one)")
         out += [f"warning: {w}" for w in self.warnings]
         return out
 
@@ -137,13 +190,17 @@ class PlanReport:
                 "confirmation": [{"engine": e, "batch_size": b, "tokens": t}
                                  for (e, b), t in sorted(self.confirmation.items())],
                 "confirmation_s": self.confirmation_s,
+                "phases": [{"phase": ph, "seconds": [lo, hi],
+                            "device_minutes": [lo * len(self.held) / 60, hi * len(self.held) / 60],
+                            "cells": [{"engine": e, "batch_size": b, "seconds": list(self.phase_s[(p, e, b)])}
+                                      for (p, e, b) in sorted(self.phase_s) if p == ph and e]}
+                           for ph, (lo, hi) in self.phases()],
+                "devices": {"held": list(self.held), "holders": [h.to_json() for h in self.devices]},
+                "device_minutes": ([self.estimate_s[0] * len(self.held) / 60, self.estimate_s[1] * len(self.held) / 60]
+                                   if self.estimate_s else None),
+                "limits": [lim.to_json() for lim in self.limits], "limits_note": self.limits_note,
                 "confirmation_rule": ({"alpha": self.confirmation_rule[0], "floor": self.confirmation_rule[1]}
                                       if self.confirmation_rule else None)}
-
-
-def _duration(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
 def _eos(loaded: LoadedConfig, pair) -> tuple[int, ...]:
@@ -184,8 +241,10 @@ def _budget(job_members, prompts) -> int:
 
 
 def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir: Path | None, *,
-             tokens_per_s: float | None = None, hardware_key: str | None = None) -> PlanReport:
-    """The plan of a run of ``loaded`` (``pair``: configs and tokenizer, no weights needed)."""
+             tokens_per_s: Rates | float | None = None, hardware_key: str | None = None,
+             timed_beside: tuple[str, ...] = ()) -> PlanReport:
+    """The plan of a run of ``loaded`` (``pair``: configs and tokenizer, no weights needed); ``timed_beside``:
+    engines timed in every cell beside the reference (paired mode's base)."""
     from gate.run.cache import ReferenceCache
     from gate.run.execute import reference_cache_key
     from gate.run.runner import cache_context, prompt_infos
@@ -196,7 +255,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                            truncate=cfg.suite.truncate_long_prompts)
     engines, own = _engines(loaded)
     p = plan(cfg, prompts, engines, timed=True, own_references=own)
-    report = PlanReport(config=str(loaded.source), prefill=prefill_lines(cfg.engines, prompts), summary=(
+    report = PlanReport(config=str(loaded.source), prefill=prefill_lines(cfg.engines, prompts, p), summary=(
         f"{len(prompts)} prompts in {len(suite.slices)} slices, batch sizes "
         f"{'/'.join(map(str, cfg.batching.batch_sizes))}, k={cfg.speculation.num_draft_tokens}, "
         f"{gen.max_new_tokens} new tokens"))
@@ -244,6 +303,11 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         for engine in (REFERENCE, *level.engines):
             report.timing_tokens[(engine, level.batch_size)] = per_repeat
             report.warmup_tokens[(engine, level.batch_size)] = first * speed.warmup  # one batch, unrecorded
+    for extra in timed_beside:
+        for (engine, bs), tokens in list(report.timing_tokens.items()):
+            if engine == REFERENCE:
+                report.timing_tokens[(extra, bs)] = tokens
+                report.warmup_tokens[(extra, bs)] = report.warmup_tokens[(engine, bs)]
     report.timing_repeats, report.warmup = (speed.min_repeats, speed.max_repeats), speed.warmup
     report.timing_budget_s, report.timing_off = speed.time_budget_s, not speed.enabled
     tc = cfg.checks.traffic
@@ -253,7 +317,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         report.traffic_s = len(stacks) * tc.repeats * 2 * sum(tc.trace_span_s(r) for r in tc.rates)
         report.traffic = (f"{', '.join(stacks)} and the reference, {tc.requests} requests at each of "
                           f"{', '.join(f'{r:g}' for r in tc.rates)} req/s ({tc.arrival}), {tc.repeats} replays per "
-                          f"side: {replays} replays whose arrivals alone span {_duration(report.traffic_s)}")
+                          f"side: {replays} replays whose arrivals alone span {duration(report.traffic_s)}")
     if p.calibrate:
         report.calibration = (f"{speed.calibration_trials} trials of each step cost at batch sizes "
                               f"{'/'.join(map(str, p.calibrate))}")
@@ -269,7 +333,16 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
                         "its stack's version, launch line and environment: hits are known once it answers")
     else:
         report.cache = f"{cached} of {cacheable} reference batches already in {cache_dir}"
-    _estimate(report, out_dir, pair, tokens_per_s, hardware_key)
+    report.longest = max((len(q.prompt_ids) + q.max_new_tokens for q in prompts), default=0)
+    if isinstance(tokens_per_s, (int, float)):
+        tokens_per_s = Rates([StatedRate(None, ((0, float(tokens_per_s)),))])
+    if tokens_per_s is not None:
+        engines_here = sorted({e for (_, e, _) in report.work} | {e for e, _ in report.timing_tokens},
+                              key=lambda e: (e != REFERENCE, e))
+        wrong = tokens_per_s.problems(engines_here)
+        if wrong:
+            raise SpecguardError([Problem("--tokens-per-s", w) for w in wrong])
+    estimate(report, out_dir, pair, tokens_per_s, hardware_key)
     report.warnings += warnings(loaded, prompts, p)
     return report
 
@@ -316,12 +389,27 @@ def warnings(loaded: LoadedConfig, prompts, p) -> list[str]:
     return out + memory_warnings(launched_shares(cfg.engines))
 
 
-def prefill_lines(engines, prompts) -> list[str]:
-    """Per launched server: its prefill chunk (the launch line's flag, or the stack's documented default) and how
-    many of the run's prompts are longer, so prefilled over several steps; where neither is known, that too."""
+def waves(p, prompts) -> dict[int, list[int]]:
+    """Batch size -> the prompt tokens of each distinct batch the plan sends at once (equivalence, timing and
+    sampling batches; a batch planned twice counted once)."""
+    seen: dict[int, dict[tuple[int, ...], int]] = {}
+    batches = [*p.batches, *(b for lvl in p.timing for c in lvl.cells for b in c.batches),
+               *(b for g in p.sampling for b in g.batches)]
+    for b in batches:
+        seen.setdefault(b.batch_size, {})[tuple(sorted(b.members))] = sum(len(prompts[i].prompt_ids)
+                                                                           for i in b.members)
+    return {bs: list(by.values()) for bs, by in sorted(seen.items())}
+
+
+def prefill_lines(engines, prompts, p=None) -> list[str]:
+    """Per launched server: its prefill budget per scheduler step (the launch line's flag, or the stack's documented
+    default), and per batch size how many of the plan's waves (a batch's requests, sent together) hold more
+    prompt tokens than it, so that the step budget splits their prefill into chunks; where neither is known,
+    that too.  Without a plan (``p``), each prompt alone is a wave."""
     from gate.inputs.launch import prefill_chunk
 
-    longest = max((len(p.prompt_ids) for p in prompts), default=0)
+    longest = max((len(q.prompt_ids) for q in prompts), default=0)
+    by_size = waves(p, prompts) if p is not None else {1: [len(q.prompt_ids) for q in prompts]}
     out = []
     for i, e in enumerate(engines):
         preset = e.launch_preset
@@ -332,13 +420,18 @@ def prefill_lines(engines, prompts) -> list[str]:
             field = f"engines[{i}].{where}"
             if chunk is None:
                 out.append(f"{field}: the line sets no prefill chunk and the stack's default depends on its version "
-                           f"and hardware; the longest prompt is {longest} tokens")
+                           f"and hardware; the longest prompt is {longest} tokens, the largest wave "
+                           f"{max((max(w) for w in by_size.values() if w), default=0)}")
                 continue
-            split = sum(len(p.prompt_ids) > chunk for p in prompts)
             given = f"{flag} {chunk}" if flag != "default" else f"{chunk}, the stack's default"
-            out.append(f"{field}: prefill chunk {given}: " + (
-                f"{split} of {len(prompts)} prompts are longer and are prefilled in chunks" if split else
-                f"no prompt is longer (the longest is {longest} tokens): chunked prefill is not exercised"))
+            over = {bs: sum(t > chunk for t in w) for bs, w in by_size.items()}
+            said = "; ".join(f"bs {bs}: {over[bs]} of {len(w)} waves exceed it" for bs, w in by_size.items())
+            largest = max((max(w) for w in by_size.values() if w), default=0)
+            out.append(f"{field}: prefill chunk {given} tokens per scheduler step, shared by the requests of a wave "
+                       f"(a batch sent together): {said}: " + (
+                           "chunked prefill is exercised (those waves are prefilled in chunks)" if any(over.values())
+                           else f"no wave exceeds it (the largest is {largest} tokens): chunked prefill is not "
+                           "exercised"))
     return out
 
 
@@ -396,100 +489,6 @@ def memory_warnings(servers: list[tuple[str, float, bool, str, str]]) -> list[st
     return out
 
 
-def _stated(report: PlanReport, rate: float) -> None:
-    """The estimate at a stated rate: every budgeted token at ``rate`` tokens per second, whatever the engine and
-    batch size; timing repeats, warm-up and request-rate traces as the last-run estimate counts them."""
-    tokens = sum(w.tokens - w.cached_tokens for w in report.work.values()) + sum(report.warmup_tokens.values())
-    once = sum(report.timing_tokens.values())
-    lo, hi = report.timing_repeats
-    least = once * lo / rate
-    most = max(least, min(once * hi / rate, report.timing_budget_s))
-    base = tokens / rate + report.traffic_s
-    report.estimate_s = (base + least, base + most)
-    report.confirmation_s = sum(report.confirmation.values()) / rate if report.confirmation else None
-    report.estimate_from = (f"assumed: every engine generates {rate:g} tokens per second at every batch size "
-                            "(--tokens-per-s); model load, server start-up, calibration and analysis not counted")
-
-
-def _estimate(report: PlanReport, out_dir: Path, pair, tokens_per_s: float | None = None,
-              hardware_key: str | None = None) -> None:
-    """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware (or
-    made under ``hardware_key``), or a stated rate."""
-    from gate.io.documents import PhasesDoc
-    from gate.io.rundir import load_document
-    from gate.run.results import RESULTS_DOC
-
-    if tokens_per_s:
-        return _stated(report, tokens_per_s)
-    results_path, phases_path = out_dir / "results.json", out_dir / "phases.json"
-    if not results_path.is_file() or not phases_path.is_file():
-        report.estimate_from = (f"no earlier run in {out_dir} (results.json and phases.json); the first run's "
-                                "timings make the next plan's estimate, or state a rate with --tokens-per-s")
-        return
-    try:
-        last = load_document(results_path, RESULTS_DOC)
-        phases = PhasesDoc.model_validate_json(phases_path.read_bytes())
-    except Exception as exc:  # an unreadable earlier run gives no estimate; it is not this command's input
-        report.estimate_from = f"the run in {out_dir} cannot be read ({type(exc).__name__})"
-        return
-    here = hardware_key or fp.hardware_key(fp.hardware(pair.device))
-    if last.fingerprint.hardware_key != here and fp.hardware_key(last.fingerprint.hardware) != here:
-        report.estimate_from = (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on "
-                                + (f"{here} (--hardware-key)" if hardware_key else f"this runner ({here})"))
-        return
-    budget = {pr.id: pr.max_new_tokens for pr in last.prompts}
-    spent: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for ex in last.executions:
-        if ex.cached or ex.failure is not None:
-            continue
-        tokens = sum(budget.get(pid, 0) for pid in ex.prompts)
-        for key in ((ex.phase.value, ex.engine, ex.batch_size), (ex.engine, ex.batch_size)):
-            spent[key][0] += ex.wall_s
-            spent[key][1] += tokens
-    rate = {k: sec / tok for k, (sec, tok) in spent.items() if tok}
-    if not rate:
-        report.estimate_from = f"the run in {out_dir} timed no generation"
-        return
-
-    def per_token(phase: str, engine: str, bs: int) -> float:
-        """Seconds per budgeted token: this phase's in the last run, else the engine's at this batch size over
-        every phase, else its slowest, else the reference's (a new engine runs at least as slowly)."""
-        for key in ((phase, engine, bs), (engine, bs)):
-            if key in rate:
-                return rate[key]
-        pooled = {k: r for k, r in rate.items() if len(k) == 2}
-        same = [r for (e, _), r in pooled.items() if e == engine] or \
-            [r for (e, _), r in pooled.items() if e == REFERENCE] or list(pooled.values())
-        return max(same)
-
-    work = sum(per_token(RESULT_PHASE[ph], e, b) * (w.tokens - w.cached_tokens)
-               for (ph, e, b), w in report.work.items())
-    timing_once = sum(per_token("timing", e, b) * t for (e, b), t in report.timing_tokens.items())
-    warm = sum(per_token("timing", e, b) * t for (e, b), t in report.warmup_tokens.items())
-    lo, hi = report.timing_repeats
-    generation = sum(v for k, v in phases.seconds.items() if k.startswith(GENERATION_PHASES))
-    fixed = max(0.0, phases.wall_s - generation)
-    # every cell gets min_repeats; more repeats only while the timing phase is within time_budget_s (split over the
-    # load levels, counted from each level's start), up to max_repeats
-    least = timing_once * lo
-    most = max(least, min(timing_once * hi, report.timing_budget_s))
-    # open loop, a replay lasts its trace plus the last requests' latency: scaled by the last run's own ratio of its
-    # traffic phase to its traces' spans, where it had one
-    spans = sum(max((q.scheduled_s for q in r.requests), default=0.0) for r in last.traffic)
-    scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
-    traffic = report.traffic_s * scale
-    report.estimate_s = (fixed + work + warm + least + traffic, fixed + work + warm + most + traffic)
-    if report.confirmation:
-        report.confirmation_s = sum(per_token("sampling", e, b) * t for (e, b), t in report.confirmation.items())
-    named = [f"{name} {_duration(phases.seconds[key])}" for key, name in (("server start", "server start-up"),
-                                                                          ("model load", "model load"))
-             if phases.seconds.get(key)]
-    report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}"
-                            + (f", made on {hardware_key}" if hardware_key else "")
-                            + f"), its fixed costs {_duration(fixed)}" + (f" ({', '.join(named)} of them)" if named
-                                                                          else ""))
-
-
 def server_lines(loaded, prefix: str, only_server: bool = False) -> list[str]:
     """Each server a config's engines name: where, and whether the gate launches it."""
     out = []
@@ -504,12 +503,15 @@ def server_lines(loaded, prefix: str, only_server: bool = False) -> list[str]:
 
 
 def plan_config(config: str, out: str | None = None, against: str | None = None, *,
-                tokens_per_s: float | None = None, hardware_key: str | None = None) -> PlanReport:
-    """What ``specguard gate CONFIG`` will do and how long it will take here, with no weights loaded
+                tokens_per_s: list[StatedRate] | float | None = None, hardware_key: str | None = None,
+                timeout_minutes: float | None = None, gpu_memory_gib: float | None = None) -> PlanReport:
+    """What ``specguard gate CONFIG`` will do, how long it will take here and what it holds, with no weights loaded
     (:mod:`gate.run.estimate`)."""
     from gate.inputs.config import DEMO_CONFIG, load_config
     from gate.inputs.models import ModelPair, config_only, load_tokenizer, resolve_device
     from gate.inputs.suite import suite_for
+    from gate.run.devices import holders
+    from gate.run.limits import limits, over
     from gate.run.setup import out_dir
 
     loaded = load_config(config)
@@ -527,15 +529,23 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
     cache_dir = loaded.resolve_path(cache) if cache else None
     if loaded.source.resolve() == DEMO_CONFIG:  # as `specguard demo` runs it: out and cache in the working directory
         out, cache_dir = out or "specguard-out", Path(".specguard-cache")
+    rates = Rates(tokens_per_s) if isinstance(tokens_per_s, list) else tokens_per_s
+    # paired mode times the base's engine beside the head's: one more engine in every timing cell
     report = describe(loaded, suite_for(loaded), pair, out_dir(loaded, out).path, cache_dir,
-                      tokens_per_s=tokens_per_s, hardware_key=hardware_key)
+                      tokens_per_s=rates, hardware_key=hardware_key, timed_beside=("base",) if side else ())
     report.servers = server_lines(loaded, "")
+    report.devices = holders(loaded, str(device))
+    if side is not None:
+        report.devices += holders(side.loaded, str(device), "base ", only_server=True)
     if loaded.config.models.device != "cpu":  # a CPU server claims no GPU share
-        from gate.run.weights import gpu_memory_bytes, weight_lines
+        from gate.run.weights import KvNeed, gpu_memory, weight_lines
 
-        report.memory, unfit = weight_lines(loaded, gpu_memory_bytes())
+        gpu_bytes, said = gpu_memory(gpu_memory_gib)
+        kv = KvNeed.of(target.config, report.longest,
+                        {b for (_, _, b) in report.work} | {b for _, b in report.timing_tokens})
+        report.memory, unfit = weight_lines(loaded, gpu_bytes, kv, said)
         report.warnings += unfit
-    if side is not None:  # paired mode times the base's engine beside the head's: one more engine in every timing cell
+    if side is not None:
         if loaded.config.models.device != "cpu":  # and its server takes GPU memory beside the head's
             both = memory_warnings(launched_shares(loaded.config.engines)
                                    + launched_shares(side.loaded.config.engines, "base ", only_server=True))
@@ -543,9 +553,11 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
         report.summary += f"; paired with {against}"
         report.servers += server_lines(side.loaded, "base-", only_server=True)
         report.servers += [f"{c} (a port free now: the gate picks one again when it launches)" for c in side.changes]
-        for (engine, bs), tokens in list(report.timing_tokens.items()):
-            if engine == REFERENCE:
-                report.timing_tokens[("base", bs)] = tokens
+    report.limits, report.limits_note = limits(loaded.source, timeout_minutes)
+    if report.estimate_s is not None:
+        uncounted = "" if ("fixed costs", "", 0) in report.phase_s else \
+            " (before model load and server start-up, which the stated rates leave out)"
+        report.warnings += [w for w in (over(lim, report.estimate_s, uncounted) for lim in report.limits) if w]
     return report
 
 
