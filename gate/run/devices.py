@@ -45,7 +45,8 @@ def _count(value) -> int | None:
 def parallel(preset: str | None, argv: list[str]) -> tuple[int | None, int]:
     """(tensor-parallel size, pipeline-parallel size) as the launch line says them, with the stack's defaults (1);
     tensor parallel None where the line does not start the stack itself or the stack's flag is not a count
-    (llama.cpp's split mode: it spreads over every visible GPU)."""
+    (llama.cpp's split mode: it spreads over every visible GPU) or has no fixed default (TGI without --num-shard
+    shards over every visible GPU)."""
     from gate.inputs.launch_checks import served, starts_stack
 
     if not starts_stack(preset, argv):
@@ -55,8 +56,6 @@ def parallel(preset: str | None, argv: list[str]) -> tuple[int | None, int]:
     tp = next((_count(v if v is not None else flag.default) for flag, v, _ in tp_flags[:1]), None)
     pp_flags = settings.get("pipeline_parallel") or []
     pp = next((_count(v if v is not None else flag.default) for flag, v, _ in pp_flags[:1]), None) or 1
-    if preset == "tgi" and tp is None:  # --num-shard unset: one shard
-        tp = 1
     return tp, pp
 
 

@@ -189,7 +189,6 @@ def weight_lines(loaded, gpu_bytes: int | None = None, kv: KvNeed | None = None,
                  size_from: str = "") -> tuple[list[str], list[str]]:
     """(what each launched server's weights, and with ``kv`` the KV cache each batch size needs, take of its share;
     warnings where they do not fit).  ``size_from``: where ``gpu_bytes`` was read."""
-    from gate.inputs.launch_checks import served as settings_of
     from gate.run.devices import parallel
 
     lines, warnings = [], []
@@ -231,7 +230,7 @@ def weight_lines(loaded, gpu_bytes: int | None = None, kv: KvNeed | None = None,
                 text = (f"{field}: weights not read ({model or 'the model'} is not a folder with safetensors here) "
                         f"against a {share:g} share of its memory" + (size or unknown))
             if kv is not None and (per_gpu is None or room is None or per_gpu <= room):
-                got = settings_of(preset, list(ep.launch)) if preset in STACKS else {}
+                got = served(preset, list(ep.launch)) if find(preset) is not None else {}
                 kv_dtype = next((v for _, v, _ in got.get("kv_cache_dtype", [])[:1] if v), None)
                 more, unfit = _kv_text(kv, kv.bytes_per_token(tp, pp, dtype, kv_dtype), room, per_gpu, field, share,
                                        gpu_bytes, tp * pp)
