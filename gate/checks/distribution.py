@@ -57,11 +57,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gate.checks.coarse import coarsened
-from gate.checks.confirmation import Rule, decision, fails, said
+from gate.checks.coarse import as_sampled, coarsened
+from gate.checks.confirmation import Rule, decision, fails
 from gate.checks.doc import Distribution, VerdictLine
 from gate.checks.null_draws import Calibration, NullDraws
 from gate.checks.proposers import FAMILIES, SAME_STATISTIC, TARGET_TESTS, TESTS
+from gate.checks.sampling_verdicts import verdicts_for
 from gate.engines.base import GenerationSettings
 from gate.engines.proposers import Proposer, proposer_for
 from gate.engines.sampling import probs
@@ -475,7 +476,7 @@ def run(results, ctx) -> tuple[Distribution | None, list[VerdictLine]]:
                                                                **({"outside": a.outside} if settings.truncated else {}),
                                                                **({"confirmation": confirm} if confirm else {})}
         findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic, a.outside, sampling, confirm, rule)
+        verdicts += verdicts_for(engine, bs, a.n, pv, failed, dcfg, asymptotic, a.outside, sampling, confirm, rule)
     return Distribution.model_validate(findings), verdicts
 
 
@@ -493,14 +494,21 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
 
     how = _proposer(ctx, ctx.pair.draft is not None and ctx.pair.draft.model is not None)
     tests, families, rule = how.tests, how.families, Rule.of(dcfg)
-    findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": 1.0,
+    sampling = ctx.config.generation.sampling
+    as_served = sampling.temperature != 1.0 or sampling.truncated  # then the top-k decides what it can (as_sampled)
+    findings: dict = {"alpha": dcfg.alpha, "num_samples": dcfg.num_samples, "temperature": sampling.temperature,
                       "tests": list(tests), "engines": {}, "confirm": rule.to_dict(),
-                      "scoring": "the reference server's prompt logprobs: its top-k at each sampled position and "
-                                 f"the rest of the vocabulary as one outcome; {how.scoring}"}
+                      "scoring": ("the reference server's prompt logprobs, tempered and truncated here: each sampled "
+                                  "token among the tokens its top-k shows kept, renormalised; " if as_served else
+                                  "the reference server's prompt logprobs: its top-k at each sampled position and "
+                                  "the rest of the vocabulary as one outcome; ") + how.scoring}
+    if sampling.truncated:
+        findings["truncation"] = {k: v for k, v in sampling.truncation().items() if k != "order" or sampling.min_p}
     if how.note:
         findings["proposer"] = how.note
     verdicts: list[VerdictLine] = []
     power_done = False
+    vocab = ctx.pair.target.vocab_size
 
     def rows_of(scored) -> list:
         rows, total = [], 0
@@ -513,80 +521,51 @@ def _served(results, ctx, groups) -> tuple[Distribution | None, list[VerdictLine
             total += take
         return rows
 
-    def categories(rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return coarsened(rows, how)
+    def categories(rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+        """(p, q, emitted outcomes, tokens outside the truncation, tokens not judged)."""
+        if not as_served:
+            return (*coarsened(rows, how), 0, 0)
+        got = as_sampled(rows, sampling, vocab, how)
+        return got.p, got.q, got.tokens, got.outside, got.beyond
 
     for engine, bs in groups:
         seqs = [s for s in results.sampled(engine, bs)]
         scored = [s for s in seqs if s.served_logprobs is not None and s.served_top is not None]
         trials = dcfg.power_trials if not power_done else 0
-        a = analyze_distributions(*categories(rows_of(scored)), power_trials=trials, null_trials=dcfg.draws)
+        p, q, cats, outside, beyond = categories(rows_of(scored))
+        a = analyze_distributions(p, q, cats, power_trials=trials, null_trials=dcfg.draws)
         pv = observed_pvalues(a, np.random.default_rng(bs), tests)
         asymptotic = observed_pvalues(a, np.random.default_rng(bs), tests, asymptotic=True) if a.draws else None
         again = [s for s in results.confirmation(engine, bs) if s.served_logprobs is not None
                  and s.served_top is not None]
 
         def second(again=again, bs=bs) -> tuple[int, dict[str, float], int]:
-            a2 = analyze_distributions(*categories(rows_of(again)), null_trials=dcfg.draws, null_seed=SECOND_NULL_SEED)
-            return a2.n, observed_pvalues(a2, np.random.default_rng([bs, 1]), tests), 0
+            p2, q2, cats2, outside2, _ = categories(rows_of(again))
+            a2 = analyze_distributions(p2, q2, cats2, null_trials=dcfg.draws, null_seed=SECOND_NULL_SEED)
+            return a2.n, observed_pvalues(a2, np.random.default_rng([bs, 1]), tests), outside2
 
-        decided, confirm = decision(rule, pv, 0, second if again else None)
+        decided, confirm = decision(rule, pv, outside, second if again else None)
         failed = fails(decided)
         if trials and a.n:
             findings["power"] = power(a, dcfg.alpha, trials, tests, families, rule)
             findings["null_rejection_rate"], findings["null_rejection_rate_confirmed"] = \
                 null_rate(a, dcfg.alpha, trials, tests, rule)
             power_done = True
-        findings["engines"].setdefault(engine, {})[str(bs)] = {"n": a.n, "pvalues": pv, "rejected": failed,
-                                                               "control": engine == REFERENCE, "asymptotic": asymptotic,
-                                                               **({"confirmation": confirm} if confirm else {})}
+        findings["engines"].setdefault(engine, {})[str(bs)] = {
+            "n": a.n, "pvalues": pv, "rejected": failed, "control": engine == REFERENCE, "asymptotic": asymptotic,
+            **({"outside": outside} if sampling.truncated else {}), **({"not_judged": beyond} if as_served else {}),
+            **({"confirmation": confirm} if confirm else {})}
         findings["null_trials"] = a.draws.trials if a.draws else findings.get("null_trials")
         if len(scored) < len(seqs):
             verdicts.append(VerdictLine.of("distribution", engine, "warn", f"{len(seqs) - len(scored)} of "
                                            f"{len(seqs)} sampled rows were not scored by the reference server", bs))
-        verdicts += _verdicts(engine, bs, a.n, pv, failed, dcfg, asymptotic, confirm=confirm, rule=rule)
+        if beyond:
+            verdicts.append(VerdictLine.of("distribution", engine, "info", f"{beyond} of {a.n + outside + beyond} "
+                                           "sampled tokens not judged: the server's top-k cannot place them in or "
+                                           "out of the truncation", bs))
+        verdicts += verdicts_for(engine, bs, a.n, pv, failed, dcfg, asymptotic, outside, sampling, confirm=confirm,
+                              rule=rule)
     return Distribution.model_validate(findings), verdicts
-
-
-def _verdicts(engine: str, bs: int, n: int, pv: dict, failed: bool, dcfg,
-              asymptotic: dict | None = None, outside: int = 0, sampling=None, confirm: dict | None = None,
-              rule: Rule | None = None) -> list[VerdictLine]:
-    out = []
-    if outside:  # no p-value needed: the served distribution gives these tokens probability 0
-        what = (f"{outside} of {n} sampled tokens lie outside the truncated distribution ({sampling.described()} "
-                "drops them): the sampler does not apply the truncation")
-        out.append(VerdictLine.of("distribution", engine, "warn" if engine == REFERENCE else "fail",
-                                  f"the control (plain sampling) too: {what}" if engine == REFERENCE else what, bs))
-        return out
-    if n < dcfg.num_samples:
-        out.append(VerdictLine.of("distribution", engine, "warn", f"only {n} of {dcfg.num_samples} sampled tokens "
-                                                           "available", bs))
-    pmin = min(pv.values()) if pv else None
-    worst = min(pv, key=pv.get) if pv else None
-    if asymptotic and worst is not None and asymptotic.get(worst) is not None and asymptotic[worst] < pmin / 10:
-        # a calibrated p-value stops at 1 / (1 + draws): the normal approximation says how far beyond it lies
-        worst = f"{worst}; asymptotic p={asymptotic[worst]:.2g}"
-    how = said(confirm, rule)
-    if engine == REFERENCE:
-        if failed:
-            out.append(VerdictLine.of("distribution", engine, "warn",
-                               f"the control (plain sampling) fails too (p={pmin:.2g} on {worst}{how}): the test "
-                               "cannot separate engines on this setup", bs))
-        elif confirm and confirm["decision"] == "not confirmed":
-            out.append(VerdictLine.of("distribution", engine, "info", f"the control (plain sampling) passes{how}",
-                                      bs))
-    elif failed and confirm and confirm["decision"] == "unconfirmed":
-        out.append(VerdictLine.of("distribution", engine, "fail",
-                           f"sampled tokens may not be distributed as the target's (p={pmin:.2g} on {worst}, "
-                           f"alpha={dcfg.alpha}/{len(pv)}){how}", bs))
-    elif failed:
-        out.append(VerdictLine.of("distribution", engine, "fail",
-                           f"sampled tokens are not distributed as the target's (p={pmin:.2g} on {worst}, "
-                           f"alpha={dcfg.alpha}/{len(pv)}{how})", bs))
-    elif pv:
-        out.append(VerdictLine.of("distribution", engine, "pass",
-                           f"consistent with the target's distribution (smallest p={pmin:.2g}, n={n}{how})", bs))
-    return out
 
 
 __all__ = ["TARGET_TESTS", "TESTS", "Analysis", "analyze", "analyze_distributions", "coarsened", "null_rate",

@@ -179,6 +179,9 @@ class DistributionRow(_Doc):
     asymptotic: dict[str, float] | None = omitted_when_none()  # the normal approximations' p-values beside them
     # with truncated sampling (top_k/top_p/min_p): sampled tokens the truncated distribution gives probability 0
     outside: int | None = omitted_when_none()
+    # a served target sampled at T != 1 or truncated: sampled tokens its top-k cannot place in or out of the
+    # truncation, so not judged (gate.checks.coarse.as_sampled)
+    not_judged: int | None = omitted_when_none()
     # where the first pass's p-value fell below alpha: the confirmation's decision (absent: passed on one pass)
     confirmation: ConfirmationRow | None = omitted_when_none()
 

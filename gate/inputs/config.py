@@ -397,14 +397,13 @@ class Config(Strict):
             return None, ("the distribution tests need the target's distribution at each sampled token: load the "
                           "target here (models.local_weights: true), or serve the reference with a stack that scores "
                           "a given continuation (preset: vllm, prompt_logprobs)" + "".join(f"; {g}" for g in gaps))
-        if self.generation.sampling is not None and self.generation.sampling.temperature != 1.0:
-            return None, (f"the reference server's prompt logprobs are the target's distribution at T=1, and this "
-                          f"run samples at T={self.generation.sampling.temperature:g} (its top-k cannot be rescaled "
-                          "exactly): sample at temperature 1.0, or load the target here")
-        if self.generation.sampling is not None and self.generation.sampling.truncated:
-            return None, (f"the reference server's prompt logprobs are its top tokens only, and the truncated "
-                          f"distribution ({self.generation.sampling.described()}) needs the whole one to renormalise: "
-                          "load the target here (models.local_weights: true)")
+        sampling = self.generation.sampling
+        if sampling is not None and (sampling.temperature != 1.0 or sampling.truncated):
+            return "server", (f"the reference server scores each sampled continuation, teacher-forced, and its top "
+                              f"prompt_logprobs (T=1) are tempered and truncated here as the stack samples "
+                              f"({sampling.described()}): each sampled token is judged among the tokens they show "
+                              "kept, renormalised, a token the truncation drops for certain fails outright, and one "
+                              "they cannot place is counted, not judged (docs/checks.md)")
         return "server", ("the reference server scores each sampled continuation, teacher-forced (its top "
                           "prompt_logprobs and the rest of the vocabulary as one outcome)")
 

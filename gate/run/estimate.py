@@ -76,6 +76,7 @@ class PlanReport:
     confirmation: dict[tuple[str, int], int] = field(default_factory=dict)
     confirmation_s: float | None = None
     confirmation_rule: tuple[float, float] | None = None  # (alpha, floor): the near-miss region that triggers it
+    scoring: str | None = None  # where the distribution test gets the target's distribution, and what that costs
     # the estimate's parts: (phase, engine, batch size) -> (least, most) seconds; traffic and fixed costs as
     # ("request-rate traffic", "", 0) and ("fixed costs", "", 0)
     phase_s: dict[tuple[str, str, int], tuple[float, float]] = field(default_factory=dict)
@@ -131,6 +132,8 @@ class PlanReport:
                         hit = f", {w.cached} cached" if w.cached else ""
                         cells.append(f"bs {b}: {w.batches} batches, {w.rows} rows, {w.tokens} tokens{hit}")
                 out.append(f"  {engine}: " + "; ".join(cells))
+        if self.scoring:
+            out.append(f"distribution: {self.scoring}")
         if self.confirmation:
             every = sum(self.confirmation.values())
             alpha, floor = self.confirmation_rule or (None, None)
@@ -189,7 +192,7 @@ class PlanReport:
                 "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill, "memory": self.memory,
                 "confirmation": [{"engine": e, "batch_size": b, "tokens": t}
                                  for (e, b), t in sorted(self.confirmation.items())],
-                "confirmation_s": self.confirmation_s,
+                "confirmation_s": self.confirmation_s, "scoring": self.scoring,
                 "phases": [{"phase": ph, "seconds": [lo, hi],
                             "device_minutes": [lo * len(self.held) / 60, hi * len(self.held) / 60],
                             "cells": [{"engine": e, "batch_size": b, "seconds": list(self.phase_s[(p, e, b)])}
@@ -297,6 +300,13 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
             report.confirmation[(g.engine, g.batch_size)] = per_pass * math.ceil(g.need / per_pass)
             d = cfg.checks.distribution  # the floor as gate.checks.confirmation.Rule.of reads it (alpha / 100 unset)
             report.confirmation_rule = (d.alpha, d.confirm_floor if d.confirm_floor is not None else d.alpha / 100)
+    if p.sampling:
+        how, why = cfg.distribution_scoring()
+        if how == "server":
+            rows = sum(w.rows for (ph, _, _), w in report.work.items() if ph == "sampling")
+            why += (f"; scoring costs one prompt_logprobs request per sampled row on the reference server ({rows} "
+                    "rows, each its prompt and continuation teacher-forced: a prefill each, no decoding)")
+        report.scoring = why
     for level in p.timing:
         per_repeat = sum(_budget(b.members, prompts) for c in level.cells for b in c.batches)
         first = _budget(level.cells[0].batches[0].members, prompts) if level.cells else 0

