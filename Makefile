@@ -14,7 +14,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo demo-full demo-baseline test test-fast test-vllm lint lock selftest clean llamacpp openvino vllm stacks
+.PHONY: demo demo-full demo-baseline test test-fast test-vllm lint lock selftest clean llamacpp openvino vllm stacks \
+	gpu-evidence gpu-evidence-cpu gpu-wheels
 
 # .ci/constraints.txt locks every other package too: a new PyPI release (transformers 5.25.0 did) must not change
 # what a CI run of an unchanged commit prints.  Users installing the package get pyproject.toml's ranges.
@@ -104,5 +105,28 @@ stacks: $(VENV)/.installed
 selftest: $(VENV)/.installed
 	$(BIN)/specguard selftest --threads 2
 
+# GPU evidence (issue 53; docs/performance.md): on a machine with one CUDA GPU whose $(PYTHON) has torch, the demo
+# gate in float32 and bfloat16, the self-test's mutants in bfloat16 and a few unchanged runs (selftest --null), each
+# step with its own time limit, logs and exit code, into $(GPU_EVIDENCE_OUT)/ with summary.json and summary.md, in
+# under 9 minutes (scripts/gpu_evidence.sh). No .venv: its torch is the CPU build. Where that Python lacks pydantic
+# (the lent GPU image does), run `make gpu-wheels` where pip works first and bring .whl/ along.
+GPU_EVIDENCE_OUT ?= gpu-evidence
+gpu-evidence:
+	PYTHON=$(PYTHON) scripts/gpu_evidence.sh $(GPU_EVIDENCE_OUT)
+
+# The same script's test mode on this CPU (device cpu, float32, smaller settings) with its checks
+# (benchmarks/gpu_evidence_cpu.py): several minutes on 2 cores, into gpu-evidence-cpu/.
+gpu-evidence-cpu: $(VENV)/.installed
+	$(BIN)/python benchmarks/gpu_evidence_cpu.py --out gpu-evidence-cpu
+
+# pydantic 2 and its own dependencies at the lock's versions, as wheels for the GPU image's CPython 3.12 on x86-64
+# (GPU_PYTHON_VERSION), into .whl/: what gpu-evidence installs with --no-index where pydantic is missing.
+GPU_PYTHON_VERSION ?= 3.12
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --implementation cp \
+	  --python-version $(GPU_PYTHON_VERSION) --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl \
+	  $$(grep -E '^(pydantic|pydantic_core|annotated-types|typing-inspection|typing_extensions)==' .ci/constraints.txt)
+
 clean:
-	rm -rf specguard-out .specguard-cache .pytest_cache
+	rm -rf specguard-out .specguard-cache .pytest_cache gpu-evidence-cpu

@@ -144,7 +144,9 @@ HELP = {
                "one with another seed and batch order; default 20",
     "--samples": "sampled tokens per engine for the distribution test (default 600)",
     "--mutant": "only this mutant (repeatable; an unknown name is refused with the list, before any model loads)",
-    "--dtype": "the demo pair's dtype (bfloat16 flips near-ties as GPUs do; default float32)",
+    "--dtype": "the demo pair's dtype, in every self-test (bfloat16 flips near-ties as GPUs do; default float32)",
+    "selftest --device": "where the demo pair runs, in every self-test: cpu, cuda, cuda:N, mps or auto (models.device; "
+                         "default cpu)",
 }
 
 
@@ -189,6 +191,8 @@ tokens_per_s = typed(_stated_rate, "a rate above 0 tokens per second (N), or one
                                    "such as 1:900,8:4000,32:9000), optionally for one engine (ENGINE=...)")
 minutes = _positive(100_000, "minutes above 0")
 gib = _positive(100_000, "GiB above 0")
+device = typed(lambda t: t if re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t) else None,
+               "auto, cpu, cuda, cuda:N or mps")
 hardware_key = typed(lambda t: t if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,99}", t) else None,
                        "1-100 characters from [a-z0-9_.-]")
 run_id = typed(lambda t: t if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", t) else None,
@@ -303,6 +307,7 @@ def parser(commands) -> argparse.ArgumentParser:
     arg(s, "--samples", type=count(100, 1_000_000), default=600)
     arg(s, "--mutant", action="append")
     arg(s, "--dtype", choices=("float32", "bfloat16"), default="float32")
+    arg(s, "--device", type=device, default="cpu", help=HELP["selftest --device"])
     arg(s, "--repro", metavar="DIR", help=HELP["selftest --repro"])
     for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 16)):
         arg(s, name, type=count(low, 1000), default=default)

@@ -161,10 +161,12 @@ def cmd_selftest(args, session: Session) -> int:
     if args.speed and args.null:
         raise SpecguardError(Problem("specguard selftest", "--speed and --null are two self-tests: run one at a time",
                                      field="--null"))
-    report = speed_selftest(runs=args.runs, repeats=args.repeats, say=session.say) if args.speed else \
-        null_selftest(runs=args.runs, repeats=args.repeats, samples=args.samples, say=session.say) if args.null else \
+    where = {"dtype": args.dtype, "device": args.device}
+    report = speed_selftest(runs=args.runs, repeats=args.repeats, say=session.say, **where) if args.speed else \
+        null_selftest(runs=args.runs, repeats=args.repeats, samples=args.samples, say=session.say, **where) \
+        if args.null else \
         selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,
-                 detail=session.say if session.verbosity >= 2 else None, dtype=args.dtype, repro=args.repro)
+                 detail=session.say if session.verbosity >= 2 else None, repro=args.repro, **where)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK if report.passed else 1
 

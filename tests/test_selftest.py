@@ -138,3 +138,29 @@ def test_the_null_selftest_counts_distribution_groups_failed_by_one_pass_and_aft
     assert "after confirmation 0 of 4 (0.0%–60.2%)" in text
     assert report.to_json()["distribution_groups"] == g
     assert NullReport().group_lines() == []
+
+
+@pytest.mark.parametrize("mode", ["", "--null", "--speed"])
+def test_every_selftest_runs_the_demo_pair_on_the_device_and_dtype_it_is_given(monkeypatch, mode):
+    """`--device` and `--dtype` reach each self-test's own config (scripts/gpu_evidence.py runs them on cuda in
+    bfloat16); a device the gate does not know is refused by the parser, and cpu stays the default."""
+    import gate.selftest
+    import gate.selftest.null
+    import gate.selftest.speed
+    from gate import cli
+    from gate.errors import ModelError, Problem
+
+    seen = []
+
+    def load_pair(loaded, device=None):
+        seen.append((loaded.config.models.device, loaded.config.models.target.dtype, loaded.config.models.draft.dtype))
+        raise ModelError(Problem("config", "stop here", field="models.device"))
+
+    for module in (gate.selftest, gate.selftest.null, gate.selftest.speed):
+        monkeypatch.setattr(module, "load_pair", load_pair)
+    argv = ["selftest", *([mode] if mode else []), "-q"]
+    assert cli.main([*argv, "--device", "cuda:1", "--dtype", "bfloat16"]) == 2
+    assert cli.main(argv) == 2
+    assert seen == [("cuda:1", "bfloat16", "bfloat16"), ("cpu", "float32", "float32")]
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--device", "gpu"])

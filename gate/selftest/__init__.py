@@ -43,7 +43,7 @@ version: 1
 models:
   target: {path: "specguard:demo/target", dtype: %(dtype)s}
   draft: {path: "specguard:demo/draft", dtype: %(dtype)s}
-  device: cpu
+  device: %(device)s
 speculation: {num_draft_tokens: 4}
 batching: {batch_sizes: [1, 4], compositions: 1}  # a second composition at 4 changed no mutant's catch
 generation:
@@ -60,7 +60,7 @@ LOOKUP_CONFIG = """\
 version: 1
 models:
   target: {path: "specguard:demo/target", dtype: %(dtype)s}
-  device: cpu
+  device: %(device)s
 speculation: {num_draft_tokens: 4, method: ngram, prompt_lookup_min: 1, prompt_lookup_max: 2}
 batching: {batch_sizes: [1], compositions: 1}
 generation:
@@ -158,8 +158,8 @@ def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
     return sorted({v.check for v in checks.failing() if v.engine == engine})
 
 
-def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, tmp: Path, mutants: list[str], say, log_for,
-                   correct: list) -> list[MutantResult]:
+def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, device: str, tmp: Path, mutants: list[str],
+                   say, log_for, correct: list) -> list[MutantResult]:
     """The draft-free method: transformers' prompt lookup decoding, correct (no alarm allowed, recorded as the
     correct engine's run ``lookup``) and each of its mutants (each must be caught), at batch size 1."""
     from gate.engines.hf_assisted import PromptLookupEngine
@@ -167,7 +167,8 @@ def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, tmp: Path, 
 
     if not mutants:
         return []
-    cfg = parse_config(LOOKUP_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype}, PACKAGE_DIR / "selftest.yaml")
+    cfg = parse_config(LOOKUP_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype, "device": device},
+                       PACKAGE_DIR / "selftest.yaml")
     lookup_pair = dataclasses.replace(pair, draft=None)
     pad = pair.tokenizer.pad_token_id or 0
     out = []
@@ -190,10 +191,12 @@ def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, tmp: Path, 
 
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
              say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None,
-             dtype: str = "float32", repro: Path | None = None, repro_budget_s: float = 120.0) -> SelftestReport:
+             dtype: str = "float32", repro: Path | None = None, repro_budget_s: float = 120.0,
+             device: str = "cpu") -> SelftestReport:
     """Run the self-test.  ``say`` gets one line per mutant and per seed; ``detail`` (``-v``), when given, also
     each run's phase lines, prefixed with the run's name.  ``dtype``: the pair's (bfloat16 flips near-ties, as
-    GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught).  ``repro``: each
+    GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught).  ``device``:
+    models.device (cpu by default; cuda runs the same self-test on a GPU's own kernels).  ``repro``: each
     caught mutant's failing checks shrunk to minimal cases (gate.repro) in ``repro/<mutant>/``, within
     ``repro_budget_s`` per mutant."""
     unknown = sorted(set(mutants or ()) - set(MUTANTS) - set(LOOKUP_MUTANTS))
@@ -205,7 +208,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
         return (lambda m: detail(f"  {name}: {m}")) if detail else (lambda m: None)
 
     torch.manual_seed(0)
-    base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype},
+    base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype, "device": device},
                         PACKAGE_DIR / "selftest.yaml")
     loaded = load_pair(base)
     eos = loaded.encode(EOS_TEXT)
@@ -232,11 +235,11 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
                     say(f"mutant {name}: minimal cases not written: {type(exc).__name__}: {exc}"[:500])
             out.mutants.append(MutantResult(name, bool(caught_by), caught_by, (MUTANTS[name].__doc__ or "").strip()))
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
-        out.mutants += _prompt_lookup(pair, reference, cache, samples, dtype, Path(tmp),
+        out.mutants += _prompt_lookup(pair, reference, cache, samples, dtype, device, Path(tmp),
                                       [m for m in mutants or list(LOOKUP_MUTANTS) if m in LOOKUP_MUTANTS], say, log_for,
                                       out.correct)
         for seed in range(seeds):
-            cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype},
+            cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype, "device": device},
                                PACKAGE_DIR / "selftest.yaml")
             engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
             # run 0: the mutants' order and seed (the control on the batches they were caught in); then shuffled

@@ -42,9 +42,9 @@ from gate.verdict.summary import summarize
 NULL_CONFIG = """\
 version: 1
 models:
-  target: {path: "specguard:demo/target"}
-  draft: {path: "specguard:demo/draft"}
-  device: cpu
+  target: {path: "specguard:demo/target", dtype: %(dtype)s}
+  draft: {path: "specguard:demo/draft", dtype: %(dtype)s}
+  device: %(device)s
 speculation: {num_draft_tokens: 4}
 batching: {batch_sizes: [1, 4], compositions: 1}
 generation:
@@ -169,17 +169,19 @@ def _count(doc) -> tuple[list[str], list[str], list[str], int, int]:
 
 
 def null_selftest(runs: int = 10, repeats: int = 8, samples: int = 600, modes: tuple[str, ...] = ("stored", "paired"),
-                  say: Callable[[str], None] = lambda m: None) -> NullReport:
+                  say: Callable[[str], None] = lambda m: None, dtype: str = "float32",
+                  device: str = "cpu") -> NullReport:
     """``runs`` unchanged runs per mode; the stored mode's baseline from two runs before them (its two passes).
-    Budget: about a minute per run on 2 CPU cores with the defaults."""
+    Budget: about a minute per run on 2 CPU cores with the defaults.  ``dtype`` and ``device``: the demo pair's
+    (models.device; cuda runs it on a GPU)."""
     from gate.verdict.noise import between_from_passes
     from gate.verdict.speed_rule import groups
 
     started = time.perf_counter()
 
     def config(seed: int):
-        return parse_config(NULL_CONFIG % {"seed": seed, "samples": samples, "repeats": repeats},
-                            PACKAGE_DIR / "selftest.yaml")
+        return parse_config(NULL_CONFIG % {"seed": seed, "samples": samples, "repeats": repeats, "dtype": dtype,
+                                           "device": device}, PACKAGE_DIR / "selftest.yaml")
 
     pair = load_pair(config(0))
     reference = ReferenceEngine(pair.target.model, pair.device)

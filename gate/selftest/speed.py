@@ -45,9 +45,9 @@ from gate.verdict.summary import summarize
 SPEED_CONFIG = """\
 version: 1
 models:
-  target: {path: "specguard:demo/target"}
-  draft: {path: "specguard:demo/draft"}
-  device: cpu
+  target: {path: "specguard:demo/target", dtype: %(dtype)s}
+  draft: {path: "specguard:demo/draft", dtype: %(dtype)s}
+  device: %(device)s
 speculation: {num_draft_tokens: 4}
 batching: {batch_sizes: [1, 4], compositions: 1}
 generation: {max_new_tokens: 16, greedy: true}
@@ -148,13 +148,15 @@ def _cells(doc) -> tuple[int, int, int, list[float], bool]:
 
 def speed_selftest(runs: int = 10, slowdowns: tuple[float, ...] = SLOWDOWNS, repeats: int = 16,
                    tolerance: float = 0.10, modes: tuple[str, ...] = ("paired", "stored"),
-                   say: Callable[[str], None] = lambda m: None) -> SpeedReport:
+                   say: Callable[[str], None] = lambda m: None, dtype: str = "float32",
+                   device: str = "cpu") -> SpeedReport:
     """``runs`` runs per mode and slowdown (each with its own prompt order, hence batches); the stored mode's
     baseline is refreshed once from a run of the correct engine.  Budget: about 90 s per paired run on 2 CPU cores
     with the defaults (two load levels, three slices, 16 timed repeats of each cell: what a planted 10% slowdown
     needs to be flagged in 95% of cells, docs/checks.md)."""
     started = time.perf_counter()
-    cfg = parse_config(SPEED_CONFIG % {"repeats": repeats, "tolerance": tolerance}, PACKAGE_DIR / "selftest.yaml")
+    cfg = parse_config(SPEED_CONFIG % {"repeats": repeats, "tolerance": tolerance, "dtype": dtype, "device": device},
+                       PACKAGE_DIR / "selftest.yaml")
     pair = load_pair(cfg)
     reference = ReferenceEngine(pair.target.model, pair.device)
     report = SpeedReport(tolerance=tolerance, repeats=repeats)
