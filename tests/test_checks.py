@@ -187,10 +187,14 @@ def prompts(demo_pair):
     return [tuple(demo_pair.encode(p.text)) for p in suite.prompts if p.slice != "long-context"]
 
 
+@pytest.fixture(scope="module")
+def canonical(demo_pair, prompts):
+    """The reference's greedy outputs at batch size 1, made once for the tests that only read them."""
+    return generate(ReferenceEngine(demo_pair.target.model, CPU), prompts, 1)
+
+
 @pytest.mark.slow
-def test_planted_logit_errors_are_labelled_confident(demo_pair, prompts):
-    ref = ReferenceEngine(demo_pair.target.model, CPU)
-    canonical = generate(ref, prompts, 1)
+def test_planted_logit_errors_are_labelled_confident(demo_pair, prompts, canonical):
     planted = [list(o) for o in canonical]
     scorer_model = demo_pair.target.model
     for i in (0, 3, 7):
@@ -210,10 +214,10 @@ def test_planted_logit_errors_are_labelled_confident(demo_pair, prompts):
 
 
 @pytest.mark.slow
-def test_correct_engine_is_clean_in_fp32(demo_pair, prompts):
+def test_correct_engine_is_clean_in_fp32(demo_pair, prompts, canonical):
     ref = ReferenceEngine(demo_pair.target.model, CPU)
     spec = SpeculativeEngine(demo_pair.target.model, demo_pair.draft.model, CPU)
-    doc = doc_for(demo_pair, prompts, {("reference", 1): generate(ref, prompts, 1),
+    doc = doc_for(demo_pair, prompts, {("reference", 1): canonical,
                                        ("reference", 8): generate(ref, prompts, 8),
                                        ("speculative", 8): generate(spec, prompts, 8)}, 24)
     checks = run_checks(doc, demo_pair, demo_config().config)

@@ -160,7 +160,8 @@ def totals(results: dict, engine: str, batch_size: int) -> tuple[int, int, int]:
 def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_path, served):
     (tmp_path / "http").mkdir()
     with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
-        proc = gate_here(tmp_path / "http", config((e, None), (r, None)), "gate")
+        # untimed: what is compared here (outputs, counters, verdicts) comes from the outputs phase alone
+        proc = gate_here(tmp_path / "http", untimed(config((e, None), (r, None))), "gate")
     assert proc.returncode == 0, proc.stderr[-3000:]
     over_http = json.loads((tmp_path / "http" / "out" / "results.json").read_text())
     checks = json.loads((tmp_path / "http" / "out" / "checks.json").read_text())
@@ -173,7 +174,8 @@ def test_served_engine_matches_the_in_process_engine_at_concurrency_1_and_4(tmp_
     assert (noise["mode"], noise["plain"], noise["departures"]) == ("measured", "reference", 0), noise
     assert noise["rule"] == checks["tolerance"]["rule"]
     (tmp_path / "local").mkdir()  # the same pair, in process
-    proc = gate_here(tmp_path / "local", HEAD.format(local_weights="true") + "  - type: speculative\n", "gate")
+    local_cfg = untimed(HEAD.format(local_weights="true")) + "  - type: speculative\n"
+    proc = gate_here(tmp_path / "local", local_cfg, "gate")
     assert proc.returncode == 0, proc.stderr[-3000:]
     local = json.loads((tmp_path / "local" / "out" / "results.json").read_text())
     local_checks = json.loads((tmp_path / "local" / "out" / "checks.json").read_text())
@@ -786,7 +788,8 @@ def test_a_request_rate_sweep_runs_through_the_whole_gate_and_into_the_baseline(
     results and the record log, the comment shows the percentiles and the crossover, the baseline keeps the
     paired samples per rate."""
     with serving(served, ("speculative", {}), ("reference", {})) as (e, r):
-        text = config((e, None), (r, None)).replace("output:", TRAFFIC + "output:")
+        # untimed: the traffic check replays its own traces and reads nothing of the speedup's timing phase
+        text = untimed(config((e, None), (r, None))).replace("output:", TRAFFIC + "output:")
         proc = gate_here(tmp_path, text, "gate")
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = tmp_path / "out"

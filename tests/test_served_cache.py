@@ -4,23 +4,25 @@ misses. Real servers on localhost (gate/testing/server.py), launched by the gate
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import THREADS
+
+from gate.cli import main
 
 pytestmark = pytest.mark.slow  # launches two stand-in servers per run
-
-ROOT = Path(__file__).resolve().parent.parent
 
 CONFIG = """\
 version: 1
 models: {target: {path: "specguard:demo/target"}, device: cpu, local_weights: false}
 speculation: {num_draft_tokens: 4, method: other}
-batching: {batch_sizes: [1, 2]}
+batching: {batch_sizes: [1]}  # the cache is per batch; one batch size shows hit and miss
 generation: {max_new_tokens: 8}
 suite: {path: "specguard:suites/default.jsonl", max_prompts_per_slice: 1}
 checks: {speedup: {enabled: false}}
@@ -45,17 +47,23 @@ def ports() -> dict[str, int]:
         return {"server": a.getsockname()[1], "reference": b.getsockname()[1]}
 
 
+def here(tmp_path: Path, *argv: str) -> tuple[int, str]:
+    """A specguard command in this process, in tmp_path (its servers are still launched, as processes of their
+    own): its exit code and what it printed."""
+    out = io.StringIO()
+    with contextlib.chdir(tmp_path), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(list(argv))
+    return code, out.getvalue()
+
+
 def run(tmp_path: Path, ref_threads: str, where: dict[str, int]) -> tuple[dict, str]:
     cfg = tmp_path / "specguard.yaml"
     cfg.write_text(CONFIG % {**where, "py": json.dumps(sys.executable), "ref_threads": ref_threads})
-    plan = subprocess.run([sys.executable, "-m", "gate", "plan", str(cfg)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
-    assert "cache: the served reference's" in plan.stdout, plan.stdout + plan.stderr
-    proc = subprocess.run([sys.executable, "-m", "gate", "run", str(cfg), "--threads", "1"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900,
-                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((tmp_path / "out" / "results.json").read_text()), proc.stdout + proc.stderr
+    code, plan = here(tmp_path, "plan", str(cfg))
+    assert code == 0 and "cache: the served reference's" in plan, plan
+    code, log = here(tmp_path, "run", str(cfg), "--threads", THREADS)
+    assert code == 0, log[-6000:]
+    return json.loads((tmp_path / "out" / "results.json").read_text()), log
 
 
 def test_a_served_reference_is_read_from_the_cache_and_missed_when_its_launch_line_changes(tmp_path):
