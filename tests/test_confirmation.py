@@ -13,6 +13,7 @@ from helpers import THREADS
 from gate.checks import distribution as dist
 from gate.checks.confirmation import Rule, adjusted, decision, fails, size
 from gate.checks.doc import Distribution
+from gate.checks.sampling_verdicts import verdicts_for
 from gate.cli import main
 from gate.inputs.checks_config import DistributionCheck
 from gate.inputs.config import REFERENCE
@@ -95,7 +96,7 @@ def test_the_power_simulation_reports_the_confirmed_rule_beside_one_pass():
 
 def _verdict(engine, pv, confirm, rule, failed):
     dcfg = DistributionCheck(num_samples=100)
-    return dist._verdicts(engine, 8, 100, pv, failed, dcfg, confirm=confirm, rule=rule)
+    return verdicts_for(engine, 8, 100, pv, failed, dcfg, confirm=confirm, rule=rule)
 
 
 def test_each_decision_says_what_the_passes_gave():
