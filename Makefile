@@ -47,7 +47,8 @@ demo-baseline: $(VENV)/.installed
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
 # 4 minutes instead of 19 s).  12 to 15 minutes on 2 Intel cores from a fresh clone (1,503 tests, 2026-12-06); 19
-# beside other jobs at load average 6 (1,594 tests, 20 CPU-minutes, 2026-12-06); 13 to 16 on 2 AMD cores (746
+# beside other jobs at load average 6 (1,594 tests, 20 CPU-minutes, 2026-12-06); 13 min 7 s from a fresh clone at
+# load 2-4 (1,613 tests, 2026-12-07); 13 to 16 on 2 AMD cores (746
 # tests, 2026-12-04).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
