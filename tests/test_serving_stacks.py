@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import toy_stack  # noqa: F401  (registers `preset: toy`)
-from helpers import THREADS
 
 from gate import stacks
 from gate.cli import main
@@ -47,7 +46,8 @@ def _compared_names(path: Path, names: set[str]) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "get", "startswith", "endswith"):
             hits = [a for a in node.args[:1] if named(a)]
-        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:80]}" for _ in hits[:1]]
+        where = path.relative_to(ROOT) if ROOT in path.parents else path.name
+        found += [f"{where}:{node.lineno}: {ast.unparse(node)[:80]}" for _ in hits[:1]]
     return found
 
 
@@ -64,11 +64,7 @@ def test_no_code_outside_gate_stacks_compares_a_presets_name():
 def test_the_check_sees_a_comparison_it_must_refuse(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text('if preset == "vllm":\n    pass\nFLAGS = {"sglang": 1}\nx = y in ("tgi", "a")\n')
-    planted = planted.rename(ROOT / "tests" / f".planted_{tmp_path.name}.py")
-    try:
-        assert len(_compared_names(planted, {"vllm", "sglang", "tgi"})) == 3
-    finally:
-        planted.unlink()
+    assert len(_compared_names(planted, {"vllm", "sglang", "tgi"})) == 3
 
 
 def test_every_stack_gives_what_the_gate_asks_of_one():
@@ -277,7 +273,7 @@ def test_trtllm_answers_are_read_as_its_server_writes_them():
 def test_trtllm_gates_the_stand_in_server_in_its_dialect(tmp_path):
     """The demo pair behind two stand-in servers speaking trtllm-serve's dialect: ids only with detokenize:
     false, no prompt_logprobs, JSON /metrics; the gate reads the ids and passes a correct engine."""
-    from test_http import HEAD, gate_here, served, serving, untimed  # noqa: F401
+    from test_http import HEAD, gate_here, serving, untimed
 
     from gate.testing.server import load
 
@@ -300,4 +296,3 @@ def test_trtllm_gates_the_stand_in_server_in_its_dialect(tmp_path):
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     seqs = [s for ex in results["executions"] for s in ex["sequences"]]
     assert seqs and not any(s["text_only"] for s in seqs), "ids on both sides, not re-tokenized text"
-    assert THREADS

@@ -104,13 +104,6 @@ def read_launch(preset: str, argv: list[str], read: Read = read_text) -> LaunchS
                              f.disable_at, f.disable_flag, f.spec_flag, f.unread_keys)
 
 
-def config_file(preset: str | None, argv: list[str], read: Read = read_text) -> dict:
-    """The flags a launch line's file of flags gives (vLLM's ``--config``: YAML keys, underscores as dashes); {}
-    where its stack reads none, the line names none, or it cannot be read (said by :func:`unread`)."""
-    stack = find(preset)
-    return stack.config_file(flags_of(argv), read) if stack is not None else {}
-
-
 def unread(preset: str | None, argv: list[str]) -> list[str]:
     """Flags of a launch line that are about speculation and that the gate does not read, and a file of flags it
     cannot open: what ``validate`` and ``plan`` warn about (the config's k, method and draft are then unchecked
@@ -291,6 +284,6 @@ def without_port(argv: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["MEMORY_BUDGET", "PORT_PLACEHOLDER", "LaunchSpeculation", "Read", "config_file", "files_from",
+__all__ = ["MEMORY_BUDGET", "PORT_PLACEHOLDER", "LaunchSpeculation", "Read", "files_from",
            "fill_port", "hub_id", "launch_flags", "memory_fraction", "mismatches", "moved_launch", "prefill_chunk",
            "read_launch", "read_text", "unread", "url_port", "with_port", "without_port"]

@@ -23,7 +23,6 @@ DifferenceName = Literal["model", "tensor_parallel", "pipeline_parallel", "dtype
                          "attention", "memory", "gpu_layers"]  # gate.stacks.base.SETTINGS, in its order
 
 
-
 def _known_stack(name: str) -> str:
     if stacks.find(name) is None:
         raise ValueError(f"no serving stack {name!r}: expected one of {', '.join(stacks.names())} (gate/stacks/; a "
