@@ -62,7 +62,8 @@ def summarize(run_dir: Path, stack: str, command: str, recount_z: float | None =
             sampling[bs] = {"n": row["n"], "rejected": row["rejected"], "tests": dist.get("tests"),
                             "smallest_p": min(row["pvalues"].values()),
                             "smallest_p_asymptotic": min((row.get("asymptotic") or row["pvalues"]).values()),
-                            "recount_z": recount_z, **({"outside": row["outside"]} if row.get("outside") else {})}
+                            "recount_z": recount_z, **({"outside": row["outside"]} if row.get("outside") else {}),
+                            **({"not_judged": row["not_judged"]} if row.get("not_judged") else {})}
     speed = {}
     not_judged = None
     for figures in ((checks.get("speedup") or {}).get("engines") or {}).values():
@@ -91,10 +92,16 @@ def summarize(run_dir: Path, stack: str, command: str, recount_z: float | None =
 
 def _served_as(config: dict) -> dict:
     """How the run asked, where it is not the matrix's default: the sampling temperature and truncation (T = 1, no
-    truncation), and the chat route (completions)."""
+    truncation), the chat route (completions), and where the target was loaded (here, unless
+    ``models.local_weights`` kept it on the servers: then the reference server's served logprobs were judged)."""
     sampling = (config.get("generation") or {}).get("sampling") or {}
     cut = {k: sampling[k] for k in ("temperature", "top_k", "top_p", "min_p") if k in sampling}
     out = {"sampling_settings": cut} if cut and cut != {"temperature": 1.0} else {}
+    local = (config.get("models") or {}).get("local_weights", True)
+    if local is not True:
+        out["local_weights"] = local
+        out["score_logprobs"] = next((e["http"]["score_logprobs"] for e in config.get("engines") or []
+                                      if "score_logprobs" in (e.get("http") or {})), 20)
     if any(((e.get("http") or {}).get("route") == "chat") for e in config.get("engines") or []):
         out["route"] = "chat"
     return out
@@ -108,6 +115,11 @@ def _greedy(s: dict) -> str:
 def _sampling(s: dict) -> str:
     out = []
     how = s.get("sampling_settings")
+    if s.get("local_weights") is not None and s["sampling"]:
+        top = s.get("score_logprobs", 20)
+        out.append("target on the servers only (local_weights: "
+                   f"{str(s['local_weights']).lower()}), judged from the reference server's "
+                   f"{'every' if top == 'all' else f'top {top}'} logprobs")
     if how and s["sampling"]:
         out.append(", ".join(f"T={v:g}" if k == "temperature" else f"{k} {v:g}" for k, v in how.items()) + ":")
     for bs, x in _by_bs(s["sampling"]):
@@ -118,6 +130,8 @@ def _sampling(s: dict) -> str:
             text += f", asymptotic {x['smallest_p_asymptotic']:.2g}"
         if x.get("recount_z") is not None:
             text += f"; independent recount z {x['recount_z']:+.1f}"
+        if x.get("not_judged"):
+            text += f"; {x['not_judged']} not judged: outside the served top logprobs"
         out.append(text + ")")
     return "<br>".join(out) or "not sampled"
 

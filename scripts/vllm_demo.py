@@ -139,6 +139,10 @@ def config(args) -> None:
              f'{{path: "specguard:suites/default.jsonl", max_prompts_per_slice: {args.per_slice}}}')
     route = "\n      route: chat" if args.chat else ""
 
+    score = args.score_logprobs
+    max_logprobs = 20 if score is None else -1 if score == "all" else max(20, int(score))
+    scored = f"\n      score_logprobs: {score}" if score is not None else ""
+
     def endpoint(role: str, port: int, k: int | None) -> str:
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": bind[role], "HF_HUB_OFFLINE": "1"}
         if args.binding == "default":  # vLLM's own binding: both servers' threads on every core (issue 46)
@@ -146,7 +150,7 @@ def config(args) -> None:
         return (f"""      {role}:
         url: http://127.0.0.1:{port}
         launch: {json.dumps(server_command(port, k, method=args.method, prefill_chunk=args.prefill_chunk,
-                                           chat=args.chat))}
+                                           chat=args.chat, max_logprobs=max_logprobs))}
         startup_timeout_s: 600
         env: {json.dumps(env)}
 """)
@@ -174,7 +178,7 @@ engines:
     name: vllm
     http:
       preset: vllm{route}
-      logprobs: 5
+      logprobs: 5{scored}
       request_timeout_s: 600
 {endpoint("server", e, args.k)}{endpoint("reference", r, None)}"""
     Path(args.path).parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +294,10 @@ def main() -> None:
     c.add_argument("--quick", action="store_true", help="the fewest timing repeats (a test, not a measurement)")
     c.add_argument("--traffic", help="a request-rate sweep, e.g. '2, 8'")
     c.add_argument("--traffic-requests", type=int, default=24)
+    c.add_argument("--score-logprobs", metavar="N|all",
+                   help="http.score_logprobs, and the reference launched with --max-logprobs to allow it (the top N "
+                        "of the target's log-probabilities per scored position where the target lives only on the "
+                        "servers; default: vLLM's 20)")
     c.add_argument("--local-weights", choices=("true", "false", "draft"), default="true",
                    help="models.local_weights: true (re-score locally), false (the reference server scores), "
                         "draft (the server scores the target, the draft loads here)")

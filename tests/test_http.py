@@ -979,3 +979,48 @@ def test_sampling_as_served_is_judged_with_the_target_only_on_the_server(tmp_pat
         assert served_row["outside"] > 0, served_row
     assert (proc.returncode, served_row["rejected"]) == ((1, True) if fails else (0, False)), \
         (proc.stdout[-1500:], served_row)
+
+
+@pytest.mark.slow
+def test_scoring_with_every_tokens_logprob_judges_every_sampled_token(tmp_path, served):
+    """http.score_logprobs: all, the reference launched to allow it (vLLM's --max-logprobs -1): every sampled token
+    is judged at T=0.7 with top_p 0.9, none left unplaced, and a sampler that ignores top_p fails outright on what
+    it emits outside the set."""
+    broken, wide = ("speculative", {"fault": "ignore-truncation"}), ("reference", {"max_logprobs": -1})
+    with serving(served, broken, wide) as (e, r):
+        text = config((e, None), (r, None), local_weights=False).replace(
+            "      request_timeout_s: 60\n", "      request_timeout_s: 60\n      score_logprobs: all\n")
+        text = text.replace("generation: {max_new_tokens: 8}\n", "").replace(
+            "checks:\n  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, "
+            "calibration_trials: 3}\n", SAMPLED.replace("temperature: 1.0", "temperature: 0.7, top_p: 0.9"))
+        assert "score_logprobs: all" in text
+        proc = gate_here(tmp_path, text, "gate")
+        plan = io.StringIO()
+        with contextlib.redirect_stdout(plan):
+            assert main(["plan", str(tmp_path / "specguard.yaml")]) == 0
+    assert "with every token's log-probability (the reference's launch line" in plan.getvalue(), plan.getvalue()
+    rows = json.loads((tmp_path / "out" / "checks.json").read_text())["distribution"]["engines"]
+    row = rows["served"]["4"]
+    assert proc.returncode == 1 and row["rejected"] and row["outside"] > 0, (proc.stdout[-1500:], row)
+    assert not row.get("not_judged") and not rows["reference"]["4"].get("not_judged"), rows
+    assert not rows["reference"]["4"]["rejected"] and not rows["reference"]["4"].get("outside"), "the control passes"
+
+
+@pytest.mark.slow
+def test_a_reference_that_allows_fewer_logprobs_is_asked_for_as_many_as_it_allows(served):
+    """Asked for every token's logprob (-1) by a server launched at vLLM's default --max-logprobs 20, the engine
+    reads the refusal ("max allowed: 20"), scores with the top 20, and asks for 20 from then on."""
+    from gate.engines.http import HttpEngine
+    from gate.stacks import get
+
+    pair, _ = served
+    prompt, continuation = pair.encode("The quick brown fox"), pair.encode(" jumps over the lazy dog")
+    with serving(served, ("reference", {"max_logprobs": 20}), ("reference", {"max_logprobs": -1})) as (narrow, wide):
+        capped = HttpEngine("r", f"http://127.0.0.1:{narrow}", get("vllm"), False, score_top=-1)
+        logprobs, tops = capped.score(prompt, continuation)
+        assert capped.score_top == 20 and all(len(t) <= 21 for t in tops) and len(logprobs) == len(continuation)
+        full = HttpEngine("r", f"http://127.0.0.1:{wide}", get("vllm"), False, score_top=-1)
+        same, every = full.score(prompt, continuation)
+    vocab = pair.target.model.config.vocab_size
+    assert full.score_top == -1 and all(len(t) == vocab for t in every), [len(t) for t in every]
+    assert same == pytest.approx(logprobs, abs=1e-4)

@@ -103,3 +103,20 @@ def test_every_committed_command_runs_on_a_users_machine():
     for name, cmd in commands.items():
         if "github.com/eBay/spec_dec" in cmd:
             assert "checkout 96e1d1281c93d70faa9f7fe297d0afaa71650eb8" in cmd, name  # the commit measured
+
+
+def test_a_served_only_run_says_where_the_target_was_and_what_it_could_not_judge(tmp_path):
+    out = run_dir(tmp_path, rejected=True)
+    results = json.loads((out / "results.json").read_text())
+    results["config"].setdefault("models", {})["local_weights"] = False
+    results["config"].setdefault("generation", {})["sampling"] = {"temperature": 0.7, "top_p": 0.9}
+    (out / "results.json").write_text(json.dumps(results))
+    checks = json.loads((out / "checks.json").read_text())
+    checks["distribution"]["engines"]["speculative"]["4"].update(outside=9, not_judged=140, n=451)
+    (out / "checks.json").write_text(json.dumps(checks))
+    summary = stacks.summarize(out, "S", "c", date="2026-12-07")
+    assert summary["local_weights"] is False
+    assert summary["sampling"]["4"]["not_judged"] == 140
+    cell = stacks.row(summary)
+    assert "target on the servers only (local_weights: false), judged from the reference server's top 20" in cell
+    assert "T=0.7, top_p 0.9:" in cell and "9 tokens outside the truncation" in cell and "; 140 not judged" in cell

@@ -22,6 +22,7 @@ from typing import Literal, Protocol, runtime_checkable
 from gate.errors import EngineFailure  # noqa: F401 (the engine contract's failure: plug-ins may raise it)
 
 StopReason = Literal["eos", "max_tokens"]
+SCORE_TOP = 20  # top tokens a reference server is asked for per scored position by default: vLLM's --max-logprobs
 CounterSource = Literal["engine", "none"]
 
 

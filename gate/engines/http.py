@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from gate.engines.base import (
+    SCORE_TOP,
     BatchResult,
     Capabilities,
     EngineFailure,
@@ -78,7 +79,6 @@ def parse_chat(event: dict) -> Chunk:
 CHAT_ROUTE = "/v1/chat/completions"
 
 
-SCORE_TOP = 20  # top tokens asked per scored position: vLLM's default --max-logprobs
 
 
 # --- metrics ------------------------------------------------------------------------------------------
@@ -136,8 +136,9 @@ class HttpEngine:
                  extra_body: dict | None = None, metrics_path: str | None = "/metrics",
                  counters: dict[str, str] | None = None, tokenize: Callable[[str], list[int]] | None = None,
                  detokenize: Callable[[list[int]], str] | None = None, where: tuple[str, str] | None = None,
-                 chat: bool = False):
+                 chat: bool = False, score_top: int = SCORE_TOP):
         self.name = name
+        self.score_top = score_top  # top tokens asked per scored position (-1: every token, vLLM's prompt_logprobs)
         self.chat = chat  # a chat row goes to the chat route, rendered by the server's own template
         self.where = where or (f"engine {name!r}", "http")  # (config file, "engines[i].http") for errors
         self.url = url.rstrip("/")
@@ -280,11 +281,13 @@ class HttpEngine:
                 return f"{self.preset.name} {found}"[:120]
         return None
 
-    def score(self, prompt_ids, continuation: list[int], top: int = SCORE_TOP) -> tuple[list[float], list[dict]]:
+    def score(self, prompt_ids, continuation: list[int], top: int | None = None) -> tuple[list[float], list[dict]]:
         """The target's log-probabilities of ``continuation`` after ``prompt_ids``, teacher-forced, as the server
         computes them (vLLM's ``prompt_logprobs`` over prompt + continuation; the target's distribution at T=1):
         (the logprob of each continuation token, the server's ``top`` most likely tokens at each of its positions,
-        by rank).  A server that allows fewer is asked again for as many as it allows."""
+        by rank; ``top`` -1: every token).  A server that allows fewer is asked again for as many as it allows, and
+        asked for that many from then on."""
+        top = self.score_top if top is None else top
         prompt = list(prompt_ids)
         body = {"prompt": prompt + list(continuation), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": top,
                 **({"model": self.model} if self._model() else {})}
@@ -295,15 +298,17 @@ class HttpEngine:
             raise EngineFailure("crash", "HTTPError", f"{self.name} at {self.url}: scoring failed "
                                                       f"({type(exc).__name__})") from None
         allowed = re.search(r"max allowed: (\d+)", resp.text) if resp.status_code == 400 else None
-        if allowed and 0 < int(allowed[1]) < top:
-            return self.score(prompt_ids, continuation, int(allowed[1]))
+        if allowed and int(allowed[1]) > 0 and (top < 0 or int(allowed[1]) < top):
+            self.score_top = int(allowed[1])
+            return self.score(prompt_ids, continuation, self.score_top)
         if resp.status_code >= 400:
             raise EngineFailure("crash", "HTTPError", f"{self.name} at {self.url}: scoring answered HTTP "
                                                       f"{resp.status_code}: {resp.text[:200]}")
         try:
             rows = resp.json()["choices"][0]["prompt_logprobs"][len(prompt):len(prompt) + len(continuation)]
             logprobs = [float(row[str(t)]["logprob"]) for row, t in zip(rows, continuation)]
-            tops = [{int(i): float(v["logprob"]) for i, v in row.items() if int(v["rank"]) <= top} for row in rows]
+            tops = [{int(i): float(v["logprob"]) for i, v in row.items() if top < 0 or int(v["rank"]) <= top}
+                    for row in rows]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise EngineFailure("contract", "HTTPError", f"{self.name} at {self.url}: no usable prompt_logprobs "
                                                          f"for the continuation ({type(exc).__name__})") from None
@@ -444,4 +449,4 @@ def api_key(env_name: str | None, label: str) -> str | None:
     return key
 
 
-__all__ = ["CHAT_ROUTE", "SCORE_TOP", "HttpEngine", "api_key", "counters_between", "parse_chat", "scrape"]
+__all__ = ["CHAT_ROUTE", "HttpEngine", "api_key", "counters_between", "parse_chat", "scrape"]

@@ -259,6 +259,12 @@ class EngineConfig(Strict):
         """Why the reference it serves cannot score a given continuation (None: it can, or it serves none)."""
         return None
 
+    @property
+    def score_width(self) -> int | None:
+        """How many of the target's log-probabilities its reference returns per scored position (-1: every token's;
+        None: it scores nothing)."""
+        return None
+
     def endpoints(self) -> list[tuple[str, Any]]:
         """(field, endpoint) of each server it names (``http.server``: the engine under test, ``http.reference``:
         its stack with speculation off); the gate starts those with a ``launch`` line."""
@@ -398,14 +404,18 @@ class Config(Strict):
                           "target here (models.local_weights: true), or serve the reference with a stack that scores "
                           "a given continuation (preset: vllm, prompt_logprobs)" + "".join(f"; {g}" for g in gaps))
         sampling = self.generation.sampling
+        width = next(e.score_width for e in self.engines if e.scores_continuations)
+        top = ("every token's log-probability (the reference's launch line must allow it, vLLM's --max-logprobs -1: "
+               "a server that allows fewer is asked for as many as it allows)" if width == -1 else
+               f"the top {width} log-probabilities")
         if sampling is not None and (sampling.temperature != 1.0 or sampling.truncated):
-            return "server", (f"the reference server scores each sampled continuation, teacher-forced, and its top "
-                              f"prompt_logprobs (T=1) are tempered and truncated here as the stack samples "
-                              f"({sampling.described()}): each sampled token is judged among the tokens they show "
-                              "kept, renormalised, a token the truncation drops for certain fails outright, and one "
-                              "they cannot place is counted, not judged (docs/checks.md)")
-        return "server", ("the reference server scores each sampled continuation, teacher-forced (its top "
-                          "prompt_logprobs and the rest of the vocabulary as one outcome)")
+            return "server", (f"the reference server scores each sampled continuation, teacher-forced, with {top} "
+                              f"(T=1), tempered and truncated here as the stack samples ({sampling.described()}): "
+                              "each sampled token is judged among the tokens they show kept, renormalised, a token "
+                              "the truncation drops for certain fails outright, and one they cannot place is counted, "
+                              "not judged (docs/checks.md)")
+        return "server", (f"the reference server scores each sampled continuation, teacher-forced, with {top} "
+                          "(the rest of the vocabulary as one outcome)")
 
     def unmeasurable(self, check: str) -> str | None:
         """Why this config alone leaves ``check`` (one of ``REQUIRABLE``) nothing to measure, or None: the one rule

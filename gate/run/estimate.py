@@ -287,12 +287,14 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
             w.batches, w.rows, w.tokens = w.batches + 1, w.rows + job.batch.batch_size, w.tokens + tokens
             if hit(job):
                 w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
+    scored = 0  # positions the reference server scores where it scores the sampled rows: prompt + continuation
     for g in p.sampling:  # passes over the group's batches until it has its tokens (the budget, at most)
         per_pass = sum(_budget(b.members, prompts) for b in g.batches) or 1
         w = report.work.setdefault(("sampling", g.engine, g.batch_size), Work())
         for r in range(math.ceil(g.need / per_pass)):
             for b in g.batches:
                 tokens = _budget(b.members, prompts)
+                scored += tokens + sum(len(prompts[i].prompt_ids) for i in b.members)
                 w.batches, w.rows, w.tokens = w.batches + 1, w.rows + b.batch_size, w.tokens + tokens
                 if hit(Job(Phase.SAMPLING, g.engine, "sampling", b, r, cacheable=g.cacheable)):
                     w.cached, w.cached_tokens = w.cached + 1, w.cached_tokens + tokens
@@ -304,8 +306,12 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         how, why = cfg.distribution_scoring()
         if how == "server":
             rows = sum(w.rows for (ph, _, _), w in report.work.items() if ph == "sampling")
+            width = next(e.score_width for e in cfg.engines if e.scores_continuations)
+            width = pair.target.config.vocab_size if width == -1 else width
             why += (f"; scoring costs one prompt_logprobs request per sampled row on the reference server ({rows} "
-                    "rows, each its prompt and continuation teacher-forced: a prefill each, no decoding)")
+                    "rows, each its prompt and continuation teacher-forced: a prefill each, no decoding), answered "
+                    f"with {width} log-probabilities at each of their {scored:,} positions "
+                    f"({scored * width / 1e6:.1f} million in JSON)")
         report.scoring = why
     for level in p.timing:
         per_repeat = sum(_budget(b.members, prompts) for c in level.cells for b in c.batches)

