@@ -77,6 +77,7 @@ class Seq:
     token_ids: tuple
     seed: int
     filler: bool = False
+    served_top: list | None = None  # a served target's top-k per position (id: logprob)
 
 
 @dataclass
@@ -118,9 +119,10 @@ class Engine:
 
 def config(method: str = "ngram", local_weights=True, **sampling) -> Config:
     spec = {"ngram": {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 2},
-            "eagle": {"method": "eagle", "head": "org/head"}}[method]
+            "eagle": {"method": "eagle", "head": "org/head"}, "draft_model": {"method": "draft_model"}}[method]
+    draft = {"draft": {"path": "org/draft"}} if method == "draft_model" else {}
     return Config.model_validate({
-        "models": {"target": {"path": "org/target"}, "local_weights": local_weights},
+        "models": {"target": {"path": "org/target"}, "local_weights": local_weights, **draft},
         "speculation": spec, "engines": [{"type": "plugin", "callable": "broken:generate"}],
         "generation": {"max_new_tokens": 16, "sampling": {"temperature": 1.0, **sampling}},
         "checks": {"distribution": {"alpha": 0.01, "null_trials": 1000}}})
@@ -144,22 +146,25 @@ def run_of(cfg: Config, model: Bigram, engine: Engine, batches: int = 8, bs: int
     return results
 
 
-def ctx_of(cfg: Config, model: Bigram, local: bool = True):
+def ctx_of(cfg: Config, model: Bigram, local: bool = True, draft: Bigram | None = None):
     scorer = Scorer(model)
-    return SimpleNamespace(config=cfg, local=local, scorer=scorer if local else None, scorer_for=lambda m: scorer,
+    return SimpleNamespace(config=cfg, local=local, scorer=scorer if local else None,
+                           scorer_for=lambda m: Scorer(m) if isinstance(m, Bigram) else scorer,
                            pair=SimpleNamespace(target=SimpleNamespace(location="org/target", vocab_size=V,
                                                                        model=object() if local else None),
-                                                draft=None, device="cpu"))
+                                                draft=SimpleNamespace(location="org/draft", model=draft)
+                                                if draft else None, device="cpu"))
 
 
 DESCRIBED = {"type": "plugin", "label": "broken", "replay": "callable", "callable": "broken:generate",
              "pythonpath": [], "settings": {}}
 
 
-def write(tmp_path, cfg, model, engine, local=True, row=None, **run):
+def write(tmp_path, cfg, model, engine, local=True, row=None, draft=None, **run):
     results = run_of(cfg, model, engine, **run)
     said: list[str] = []
-    w = write_sampling_case(tmp_path / "distribution-1", "repro/distribution-1", ctx_of(cfg, model, local), results,
+    w = write_sampling_case(tmp_path / "distribution-1", "repro/distribution-1", ctx_of(cfg, model, local, draft),
+                            results,
                             "broken", run.get("bs", 4), DESCRIBED, said.append, run_engine=engine, row=row,
                             budget_s=60.0)
     return w, json.loads((tmp_path / "distribution-1" / "case.json").read_text()), \
@@ -319,3 +324,31 @@ def test_a_target_only_on_the_server_still_gets_its_whole_failing_batches_and_sa
     assert case["tests"] == ["pit_ks", "ngram_top"] and case["models"]["target"] == "org/target"
     assert "models.local_weights: False" in report and "where the target fits" in report
     assert recounted(case, model)[0]
+
+
+def test_a_draft_loaded_beside_a_target_on_the_server_keeps_the_draft_tests_the_check_ran(tmp_path):
+    """models.local_weights: draft: the served check ran the draft model's tests, so the case's replay does too."""
+    model = Bigram()
+    cfg = config("draft_model", local_weights="draft")
+    row = SimpleNamespace(pvalues={"pit_ks": 0.3, "draft_top": 1e-5, "draft_logprob": 0.2, "draft_ratio": 0.1},
+                          outside=None)
+    w, case, report, _ = write(tmp_path, cfg, model, Engine(model), local=False, row=row, draft=Bigram(seed=1))
+    assert case["tests"] == ["pit_ks", "draft_top", "draft_logprob", "draft_ratio"], case["tests"]
+    assert case["models"]["draft"] == "org/draft" and "the draft from `org/draft`" in report
+    assert "draft_top test gives p=1e-05" in w.trigger
+
+
+def test_a_target_only_on_the_server_keeps_the_batch_its_top_k_places_a_token_outside_the_truncation_in(tmp_path):
+    model = Bigram()
+    cfg = config("eagle", local_weights=False, top_k=3)
+    results = run_of(cfg, model, Engine(model))
+    for b, ex in enumerate(results.executions):  # the server's top-k: the emitted token alone, but in batch 2
+        for s in ex.sequences:
+            s.served_top = [{(y + 1) % V if (ex.engine, b) == ("broken", 2) else y: 0.0} for y in s.token_ids]
+    row = SimpleNamespace(pvalues={"pit_ks": 0.5, "target_top": 0.4, "target_logprob": 0.3}, outside=64)
+    write_sampling_case(tmp_path, "repro/distribution-1", ctx_of(cfg, model, local=False), results, "broken", 4,
+                        DESCRIBED, lambda m: None, row=row)
+    case = json.loads((tmp_path / "case.json").read_text())
+    assert case["decide"] == "outside" and case["tests"] == [] and case["shrunk_from"]["batches"] == 8
+    assert [b["seeds"] for b in case["batches"]] == [[s.seed for s in results.executions[2].sequences]]
+    assert "64 sampled tokens lie outside the truncation" in case["trigger"], case["trigger"]

@@ -28,8 +28,9 @@ WHOSE_TOP = {"draft_top": "the draft's argmax", "target_top": "the target's argm
 
 
 def proposer_of(ctx) -> Proposer:
-    """The method's proposer as the check read it: the draft model where it is loaded here, else the method's."""
-    loaded = ctx.local and ctx.pair.draft is not None and ctx.pair.draft.model is not None
+    """The method's proposer as the check read it: the draft model where it is loaded here (beside a target only on
+    the server too: ``models.local_weights: draft``), else the method's."""
+    loaded = ctx.pair.draft is not None and ctx.pair.draft.model is not None
     draft = ctx.scorer_for(ctx.pair.draft.model) if loaded and ctx.config.method.draft_model else None
     return DraftModel(draft) if draft is not None else proposer_for(ctx.config, None)
 
