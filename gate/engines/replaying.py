@@ -46,7 +46,9 @@ def run(built_engine, prompts: list, seeds: list, max_new_tokens: int, settings:
     from gate.engines.base import GenerationSettings, Request
 
     requests = [Request(tuple(p), max_new_tokens, seed) for p, seed in zip(prompts, seeds)]
-    gen = GenerationSettings(settings["temperature"], settings["num_draft_tokens"], tuple(settings["eos_token_ids"]))
+    t = {k: v for k, v in (settings.get("truncation") or {}).items() if k in ("top_k", "top_p", "min_p", "order")}
+    gen = GenerationSettings(settings["temperature"], settings["num_draft_tokens"], tuple(settings["eos_token_ids"]),
+                             **t)  # a sampling case's truncation, as the run sampled
     return [list(r.token_ids) for r in built_engine.generate(requests, gen).sequences]
 
 

@@ -5,7 +5,9 @@ still fails, as a folder a maintainer can act on without specguard's analysis (`
 * :mod:`gate.repro.shrink`: delta debugging over a batch's rows, its token budget and its prompts' lengths, every
   candidate confirmed on two replays in a row;
 * :mod:`gate.repro.probe`: whether a greedy case still fails (the equivalence check's own rule);
-* :mod:`gate.repro.equivalence`, :mod:`gate.repro.sampling`: a failing check's start, its shrinking and its folder;
+* :mod:`gate.repro.equivalence`, :mod:`gate.repro.sampling`: a failing check's start, its shrinking and its folder
+  (:mod:`gate.repro.target_side`: a sampling case the target alone recounts; :mod:`gate.repro.sampled`: what the
+  sampling cases share);
 * :mod:`gate.repro.case`: the folder (``case.json``, ``replay.py``, ``REPORT.md``) and ``repro/index.json``.
 
 Each folder is ``repro/<check>-<n>/`` in the run directory; the comment lists them and the Action uploads them.
@@ -98,8 +100,10 @@ def reproduce(out, loaded, models, budget_s: float, say: Callable[[str], None] =
             written.append(_not_shrunk(root.parent / rel, rel, "distribution", label, bs, _cannot(ctx, None, 1), say))
             continue
         described = info(label)
+        row = (checks.distribution.engines.get(label) or {}).get(str(bs)) if checks.distribution else None
         written.append(sampling.write_sampling_case(root.parent / rel, rel, ctx, results, label, bs, described, say,
-                                                    extra=eq.batch_of(described, engine)))
+                                                    extra=eq.batch_of(described, engine), run_engine=engine,
+                                                    row=row, budget_s=max(left(), 0.0)))
     write_index(root, written, budget_s, time.monotonic() - started, results.run_id)
     return written
 

@@ -60,8 +60,8 @@ def replay_section(described: dict, what: str, bodies: list[dict] | None = None)
         return ["## Replay", "", f"No replay: the engine's type (`{kind}`) does not say how to rebuild it alone, so "
                 "this folder has no replay.py; case.json holds the prompts, the settings and the tokens.", ""]
     extra = engine_type(kind).report_lines(described) if kind in engine_types() else []
-    lines = ["## Replay", "", what, "", "```sh", "python replay.py          # prints 'reproduced' or 'not reproduced'",
-             *extra, "```", ""]
+    lines = ["## Replay", "", what, "", "```sh",
+             "python replay.py          # 'reproduced' (exit 1) or 'not reproduced' (exit 0)", *extra, "```", ""]
     if described["replay"] == "requests" and bodies:
         lines += ["The same requests with curl (the rows in flight together):", "", "```sh",
                   *curl_lines(described["url"], described["route"], bodies), "```", ""]

@@ -35,13 +35,15 @@ class Case:
     prompts: tuple[tuple[int, ...], ...]
     names: tuple[str, ...]  # each row's prompt id in the suite (a cut prompt keeps its name)
     max_new_tokens: int
+    seeds: tuple[int, ...] = ()  # each row's sampling seed (a sampled case; empty: greedy)
 
     @property
     def batch_size(self) -> int:
         return len(self.prompts)
 
     def rows(self, keep: list[int]) -> Case:
-        return replace(self, prompts=tuple(self.prompts[i] for i in keep), names=tuple(self.names[i] for i in keep))
+        return replace(self, prompts=tuple(self.prompts[i] for i in keep), names=tuple(self.names[i] for i in keep),
+                       seeds=tuple(self.seeds[i] for i in keep) if self.seeds else ())
 
     def cut(self, row: int, length: int) -> Case:
         prompts = list(self.prompts)

@@ -141,17 +141,17 @@ class SelftestReport:
 
 
 def _shrink(run_dir: Path, results, checks: ChecksDoc, loaded, pair, engine, into: Path, budget_s: float,
-            say) -> None:
+            say, kind=None) -> None:
     """A caught mutant's minimal cases, as `specguard repro` writes them for a failing run (its replay.py rebuilds
-    the mutant by name)."""
+    the mutant by name; ``kind``: its engine type, the gate's own speculative engine by default)."""
     from gate.engines.types.speculative import SPECULATIVE
     from gate.io.rundir import RunDir
     from gate.repro import reproduce
     from gate.run.setup import Models
 
+    kind = kind or SPECULATIVE
     reproduce(RunDir(run_dir), loaded, Models(pair, [engine]), budget_s, say, root=into, checked=(results, checks),
-              describe=lambda label, spec, e: SPECULATIVE.case_engine(None, e, loaded, pair, label,
-                                                                      variant=engine.name))
+              describe=lambda label, spec, e: kind.case_engine(None, e, loaded, pair, label, variant=engine.name))
 
 
 def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
@@ -159,11 +159,14 @@ def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
 
 
 def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, device: str, tmp: Path, mutants: list[str],
-                   say, log_for, correct: list) -> list[MutantResult]:
+                   say, log_for, correct: list, repro: Path | None = None,
+                   repro_budget_s: float = 120.0) -> list[MutantResult]:
     """The draft-free method: transformers' prompt lookup decoding, correct (no alarm allowed, recorded as the
-    correct engine's run ``lookup``) and each of its mutants (each must be caught), at batch size 1."""
+    correct engine's run ``lookup``) and each of its mutants (each must be caught, and with ``repro`` shrunk to its
+    minimal cases in ``repro/<mutant>/``), at batch size 1."""
     from gate.engines.hf_assisted import PromptLookupEngine
     from gate.engines.proposers import proposer_for
+    from gate.engines.types.hf_assisted import HF_ASSISTED
 
     if not mutants:
         return []
@@ -178,8 +181,14 @@ def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, device: str
         engine.name = name
         runner = Runner(cfg, lookup_pair, selftest_suite(), reference, [engine], tmp / name, log=log_for(name),
                         cache=cache, timed=False, repeat_runs=False)
-        _, checks = checked(runner, lookup_pair, cfg.config)
+        results, checks = checked(runner, lookup_pair, cfg.config)
         alarms = _alarms(checks, name)
+        if repro is not None and alarms and name != "prompt-lookup":
+            try:
+                _shrink(tmp / name, results, checks, cfg, lookup_pair, engine, Path(repro) / name, repro_budget_s,
+                        log_for(name), kind=HF_ASSISTED)
+            except Exception as exc:  # the cases are an aid: the self-test's own verdict stands
+                say(f"mutant {name}: minimal cases not written: {type(exc).__name__}: {exc}"[:500])
         if name == "prompt-lookup":
             correct.append(CorrectRun(-1, alarms + _alarms(checks, "reference")))
             say(f"correct prompt lookup engine: {', '.join(alarms) if alarms else 'no alarm'}")
@@ -237,7 +246,7 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
         out.mutants += _prompt_lookup(pair, reference, cache, samples, dtype, device, Path(tmp),
                                       [m for m in mutants or list(LOOKUP_MUTANTS) if m in LOOKUP_MUTANTS], say, log_for,
-                                      out.correct)
+                                      out.correct, repro, repro_budget_s)
         for seed in range(seeds):
             cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype, "device": device},
                                PACKAGE_DIR / "selftest.yaml")
