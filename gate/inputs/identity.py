@@ -20,9 +20,13 @@ def differences(loaded, fingerprint) -> list[str]:
         differs.append(f"suite ({suite.name} {suite.fingerprint()} vs the run's {fingerprint.suite.name} "
                        f"{fingerprint.suite.fingerprint})")
     device = resolve_device(loaded.config.models.device)
-    for role in ("target", "draft"):
-        spec = getattr(loaded.config.models, role)
+    models = loaded.config.models
+    for role, spec in (("target", models.target), ("draft", models.draft)):
         ran = fingerprint.models.get(role)
+        if spec is None:  # a method without a draft model (n-gram, EAGLE's head, a plug-in's own)
+            if ran is not None:
+                differs.append(f"{role} model (the run used one; this config names none)")
+            continue
         location = model_location(loaded, spec)
         dtype = resolve_dtype(spec.dtype, device)
         if ran is None or fingerprint_model(location, spec, dtype) != ran.fingerprint:
