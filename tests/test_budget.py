@@ -99,6 +99,27 @@ def test_the_budget_admits_what_fits_never_leaves_out_tier_1_and_says_what_it_le
                                                     "21 s did not fit the 20 s left")
 
 
+def test_a_run_slower_than_the_last_keeps_back_more_for_its_checks():
+    clock = Clock()
+    pace = Pace(lambda phase, engine, bs: 0.01)
+    budget = Budget(1.0, "checks.budget_minutes", Deadline(60.0, 0.0, 10.0, clock), pace)
+    assert budget.deadline.left() == pytest.approx(50.0)
+    pace.record("outputs", "reference", 4, 100, 3.0)  # three times the last run's pace
+    clock.spend(3.0)
+    assert budget.deadline.left() == pytest.approx(60.0 - 30.0 - 3.0)  # the 10 s kept for the checks, times 3
+    pace.record("outputs", "reference", 4, 1000, 1.0)  # faster now: never less than the last run spent
+    assert budget.deadline.left() == pytest.approx(60.0 - 10.0 - 3.0)
+
+
+def test_the_deadline_counts_from_the_processs_start_imports_included():
+    import time
+
+    from gate.run.budget import process_started
+
+    now = time.perf_counter()
+    assert now - 3600 < process_started() <= now  # this test process started before now, within the hour
+
+
 def test_sampling_groups_share_what_is_left_and_are_left_out_below_the_minimum():
     assert split_sampling(600, 1.0) == 600 and split_sampling(600, 0.5) == 300
     assert split_sampling(600, (MIN_SAMPLES - 1) / 600) == 0
@@ -283,7 +304,11 @@ def test_checks_and_the_comment_say_what_the_budget_left_out_never_a_pass_of_it(
     assert any(v.why.startswith("not run, not judged: equivalence at batch size 4 left out by the budget")
                for v in said)
     syn.checks_json(checks)  # validates against gate/schemas/checks.schema.json
+    # as the run left it: no equivalence at batch size 4, so the headline never says it was kept
+    checks = checks.model_copy(update={"verdicts": [v for v in checks.verdicts
+                                                    if not (v.check == "equivalence" and v.batch_size == 4)]})
     verdict = syn.judge(results, checks, syn.config())
+    assert "equivalent at bs 1 (bs 4 not run)" in verdict.headline, verdict.headline
     comment = render_comment(build_page(results, checks, verdict, None, "demo"))
     assert "Fitted to a budget of 2 min" in comment and "not run and is not judged" in comment
     assert "not run, not judged: equivalence at batch size 4" in comment

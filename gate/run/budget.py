@@ -30,6 +30,7 @@ checks and the comment say it was left out, never that it passed.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,19 @@ class Pace:
         return total
 
 
+def process_started(clock: Callable[[], float] = time.perf_counter) -> float:
+    """When this process started, on ``clock`` (Linux's /proc; elsewhere now): the budget counts the interpreter's
+    start-up and imports too, as the job's clock does."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return clock() - max(0.0, up - start)
+    except (OSError, ValueError, IndexError):
+        return clock()
+
+
 class Deadline:
     """The budget's clock: ``budget_s`` from ``started`` (the command's start), ``reserve_s`` of it kept for what
     follows the run."""
@@ -115,13 +129,14 @@ class Deadline:
     def __init__(self, budget_s: float, started: float, reserve_s: float = 0.0,
                  clock: Callable[[], float] = time.perf_counter):
         self.budget_s, self.started, self.reserve_s, self.clock = budget_s, started, reserve_s, clock
+        self.reserve_scale: Callable[[], float] = lambda: 1.0  # a run going slower than the last: its checks too
 
     def elapsed(self) -> float:
         return self.clock() - self.started
 
     def left(self) -> float:
         """Seconds left for the run's work."""
-        return self.budget_s - self.reserve_s - self.elapsed()
+        return self.budget_s - self.reserve_s * self.reserve_scale() - self.elapsed()
 
 
 @dataclass
@@ -140,6 +155,7 @@ class Budget:
 
     def __init__(self, minutes: float, source: str, deadline: Deadline, pace: Pace, estimates: str = ""):
         self.minutes, self.source, self.deadline, self.pace = minutes, source, deadline, pace
+        deadline.reserve_scale = lambda: max(1.0, pace.slowdown)  # never less than the last run spent
         self.estimates = estimates  # where the estimates come from, in words
         self.left_out: list[LeftOut] = []
         self.cut: list[tuple[str, int, int, int]] = []  # sampling (engine, bs, tokens planned now, need)
@@ -387,6 +403,7 @@ __all__ = [
     "after_checks",
     "fit",
     "plan_fit",
+    "process_started",
     "split_sampling",
     "units",
 ]

@@ -417,8 +417,9 @@ class Runner:
             before = got
             if self.budget is not None and p and queued is not None:
                 estimate = self.budget.pace.seconds(per_pass) or 0.0
-                if not self.budget.room(estimate, [u for u in queued if u.what == "sampling"]):
-                    break  # the next pass does not fit: the group keeps the tokens it has
+                behind = self.budget.need([u for u in queued if u.what == "sampling"]) * need / group.need
+                if not self.budget.room(estimate + behind):
+                    break  # the next pass does not fit beside the groups after it (at their share): keep what it has
             if p:
                 self.progress.grow(len(group.batches))
             for pb in group.batches:

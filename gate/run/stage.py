@@ -100,7 +100,7 @@ def make_budget(session: Session, loaded, out_dir: Path, pair, opts: RunOptions)
     """``--budget-minutes``, else ``checks.budget_minutes`` (None: no budget), on the command's clock; its estimates
     from the last run in ``out_dir`` on this hardware (read before this run clears it), else this run's own rates as
     they are measured (:mod:`gate.run.budget`)."""
-    from gate.run.budget import AFTER_RUN, TAIL_SHARE, Budget, Deadline, Pace
+    from gate.run.budget import AFTER_RUN, TAIL_SHARE, Budget, Deadline, Pace, process_started
     from gate.run.cost import last_run
 
     minutes, source = ((opts.budget_minutes, "--budget-minutes") if opts.budget_minutes is not None else
@@ -119,7 +119,8 @@ def make_budget(session: Session, loaded, out_dir: Path, pair, opts: RunOptions)
                 "and report, as that run spent")
         prior = last.per_token
     session.say(f"budget: {minutes:g} min ({source}); estimates from {said}")
-    return Budget(minutes, source, Deadline(minutes * 60, session.phases.started, reserve), Pace(prior), said)
+    started = min(session.phases.started, process_started())  # the process's start: its imports count too
+    return Budget(minutes, source, Deadline(minutes * 60, started, reserve), Pace(prior), said)
 
 
 def confirm_sampling(session: Session, inputs: Inputs, models: Models, opts: RunOptions,
