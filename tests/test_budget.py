@@ -316,6 +316,20 @@ def test_checks_and_the_comment_say_what_the_budget_left_out_never_a_pass_of_it(
     assert comment.index("Fitted to a budget") < comment.index("<sub>")
 
 
+def test_the_power_that_remained_says_where_it_was_simulated_at_more_tokens_than_the_cut_group_had():
+    from gate.checks.budget import section
+    from gate.checks.doc import Distribution
+
+    results = budgeted(syn.run())
+    dist = Distribution.model_validate({
+        "alpha": 0.01, "num_samples": 600, "temperature": 1.0, "tests": ["ks"], "engines": {},
+        "power": {"trials": 20, "n": 600, "families": {"toward_draft": {"curve": [], "min_detectable_epsilon": 0.2}}}})
+    doc, said = section(results, dist, None)
+    assert doc.sampling[0].power_n == 600 and doc.sampling[0].min_detectable_epsilon == {"toward_draft": 0.2}
+    line = next(v.why for v in said if v.why.startswith("the sampling test ran on 300 of 600"))
+    assert "toward_draft 0.2 (simulated at 600 tokens, the first group analysed: at 300 the power is lower)" in line
+
+
 def test_a_refresh_from_a_run_the_budget_cut_is_refused_unless_forced(tmp_path):
     from gate.errors import SpecguardError
     from gate.io.rundir import RunDir

@@ -23,11 +23,12 @@ def section(results, distribution, speedup) -> tuple[Budget | None, list[Verdict
         return None, []
     left = [BudgetLeftOutLine(what=x.what, batch_size=x.batch_size, engine=x.engine, cell=x.cell, reason=x.reason)
             for x in rec.left_out]
-    detect = None
+    detect, n = None, None
     if distribution is not None and distribution.power is not None:
         detect = {f: fam.min_detectable_epsilon for f, fam in distribution.power.families.items()}
+        n = distribution.power.n
     sampling = [BudgetSamplingPower(engine=s.engine, batch_size=s.batch_size, tokens=s.tokens, need=s.need,
-                                    min_detectable_epsilon=detect) for s in rec.sampling]
+                                    min_detectable_epsilon=detect, power_n=n) for s in rec.sampling]
     speed = []
     for engine, found in (speedup.engines.items() if speedup is not None else ()):
         for bs in rec.repeats_cut:
@@ -58,7 +59,9 @@ def lines(doc: Budget) -> list[VerdictLine]:
         eps = ", ".join(f"{f} {e:g}" for f, e in (s.min_detectable_epsilon or {}).items() if e is not None)
         out.append(VerdictLine.of("budget", s.engine, "info", f"the sampling test ran on {s.tokens} of "
                                   f"{s.need} tokens (checks.distribution.num_samples) within the budget"
-                                  + (f"; the smallest distortion it detects with 80% power: {eps}" if eps else ""),
+                                  + (f"; the smallest distortion detected with 80% power: {eps}" if eps else "")
+                                  + (f" (simulated at {s.power_n} tokens, the first group analysed: at {s.tokens} "
+                                     "the power is lower)" if eps and s.power_n and s.power_n > s.tokens else ""),
                                   batch_size=s.batch_size))
     for sp in doc.speed:
         res = f"; its repeats resolve a drop of {sp.drop:.0%} with 80% power" if sp.drop is not None else ""

@@ -487,9 +487,11 @@ class BudgetSamplingPower(_Doc):
     batch_size: int
     tokens: int
     need: int
-    # per planted distortion family, the smallest epsilon detected with 80% power at the tokens analysed
-    # (distribution.power); None where the power was not simulated (power_trials: 0)
+    # per planted distortion family, the smallest epsilon detected with 80% power (distribution.power), simulated at
+    # power_n tokens (the first group analysed: where that is more than this group's tokens, its power is lower);
+    # None where the power was not simulated (power_trials: 0)
     min_detectable_epsilon: dict[str, float | None] | None
+    power_n: int | None = None
 
 
 class BudgetSpeed(_Doc):
