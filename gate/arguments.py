@@ -91,6 +91,12 @@ HELP = {
     "check --out": "directory holding results.json (default: output.dir from the config)",
     "compare --out": "directory for the verdict and report (default: RUN_DIR)",
     "--resume": "reuse finished executions of an interrupted run",
+    "--budget-minutes": "fit the run to this many wall-clock minutes of the command, what buys most first (instead "
+                        "of checks.budget_minutes): equivalence at the largest batch size, the sampling test, timing "
+                        "at min_repeats, then the other batch sizes; what it leaves out is said in checks.json and "
+                        "the comment (docs/config.md)",
+    "plan --budget-minutes": "plan against this budget instead of checks.budget_minutes: what it keeps and drops, in "
+                             "priority order, at the estimate's rates",
     "--no-cache": "do not read or write the reference cache",
     "--threads": "torch CPU threads, 1 to the number of cores (default: torch's choice)",
     "--hardware-key": "the key this runner's baseline is stored and looked up under (default: baseline.hardware_key, "
@@ -190,6 +196,7 @@ def _stated_rate(text: str):
 tokens_per_s = typed(_stated_rate, "a rate above 0 tokens per second (N), or one per batch size (BS:N,BS:N,..., "
                                    "such as 1:900,8:4000,32:9000), optionally for one engine (ENGINE=...)")
 minutes = _positive(100_000, "minutes above 0")
+budget_minutes = _positive(10_000, "minutes above 0 and at most 10000")
 gib = _positive(100_000, "GiB above 0")
 device = typed(lambda t: t if re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t) else None,
                "auto, cpu, cuda, cuda:N or mps")
@@ -233,6 +240,7 @@ def parser(commands) -> argparse.ArgumentParser:
         arg(q, "--threads", type=threads)
         arg(q, "--hardware-key", type=hardware_key, metavar="KEY")
         arg(q, "--run-id", type=run_id)
+        arg(q, "--budget-minutes", type=budget_minutes, metavar="N")
         talk(q)
 
     arg(command(sub, "validate", commands.cmd_validate), "config")
@@ -327,6 +335,8 @@ def parser(commands) -> argparse.ArgumentParser:
                      ("--tokens-per-s", {"type": tokens_per_s, "metavar": "RATE", "action": "append",
                                          "help": HELP["plan --tokens-per-s"]}),
                      ("--timeout-minutes", {"type": minutes, "metavar": "N", "help": HELP["plan --timeout-minutes"]}),
+                     ("--budget-minutes", {"type": budget_minutes, "metavar": "N",
+                                           "help": HELP["plan --budget-minutes"]}),
                      ("--gpu-memory", {"type": gib, "metavar": "GIB", "help": HELP["plan --gpu-memory"]}),
                      ("--hardware-key", {"type": hardware_key, "metavar": "KEY",
                                          "help": HELP["plan --hardware-key"]})):

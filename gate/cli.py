@@ -139,7 +139,7 @@ def cmd_plan(args, session: Session) -> int:
 
     report = plan_config(args.config, args.out, args.against, tokens_per_s=args.tokens_per_s,
                          hardware_key=args.hardware_key, timeout_minutes=args.timeout_minutes,
-                         gpu_memory_gib=args.gpu_memory)
+                         gpu_memory_gib=args.gpu_memory, budget_minutes=args.budget_minutes)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK
 

@@ -240,3 +240,40 @@ def test_the_sharded_merge_job_needs_this_runs_verdict_and_keeps_checks_errors(t
            "CHECK": str(check), "COMPARE": str(compare), "WORD": word}
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr
+
+
+def test_the_tiered_workflow_runs_a_budgeted_pr_tier_and_a_full_tier_on_a_label_or_a_schedule():
+    """Issue 53 item 3: a per-PR tier within a budget, a full tier on a label or a schedule, both against the same
+    baseline (the full tier's scheduled refresh writes it and its history); one required check; least privilege."""
+    wf = _workflow("specguard-tiered.yml")
+    jobs = wf["jobs"]
+    assert {"pull_request", "merge_group", "schedule", "workflow_dispatch"} <= set(wf["on"])
+    assert "labeled" not in wf["on"]["pull_request"]["types"], "another label would re-post the required check"
+    assert wf["permissions"] == {} and all("permissions" in j for j in jobs.values())
+
+    def action_step(job: str) -> dict:
+        return next(s for s in jobs[job]["steps"] if str(s.get("uses", "")).startswith("specguard/specguard@"))
+
+    pr, full, refresh = action_step("pr-tier")["with"], action_step("full-tier")["with"], action_step("refresh")["with"]
+    assert pr["mode"] == "check" and pr["budget-minutes"] == "${{ vars.SPECGUARD_PR_BUDGET_MINUTES || '20' }}"
+    assert full["mode"] == "check" and "budget-minutes" not in full
+    assert refresh["mode"] == "refresh" and "budget-minutes" not in refresh, "a budgeted run never writes a baseline"
+    assert pr["config"] == full["config"] == refresh["config"], "one config: one baseline and its history"
+    assert "!contains(github.event.pull_request.labels.*.name, 'specguard-full')" in jobs["pr-tier"]["if"]
+    assert "contains(github.event.pull_request.labels.*.name, 'specguard-full')" in jobs["full-tier"]["if"]
+    assert "schedule" in jobs["refresh"]["if"] and jobs["refresh"]["permissions"]["contents"] == "write"
+    assert all(j["permissions"].get("contents") in (None, "read") for name, j in jobs.items() if name != "refresh")
+    assert jobs["pr-tier"]["timeout-minutes"] > 20, "the timeout sits above the budget"
+    assert jobs["verdict"]["name"] == "verdict" and set(jobs["verdict"]["needs"]) == {"changed", "pr-tier",
+                                                                                       "full-tier"}
+    for job in ("pr-tier", "full-tier"):
+        assert "changed" in str(jobs[job]["needs"]), "no GPU job before `changed` decides"
+
+
+def test_the_action_passes_budget_minutes_to_plan_and_gate_through_env():
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert "budget-minutes" in action["inputs"]
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "gate")
+    assert step["env"]["BUDGET_MINUTES"] == "${{ inputs.budget-minutes }}"
+    assert 'args+=(--budget-minutes "$BUDGET_MINUTES")' in step["run"]
+    assert 'plan_args+=(--budget-minutes "$BUDGET_MINUTES")' in step["run"]

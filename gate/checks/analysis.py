@@ -77,6 +77,10 @@ def run_checks(results: Results, pair: ModelPair, config: Config,
         if name in REQUIRABLE and getattr(config.checks, name).required and not measured(name, findings):
             found = required_failure(name, found, results)
         verdicts += found
+    from gate.checks import budget
+
+    sections["budget"], said = budget.section(results, sections.get("distribution"), sections.get("speedup"))
+    verdicts += said
     analysis_s = time.perf_counter() - started
     return ChecksDoc(  # validated against its schema (gate/schemas/checks.schema.json) as it is made
         run=results.ref(), results_digest=results.digest, results_status=results.status,

@@ -470,6 +470,50 @@ class StackNoise(_Doc):
                                                                exclude_if=lambda v: not v)
 
 
+class BudgetLeftOutLine(_Doc):
+    """A unit of work ``checks.budget_minutes`` left out: not run, so not judged (gate.run.budget)."""
+
+    what: str  # equivalence, sampling, timing, traffic
+    batch_size: int | None = None
+    engine: str | None = None
+    cell: str | None = None
+    reason: str
+
+
+class BudgetSamplingPower(_Doc):
+    """A sampling group the budget cut below num_samples, and the power its tokens kept."""
+
+    engine: str
+    batch_size: int
+    tokens: int
+    need: int
+    # per planted distortion family, the smallest epsilon detected with 80% power (distribution.power), simulated at
+    # power_n tokens (the first group analysed: where that is more than this group's tokens, its power is lower);
+    # None where the power was not simulated (power_trials: 0)
+    min_detectable_epsilon: dict[str, float | None] | None
+    power_n: int | None = None
+
+
+class BudgetSpeed(_Doc):
+    """A load level whose adaptive repeats the budget stopped, and the drop its repeats still resolve."""
+
+    engine: str
+    batch_size: int
+    repeats: int  # the fewest any of its cells got
+    drop: float | None  # the smallest speedup drop detected with 80% power (speedup.load_curve's resolution)
+
+
+class Budget(_Doc):
+    """``checks.budget_minutes``: what it left out, and the power that remained where it cut (gate.run.budget)."""
+
+    minutes: float
+    source: str
+    run_s: float  # seconds from the command's start to the run's end
+    left_out: list[BudgetLeftOutLine]
+    sampling: list[BudgetSamplingPower]
+    speed: list[BudgetSpeed]
+
+
 class ChecksDoc(_Doc):
     """``checks.json``: the findings of each check and the verdict lines."""
 
@@ -486,6 +530,7 @@ class ChecksDoc(_Doc):
     distribution: Distribution | None = omitted_when_none()
     speedup: Speedup | None = omitted_when_none()
     traffic: Traffic | None = omitted_when_none()
+    budget: Budget | None = omitted_when_none()  # checks.budget_minutes: what it left out or cut (absent: none set)
     tolerance: Tolerance | None = omitted_when_none()
     # engines of another stack (plug-ins, servers): their own noise and tolerance; left out when there are none
     stack_noise: dict[str, StackNoise] = Field(default_factory=dict, exclude_if=lambda v: not v)

@@ -17,6 +17,7 @@ def _required():
 
 
 REQUIRABLE = ("equivalence", "distribution", "speedup")
+MAX_BUDGET_MINUTES = 10_000.0  # about a week: past any job timeout (GitHub caps a job at 6 hours)
 MAX_LOGIT_TOLERANCE = 1000.0  # nats: far past any float noise; beyond it every divergence would be a near-tie
 
 
@@ -164,4 +165,8 @@ class ChecksConfig(Strict):
     traffic: TrafficCheck | None = Field(None, exclude_if=lambda v: v is None)
     # how long a failing gate may spend on minimal cases: what it measures is unchanged, so never in the digest
     repro: ReproCheck = Field(default_factory=ReproCheck, exclude=True)
+    # wall-clock minutes of one `specguard gate`, start to verdict: the run is fitted to it, what buys most first
+    # (gate.run.budget); what it leaves out is recorded in results.json, never in the digest (the same cells measure
+    # the same things), so a budgeted run compares with the full one's baseline
+    budget_minutes: Annotated[float, Field(gt=0.0, le=MAX_BUDGET_MINUTES)] | None = Field(None, exclude=True)
 

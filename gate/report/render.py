@@ -105,7 +105,7 @@ def build_page(results: Results, checks: ChecksDoc, verdict: VerdictDoc, baselin
            "slo": ", ".join(f"{k.removesuffix('_s').upper()} ≤ {v * 1000:g} ms"
                             for k, v in (checks.traffic.slo if checks.traffic else {}).items())}
     page = Page()
-    for section, priority in (("headline", KEEP), ("changed", 90), ("equivalence", 80), ("cases", 78),
+    for section, priority in (("headline", KEEP), ("budget", KEEP), ("changed", 90), ("equivalence", 80), ("cases", 78),
                               ("reproducibility", 70),
                               ("distribution", 60), ("speedup", 75), ("traffic", 74), ("acceptance", 50), ("chart", 30),
                               ("examples", 20), ("verdicts", 10), (FOOTER, KEEP)):

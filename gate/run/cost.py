@@ -70,32 +70,55 @@ def stated(report, rates: Rates) -> None:
                             "calibration and analysis not counted")
 
 
-def estimate(report, out_dir: Path, pair, rates: Rates | None = None,
-              hardware_key: str | None = None) -> None:
-    """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware (or
-    made under ``hardware_key``), or stated rates."""
+class LastRun:
+    """The last run in an output directory on this hardware: its seconds per budgeted token per phase, engine and
+    batch size (:meth:`per_token`), its fixed costs, and where its time went (``phases.json``'s seconds)."""
+
+    def __init__(self, out_dir: Path, run_id: str | None, rate: dict[tuple, float], fixed_s: float,
+                 seconds: dict[str, float], traffic_scale: float, hardware_key: str | None):
+        self.out_dir, self.run_id, self.rate, self.fixed_s = out_dir, run_id, rate, fixed_s
+        self.seconds, self.traffic_scale, self.hardware_key = seconds, traffic_scale, hardware_key
+
+    def per_token(self, phase: str, engine: str, bs: int) -> float:
+        """Seconds per budgeted token: this phase's in the last run, else the engine's at this batch size over
+        every phase, else its slowest, else the reference's (a new engine runs at least as slowly)."""
+        for key in ((phase, engine, bs), (engine, bs)):
+            if key in self.rate:
+                return self.rate[key]
+        pooled = {k: r for k, r in self.rate.items() if len(k) == 2}
+        same = [r for (e, _), r in pooled.items() if e == engine] or \
+            [r for (e, _), r in pooled.items() if e == REFERENCE] or list(pooled.values())
+        return max(same)
+
+    def said(self) -> str:
+        named = [f"{name} {duration(self.seconds[key])}" for key, name in (("server start", "server start-up"),
+                                                                            ("model load", "model load"))
+                 if self.seconds.get(key)]
+        return (f"rates of the run in {self.out_dir} ({self.run_id or 'no run id'}"
+                + (f", made on {self.hardware_key}" if self.hardware_key else "")
+                + f"), its fixed costs {duration(self.fixed_s)}" + (f" ({', '.join(named)} of them)" if named
+                                                                     else ""))
+
+
+def last_run(out_dir: Path, pair, hardware_key: str | None = None) -> LastRun | str:
+    """The last run in ``out_dir`` on this hardware (or made under ``hardware_key``), or why there is none."""
     from gate.io.documents import PhasesDoc
     from gate.io.rundir import load_document
     from gate.run.results import RESULTS_DOC
 
-    if rates is not None:
-        return stated(report, rates)
     results_path, phases_path = out_dir / "results.json", out_dir / "phases.json"
     if not results_path.is_file() or not phases_path.is_file():
-        report.estimate_from = (f"no earlier run in {out_dir} (results.json and phases.json); the first run's "
-                                "timings make the next plan's estimate, or state a rate with --tokens-per-s")
-        return
+        return (f"no earlier run in {out_dir} (results.json and phases.json); the first run's "
+                "timings make the next plan's estimate, or state a rate with --tokens-per-s")
     try:
         last = load_document(results_path, RESULTS_DOC)
         phases = PhasesDoc.model_validate_json(phases_path.read_bytes())
     except Exception as exc:  # an unreadable earlier run gives no estimate; it is not this command's input
-        report.estimate_from = f"the run in {out_dir} cannot be read ({type(exc).__name__})"
-        return
+        return f"the run in {out_dir} cannot be read ({type(exc).__name__})"
     here = hardware_key or fp.hardware_key(fp.hardware(pair.device))
     if last.fingerprint.hardware_key != here and fp.hardware_key(last.fingerprint.hardware) != here:
-        report.estimate_from = (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on "
-                                + (f"{here} (--hardware-key)" if hardware_key else f"this runner ({here})"))
-        return
+        return (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on "
+                + (f"{here} (--hardware-key)" if hardware_key else f"this runner ({here})"))
     budget = {pr.id: pr.max_new_tokens for pr in last.prompts}
     spent: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for ex in last.executions:
@@ -107,34 +130,28 @@ def estimate(report, out_dir: Path, pair, rates: Rates | None = None,
             spent[key][1] += tokens
     rate = {k: sec / tok for k, (sec, tok) in spent.items() if tok}
     if not rate:
-        report.estimate_from = f"the run in {out_dir} timed no generation"
-        return
-
-    def per_token(phase: str, engine: str, bs: int) -> float:
-        """Seconds per budgeted token: this phase's in the last run, else the engine's at this batch size over
-        every phase, else its slowest, else the reference's (a new engine runs at least as slowly)."""
-        for key in ((phase, engine, bs), (engine, bs)):
-            if key in rate:
-                return rate[key]
-        pooled = {k: r for k, r in rate.items() if len(k) == 2}
-        same = [r for (e, _), r in pooled.items() if e == engine] or \
-            [r for (e, _), r in pooled.items() if e == REFERENCE] or list(pooled.values())
-        return max(same)
-
+        return f"the run in {out_dir} timed no generation"
     generation = sum(v for k, v in phases.seconds.items() if k.startswith(GENERATION_PHASES))
     fixed = max(0.0, phases.wall_s - generation)
     # the traces' spans scaled by the last run's own ratio of its traffic phase to its traces' spans, where it had one
     spans = sum(max((q.scheduled_s for q in r.requests), default=0.0) for r in last.traffic)
     scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
-    fill(report, per_token, fixed, scale)
-    named = [f"{name} {duration(phases.seconds[key])}" for key, name in (("server start", "server start-up"),
-                                                                          ("model load", "model load"))
-             if phases.seconds.get(key)]
-    report.estimate_from = (f"rates of the run in {out_dir} ({last.run_id or 'no run id'}"
-                            + (f", made on {hardware_key}" if hardware_key else "")
-                            + f"), its fixed costs {duration(fixed)}" + (f" ({', '.join(named)} of them)" if named
-                                                                          else ""))
+    return LastRun(out_dir, last.run_id, rate, fixed, dict(phases.seconds), scale, hardware_key)
 
 
-__all__ = ["FIXED", "GENERATION_PHASES", "PHASE_ORDER", "RESULT_PHASE", "duration", "estimate", "fill", "minutes",
-           "span", "stated"]
+def estimate(report, out_dir: Path, pair, rates: Rates | None = None,
+             hardware_key: str | None = None) -> None:
+    """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware (or
+    made under ``hardware_key``), or stated rates."""
+    if rates is not None:
+        return stated(report, rates)
+    last = last_run(out_dir, pair, hardware_key)
+    if isinstance(last, str):
+        report.estimate_from = last
+        return
+    fill(report, last.per_token, last.fixed_s, last.traffic_scale)
+    report.estimate_from = last.said()
+
+
+__all__ = ["FIXED", "GENERATION_PHASES", "PHASE_ORDER", "RESULT_PHASE", "LastRun", "duration", "estimate", "fill",
+           "last_run", "minutes", "span", "stated"]

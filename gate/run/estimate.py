@@ -15,7 +15,8 @@ estimates from stated rates instead, one or one per batch size and engine (:mod:
 assumption printed (a GPU runner before its first run).  Without either there is no estimate, and the plan says
 why.  The estimate is kept per phase, engine and batch size (:mod:`gate.run.cost`), and priced in device-minutes:
 the devices the run holds through every phase (:mod:`gate.run.devices`) times each phase's wall minutes; it is
-warned against the job's timeout (:mod:`gate.run.limits`).  Per launched server the plan also says which waves
+warned against the job's timeout (:mod:`gate.run.limits`) and a budget, whose lines say what it keeps and drops
+(:func:`gate.run.budget.plan_fit`).  Per launched server the plan also says which waves
 (a batch's prompts, sent together) exceed its per-step prefill budget, and whether its weights plus the KV cache
 each batch size needs fit its memory share (:mod:`gate.run.weights`).
 """
@@ -81,9 +82,12 @@ class PlanReport:
     # ("request-rate traffic", "", 0) and ("fixed costs", "", 0)
     phase_s: dict[tuple[str, str, int], tuple[float, float]] = field(default_factory=dict)
     devices: list[Holder] = field(default_factory=list)  # what holds devices through every phase (gate.run.devices)
-    limits: list[Limit] = field(default_factory=list)  # the job's timeout (and later a budget) the estimate is held to
+    limits: list[Limit] = field(default_factory=list)  # the job's timeout and the budget the estimate is held to
     limits_note: str = ""  # where no timeout was found, why
     longest: int = 0  # the longest row's prompt plus its new tokens (the KV cache a row may need)
+    units: list = field(default_factory=list)  # the work in the budget's priority order (gate.run.budget.units)
+    budget: dict | None = None  # checks.budget_minutes' fit: what it keeps and drops (plan --json's "budget")
+    budget_lines: list[str] = field(default_factory=list)
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -174,6 +178,7 @@ class PlanReport:
             out.append(f"estimate: {duration(lo)} to {duration(hi)} on this runner ({self.estimate_from})")
             out += self.bill_lines()
         out += [f"limit: {lim.name} {lim.minutes:g} min ({lim.source})" for lim in self.limits]
+        out += [f"budget: {line}" for line in self.budget_lines]
         if self.limits_note:
             out.append(f"limit: no timeout known ({self.limits_note}; --timeout-minutes N states one)")
         out += [f"warning: {w}" for w in self.warnings]
@@ -202,6 +207,7 @@ class PlanReport:
                 "device_minutes": ([self.estimate_s[0] * len(self.held) / 60, self.estimate_s[1] * len(self.held) / 60]
                                    if self.estimate_s else None),
                 "limits": [lim.to_json() for lim in self.limits], "limits_note": self.limits_note,
+                "budget": self.budget,
                 "confirmation_rule": ({"alpha": self.confirmation_rule[0], "floor": self.confirmation_rule[1]}
                                       if self.confirmation_rule else None)}
 
@@ -334,6 +340,9 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         report.traffic = (f"{', '.join(stacks)} and the reference, {tc.requests} requests at each of "
                           f"{', '.join(f'{r:g}' for r in tc.rates)} req/s ({tc.arrival}), {tc.repeats} replays per "
                           f"side: {replays} replays whose arrivals alone span {duration(report.traffic_s)}")
+    from gate.run.budget import units
+
+    report.units = units(p, prompts, cfg.batching.batch_sizes, speed.min_repeats, speed.warmup, hit, report.traffic_s)
     if p.calibrate:
         report.calibration = (f"{speed.calibration_trials} trials of each step cost at batch sizes "
                               f"{'/'.join(map(str, p.calibrate))}")
@@ -520,7 +529,8 @@ def server_lines(loaded, prefix: str, only_server: bool = False) -> list[str]:
 
 def plan_config(config: str, out: str | None = None, against: str | None = None, *,
                 tokens_per_s: list[StatedRate] | float | None = None, hardware_key: str | None = None,
-                timeout_minutes: float | None = None, gpu_memory_gib: float | None = None) -> PlanReport:
+                timeout_minutes: float | None = None, gpu_memory_gib: float | None = None,
+                budget_minutes: float | None = None) -> PlanReport:
     """What ``specguard gate CONFIG`` will do, how long it will take here and what it holds, with no weights loaded
     (:mod:`gate.run.estimate`)."""
     from gate.inputs.config import DEMO_CONFIG, load_config
@@ -574,6 +584,13 @@ def plan_config(config: str, out: str | None = None, against: str | None = None,
         uncounted = "" if ("fixed costs", "", 0) in report.phase_s else \
             " (before model load and server start-up, which the stated rates leave out)"
         report.warnings += [w for w in (over(lim, report.estimate_s, uncounted) for lim in report.limits) if w]
+    minutes, source = ((budget_minutes, "--budget-minutes") if budget_minutes is not None else
+                       (loaded.config.checks.budget_minutes, "checks.budget_minutes"))
+    if minutes is not None:
+        from gate.run.budget import plan_fit
+
+        plan_fit(report, Limit("budget", minutes, source), loaded.config.checks.distribution.num_samples
+                   if loaded.config.generation.sampling else None)
     return report
 
 

@@ -1,4 +1,4 @@
-"""The limits a run's time is held to, for ``specguard plan``: the job's timeout, and later a budget.
+"""The limits a run's time is held to, for ``specguard plan``: the job's timeout, and a budget.
 
 The timeout is ``--timeout-minutes`` where given; else the workflow under ``.github/workflows`` (of the repository
 holding the config) whose step uses the specguard action with this config (its ``with.config``, by default
@@ -6,8 +6,8 @@ holding the config) whose step uses the specguard action with this config (its `
 (not ``changed``): the step's ``timeout-minutes``, else its job's, else GitHub's default of 360.  Where several
 steps call it, the shortest limit binds.  ``plan`` warns where its estimate exceeds a limit.
 
-A budget (``checks.budget_minutes``, a later task) is one more :class:`Limit` in :func:`limits`; fitting the run
-into it is that task's.
+A budget (``checks.budget_minutes``, ``--budget-minutes``) is one more :class:`Limit`, which ``plan`` appends with
+what it keeps and drops (:func:`gate.run.budget.plan_fit`); the run fits itself to it (:mod:`gate.run.budget`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ GITHUB_DEFAULT_MINUTES = 360  # a job without timeout-minutes
 
 @dataclass(frozen=True)
 class Limit:
-    name: str  # "timeout"; a later "budget"
+    name: str  # "timeout" or "budget"
     minutes: float
     source: str  # where it was read, in words
 
@@ -106,8 +106,8 @@ def workflow_timeout(config: Path) -> tuple[Limit | None, str]:
 
 
 def limits(config: Path, timeout_minutes: float | None = None) -> tuple[list[Limit], str]:
-    """The limits the plan's estimate is held to, and a note where the timeout was not found.  A budget
-    (``checks.budget_minutes``) is to be appended here."""
+    """The job's timeout the plan's estimate is held to, and a note where it was not found (a budget is appended by
+    :func:`gate.run.budget.plan_fit`)."""
     if timeout_minutes is not None:
         return [Limit("timeout", timeout_minutes, "--timeout-minutes")], ""
     limit, said = workflow_timeout(config)

@@ -155,6 +155,42 @@ class Skip(Record):
     reason: str
 
 
+class BudgetLeftOut(Record):
+    """One unit of work the budget left out (:mod:`gate.run.budget`): not run, so never judged or stored."""
+    what: Literal["equivalence", "sampling", "timing", "traffic", "confirmation", "minimal cases"]
+    batch_size: int | None = None
+    engine: str | None = None
+    cell: str | None = None  # a timing cell, slice|bucket
+    estimate_s: float | None = None  # what it was estimated to take
+    left_s: float  # what was left of the budget when it was weighed
+    reason: str
+
+
+class BudgetSampling(Record):
+    """A sampling group the budget cut below ``checks.distribution.num_samples``."""
+    engine: str
+    batch_size: int
+    tokens: int  # sampled
+    need: int  # checks.distribution.num_samples
+
+
+class BudgetRecord(Record):
+    """``checks.budget_minutes`` (or ``--budget-minutes``) and what it left out (:mod:`gate.run.budget`)."""
+
+    minutes: float
+    source: str  # the field or flag that set it
+    reserve_s: float  # kept for the checks and the report after the run
+    estimates: str  # where the units' estimates came from, in words
+    run_s: float = 0.0  # seconds from the command's start to the run's end
+    left_out: list[BudgetLeftOut] = Field(default_factory=list)
+    sampling: list[BudgetSampling] = Field(default_factory=list)
+    repeats_cut: list[int] = Field(default_factory=list)  # load levels whose adaptive repeats the budget stopped
+
+    @property
+    def cut(self) -> bool:  # whether the budget left anything out or cut anything short
+        return bool(self.left_out or self.sampling or self.repeats_cut)
+
+
 class AnchorDifference(Record):
     """The first difference between the gate's reference and ``generate()`` on one anchor prompt."""
 
@@ -273,6 +309,8 @@ class Results(RunHeader):
     isolated: bool = Field(False, exclude_if=lambda v: not v)  # timed one server at a time (isolate_servers)
     # the runner while the gate timed: load, other processes, steal, clocks (gate.run.load); absent without timing
     runner_load: RunnerLoad | None = omitted_when_none()
+    # checks.budget_minutes and what it left out (gate.run.budget); absent without a budget
+    budget: BudgetRecord | None = omitted_when_none()
     _prompt_index: dict[str, PromptRecord] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gate.engines import ENGINE_VERSION, Engine, GenerationSettings
 from gate.engines.base import served
@@ -51,6 +52,7 @@ from gate.io.files import atomic_write_json
 from gate.io.rundir import RECORDS, RESULTS
 from gate.run import load
 from gate.run.anchor import Anchor
+from gate.run.budgeted import budget_record, budgeted_phases
 from gate.run.cache import ReferenceCache
 from gate.run.calibrate import calibrate
 from gate.run.execute import Executor, Interrupted, sigterm_interrupts
@@ -70,12 +72,16 @@ from gate.run.results import (
     Results,
     RunHeader,
     Settings,
+    Skip,
     StackIdentity,
     StoppedAt,
     SuiteFingerprint,
     read_log,
 )
 from gate.run.schedule import TimingScheduler
+
+if TYPE_CHECKING:
+    from gate.run.budget import Budget
 
 MAX_SAMPLING_PASSES = 100
 CONFIRM_REPEAT = MAX_SAMPLING_PASSES  # the confirmation's repeats start here: seeds no sampling pass used
@@ -139,7 +145,8 @@ class Runner:
                  cache: ReferenceCache | None = None, timed: bool = True, repeat_runs: bool = True,
                  paired: PairedBase | None = None, phases: Phases | None = None, progress=None,
                  shard: tuple[int, int] | None = None, run_id: str | None = None,
-                 hardware_key: str | None = None, own_references: Sequence[Engine] = (), servers: Sequence = ()):
+                 hardware_key: str | None = None, own_references: Sequence[Engine] = (), servers: Sequence = (),
+                 budget: Budget | None = None):
         """``own_references``: plug-ins' own plain decoding (``engines[].reference``, named ``<engine>.reference``),
         run on their engines' equivalence batches (their stack's own noise) and timed beside them; never judged as
         engines under test.  ``servers``: the serving stacks the gate launched (gate.run.isolation)."""
@@ -193,6 +200,8 @@ class Runner:
         self.traffic: list[TrafficReplay] = []
         self.previous_traffic: dict = {}
         self.log: RecordLog | None = None
+        self.budget = budget
+        self.budget_skips: list[Skip] = []
 
     # --- identity -------------------------------------------------------------------------
 
@@ -268,52 +277,59 @@ class Runner:
         settings = self.greedy if job.mode == "greedy" else self.sampled
         if self.paired is not None and job.engine == self.paired.engine.name:  # the base's own k
             settings = dataclasses.replace(settings, num_draft_tokens=self.paired.num_draft_tokens)
-        return self.executor.run(self.by_name[job.engine], job, settings)
+        rec = self.executor.run(self.by_name[job.engine], job, settings)
+        if self.budget is not None and not rec.cached and rec.failure is None:
+            self.budget.pace.record(job.phase.value, job.engine, job.batch.batch_size,
+                                    sum(self.prompts[i].max_new_tokens for i in job.batch.members), rec.wall_s)
+        return rec
 
-    def outputs_phase(self) -> None:
+    def outputs_phase(self, jobs: Sequence[Job] | None = None) -> None:
+        jobs = self.plan.outputs if jobs is None else jobs
         size = None
-        for job in self.plan.outputs:
+        for job in jobs:
             if job.batch.batch_size != size:
                 size = job.batch.batch_size
-                names = sorted({j.engine for j in self.plan.outputs if j.batch.batch_size == size} - {REFERENCE})
-                todo = sum(j.batch.batch_size == size for j in self.plan.outputs)
+                names = sorted({j.engine for j in jobs if j.batch.batch_size == size} - {REFERENCE})
+                todo = sum(j.batch.batch_size == size for j in jobs)
                 self.progress.start(f"outputs at batch size {size}: reference, {', '.join(names) or '(none)'}", todo)
             with self.phases(f"equivalence outputs: {job.engine}"):
                 self._run(job)
             self.progress.advance()
 
     def timing_phase(self) -> dict:
+        scheduler = TimingScheduler(self.cfg.checks.speedup)
+        share = self.cfg.checks.speedup.time_budget_s / max(1, len(self.plan.timing))
+        return {str(level.batch_size): self._time_level(level, list(level.cells), scheduler, share)
+                for level in self.plan.timing}
+
+    def _time_level(self, level, cells: list, scheduler: TimingScheduler, share: float, guard=None) -> dict:
+        """One load level's ``cells``, reference and engines interleaved, after their warm-up (a ``guard`` of the
+        budget admits each cell and each adaptive repeat)."""
         sp = self.cfg.checks.speedup
-        scheduler = TimingScheduler(sp)
-        share = sp.time_budget_s / max(1, len(self.plan.timing))
-        out = {}
-        for level in self.plan.timing:
-            n_batches = sum(len(c.batches) for c in level.cells)
-            self.progress.start(f"timing at batch size {level.batch_size}: {len(level.cells)} cells, "
-                                f"{n_batches} batches, engines: reference, {', '.join(level.engines) or '(none)'}",
-                                n_batches * sp.min_repeats)
-            if level.cells:
-                first = level.cells[0].batches[0]
-                for name in (REFERENCE, *level.engines):  # warm-up runs are not recorded
-                    with self.neighbours.alone(name, on=self.isolate):
-                        self.executor.warm_up(self.by_name[name], first, self.greedy, sp.warmup)
-                if not self.isolate and not self.probes and len(self.neighbours.servers) > 1:
-                    self._probe_neighbours(first, (REFERENCE, *level.engines))
+        n_batches = sum(len(c.batches) for c in cells)
+        self.progress.start(f"timing at batch size {level.batch_size}: {len(cells)} cells, "
+                            f"{n_batches} batches, engines: reference, {', '.join(level.engines) or '(none)'}",
+                            n_batches * sp.min_repeats)
+        if cells:
+            first = cells[0].batches[0]
+            for name in (REFERENCE, *level.engines):  # warm-up runs are not recorded
+                with self.neighbours.alone(name, on=self.isolate):
+                    self.executor.warm_up(self.by_name[name], first, self.greedy, sp.warmup)
+            if not self.isolate and not self.probes and len(self.neighbours.servers) > 1:
+                self._probe_neighbours(first, (REFERENCE, *level.engines))
 
-            def timed(job: Job):
-                with self.neighbours.alone(job.engine, on=self.isolate):
-                    return self._run(job)
+        def timed(job: Job):
+            with self.neighbours.alone(job.engine, on=self.isolate):
+                return self._run(job)
 
-            def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float | None]:
-                recs = {name: timed(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
-                if repeat >= sp.min_repeats:  # an adaptive repeat: more than the estimate
-                    self.progress.grow(1)
-                self.progress.advance()
-                return {name: None if rec.failure else rec.wall_s for name, rec in recs.items()}
+        def run_pair(pb: PlannedBatch, repeat: int, order: list[str]) -> dict[str, float | None]:
+            recs = {name: timed(Job(Phase.TIMING, name, "greedy", pb, repeat)) for name in order}
+            if repeat >= sp.min_repeats:  # an adaptive repeat: more than the estimate
+                self.progress.grow(1)
+            self.progress.advance()
+            return {name: None if rec.failure else rec.wall_s for name, rec in recs.items()}
 
-            out[str(level.batch_size)] = scheduler.run_level(list(level.cells), REFERENCE, list(level.engines),
-                                                             share, run_pair)
-        return out
+        return scheduler.run_level(cells, REFERENCE, list(level.engines), share, run_pair, guard)
 
     def _probe_neighbours(self, batch: PlannedBatch, names: Sequence[str]) -> None:
         """Each served engine's first timing batch alone and beside the other launched servers (unrecorded)."""
@@ -386,15 +402,24 @@ class Runner:
         for group in self.plan.sampling:
             self._sample(group, Phase.SAMPLING, 0)
 
-    def _sample(self, group, phase: Phase, first_repeat: int) -> None:
+    def _sample(self, group, phase: Phase, first_repeat: int, need: int | None = None, queued=None) -> None:
         """Passes over a sampling group's batches, each with its own seeds (its repeat index), until it has its
-        tokens."""
+        tokens (``need``, under a budget that cut them; a pass is then run only while it fits beside the
+        ``queued`` sampling work)."""
+        need = group.need if need is None else need
         what = "sampling" if phase == Phase.SAMPLING else "confirmation: sampling again, new seeds,"
         self.progress.start(f"{what} with {group.engine} at batch size {group.batch_size}, "
-                            f"T={self.sampled.temperature}: {group.need} tokens", len(group.batches))
+                            f"T={self.sampled.temperature}: {need} tokens", len(group.batches))
         got, p = 0, 0
-        while got < group.need and p < MAX_SAMPLING_PASSES:
+        per_pass = {(phase.value, group.engine, group.batch_size):
+                    sum(self.prompts[i].max_new_tokens for pb in group.batches for i in pb.members)}
+        while got < need and p < MAX_SAMPLING_PASSES:
             before = got
+            if self.budget is not None and p and queued is not None:
+                estimate = self.budget.pace.seconds(per_pass) or 0.0
+                behind = self.budget.need([u for u in queued if u.what == "sampling"]) * need / group.need
+                if not self.budget.room(estimate + behind):
+                    break  # the next pass does not fit beside the groups after it (at their share): keep what it has
             if p:
                 self.progress.grow(len(group.batches))
             for pb in group.batches:
@@ -404,6 +429,10 @@ class Runner:
             p += 1
             if got == before:  # a whole pass gave nothing (the engine fails or emits nothing): stop asking
                 break
+        if self.budget is not None and queued is not None and got < group.need:
+            self.budget.cut.append((group.engine, group.batch_size, got, group.need))
+            self.progress.note(f"sampling with {group.engine} at batch size {group.batch_size}: {got} of "
+                               f"{group.need} tokens within the budget ({self.budget.source})")
 
     def confirm(self, groups: Sequence[tuple[str, int]], results: Results) -> Results:
         """The confirmation pass (:mod:`gate.checks.confirmation`) of ``groups`` (engine, batch size) of a finished
@@ -448,6 +477,21 @@ class Runner:
         return Executor(self.prompts, self.pair.decode, log, seed=seed, cache=self.cache,
                         cache_context=self.cache_context(), previous=previous, say=self.progress.note, score=score)
 
+    def _traffic_here(self) -> bool:
+        return self.cfg.checks.traffic is not None and (self.shard is None or self.shard[0] == 0)  # on one shard
+
+    def _calibrate(self, sizes: list[int]) -> tuple[dict, dict]:
+        """Step costs of the pair (and of paired mode's base pair) at ``sizes``."""
+        self.progress.start("calibration: step costs of the pair", None)
+        base_calibration = {}
+        with self.phases("calibration"):
+            trials = self.cfg.checks.speedup.calibration_trials
+            calibration = calibrate(self.pair, sizes, self.cfg.speculation.num_draft_tokens, trials=trials)
+            if self.paired is not None and self.paired.draft is not None:
+                base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
+                base_calibration = calibrate(base_pair, sizes, self.paired.num_draft_tokens, trials=trials)
+        return calibration, base_calibration
+
     # --- the whole run --------------------------------------------------------------------
 
     def _previous(self, header: RunHeader, records_path: Path) -> dict:
@@ -486,30 +530,25 @@ class Runner:
             with sigterm_interrupts():
                 with self.phases("anchor"):
                     self.anchor_phase()
-                if self.plan.calibrate:
-                    self.progress.start("calibration: step costs of the pair", None)
-                    with self.phases("calibration"):
-                        trials = self.cfg.checks.speedup.calibration_trials
-                        calibration = calibrate(self.pair, self.plan.calibrate,
-                                                self.cfg.speculation.num_draft_tokens, trials=trials)
-                        if self.paired is not None and self.paired.draft is not None:
-                            base_pair = dataclasses.replace(self.pair, draft=self.paired.draft)
-                            base_calibration = calibrate(base_pair, self.plan.calibrate,
-                                                         self.paired.num_draft_tokens, trials=trials)
-                self.outputs_phase()
-                if self.plan.timing:
-                    with self.phases("timing"):
-                        started = load.snapshot()
-                        timing = self.timing_phase()
-                        runner_load = load.record(started)
-                if self.cfg.checks.traffic is not None and (self.shard is None or self.shard[0] == 0):  # on one shard
-                    with self.phases("request-rate traffic"):
-                        self.traffic_phase()
-                with self.phases("canonical reference"):
-                    self.canonical_phase()
-                if self.sampled is not None:
-                    with self.phases("sampling"):
-                        self.sampling_phase()
+                if self.budget is not None:
+                    calibration, base_calibration, timing, runner_load = budgeted_phases(self)
+                else:
+                    if self.plan.calibrate:
+                        calibration, base_calibration = self._calibrate(self.plan.calibrate)
+                    self.outputs_phase()
+                    if self.plan.timing:
+                        with self.phases("timing"):
+                            started = load.snapshot()
+                            timing = self.timing_phase()
+                            runner_load = load.record(started)
+                    if self._traffic_here():
+                        with self.phases("request-rate traffic"):
+                            self.traffic_phase()
+                    with self.phases("canonical reference"):
+                        self.canonical_phase()
+                    if self.sampled is not None:
+                        with self.phases("sampling"):
+                            self.sampling_phase()
             if self.executor.reused:
                 self.progress.note(f"reference cache: {len(self.executor.reused)} reference batches read from "
                                    f"{self.cache.dir}, not generated again")
@@ -533,7 +572,9 @@ class Runner:
                                   timing=timing, executions=self.executor.records, skipped=self.plan.skips,
                                   cache={"reused": self.executor.reused}, paired=paired,
                                   anchor=self.anchored, traffic=self.traffic, neighbours=self.probes,
-                                  isolated=self.isolate, runner_load=runner_load)
+                                  isolated=self.isolate, runner_load=runner_load, budget=budget_record(self))
+                if self.budget_skips:
+                    results.skipped += self.budget_skips
                 atomic_write_json(self.out_dir / RESULTS, results)
         if status == "interrupted":
             raise RunInterrupted(results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from gate.io.documents import PhasesDoc
 from gate.io.rundir import PHASES, RunDir
@@ -18,6 +19,7 @@ class Session:
 
     verbosity: int = 1
     phases: Phases = field(default_factory=Phases)
+    budget: Any = None  # checks.budget_minutes, once the run stage sets it (gate.run.budget.Budget)
 
     def say(self, msg: str) -> None:
         if self.verbosity >= 1:

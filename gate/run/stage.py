@@ -28,13 +28,15 @@ class RunOptions:
     hardware_key: str | None = None
     run_id: str | None = None
     timing_only: bool = False  # a baseline's extra timing pass (gate.run.passes): calibration and timing alone
+    budget_minutes: float | None = None  # --budget-minutes: instead of checks.budget_minutes
 
     @classmethod
     def of(cls, args) -> RunOptions:
         """From the command line's options (``run``, ``gate``, ``demo``)."""
         return cls(resume=args.resume, no_cache=args.no_cache, cache_dir=getattr(args, "demo_cache_dir", None),
                    shard=getattr(args, "shard", None), hardware_key=args.hardware_key, run_id=args.run_id,
-                   timing_only=getattr(args, "timing_only", False))
+                   timing_only=getattr(args, "timing_only", False),
+                   budget_minutes=getattr(args, "budget_minutes", None))
 
 
 def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptions, servers: Sequence = ()) -> Ran:
@@ -53,6 +55,7 @@ def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptio
         loaded.resolve_path(loaded.config.output.cache_dir) if loaded.config.output.cache_dir else None)
     cache = None if (opts.no_cache or not cache_dir) else ReferenceCache(cache_dir)
     progress = for_terminal(session.say, quiet=session.verbosity == 0)
+    session.budget = None if opts.timing_only else make_budget(session, loaded, out.path, models.pair, opts)
     try:
         with phases("server start"):
             for server in servers:
@@ -68,7 +71,7 @@ def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptio
                         out.path, log=session.say, cache=cache, paired=models.base, phases=phases,
                         progress=progress, shard=opts.shard, hardware_key=opts.hardware_key,
                         run_id=opts.run_id or uuid.uuid4().hex, own_references=models.own_references,
-                        servers=servers)
+                        servers=servers, budget=session.budget)
         if opts.timing_only:  # what a timing pass measures: no outputs, no sampling, nothing to re-score
             runner.plan.outputs, runner.plan.canonical, runner.plan.sampling = [], [], []
         if opts.shard is not None and runner.plan.empty and not (loaded.config.checks.traffic and opts.shard[0] == 0):
@@ -91,6 +94,33 @@ def run_engines(session: Session, inputs: Inputs, models: Models, opts: RunOptio
     session.say(f"wrote {out / RESULTS} ({n} executions"
                 + (f", {reused} reused from the reference cache" if reused else "") + ")")
     return Ran.COMPLETE
+
+
+def make_budget(session: Session, loaded, out_dir: Path, pair, opts: RunOptions):
+    """``--budget-minutes``, else ``checks.budget_minutes`` (None: no budget), on the command's clock; its estimates
+    from the last run in ``out_dir`` on this hardware (read before this run clears it), else this run's own rates as
+    they are measured (:mod:`gate.run.budget`)."""
+    from gate.run.budget import AFTER_RUN, TAIL_SHARE, Budget, Deadline, Pace, process_started
+    from gate.run.cost import last_run
+
+    minutes, source = ((opts.budget_minutes, "--budget-minutes") if opts.budget_minutes is not None else
+                       (loaded.config.checks.budget_minutes, "checks.budget_minutes"))
+    if minutes is None:
+        return None
+    last = last_run(out_dir, pair, opts.hardware_key)
+    if isinstance(last, str):
+        reserve = TAIL_SHARE * minutes * 60
+        said = (f"this run's own rates as it goes ({last}); {TAIL_SHARE:.0%} of the budget kept for the checks and "
+                "report")
+        prior = None
+    else:
+        reserve = sum(last.seconds.get(k, 0.0) for k in AFTER_RUN)
+        said = (f"{last.said()}, scaled by this run's pace against it as it goes; {reserve:.0f} s kept for the checks "
+                "and report, as that run spent")
+        prior = last.per_token
+    session.say(f"budget: {minutes:g} min ({source}); estimates from {said}")
+    started = min(session.phases.started, process_started())  # the process's start: its imports count too
+    return Budget(minutes, source, Deadline(minutes * 60, started, reserve), Pace(prior), said)
 
 
 def confirm_sampling(session: Session, inputs: Inputs, models: Models, opts: RunOptions,
@@ -128,4 +158,4 @@ def confirm_sampling(session: Session, inputs: Inputs, models: Models, opts: Run
     return Ran.COMPLETE
 
 
-__all__ = ["Ran", "RunOptions", "confirm_sampling", "run_engines"]
+__all__ = ["Ran", "RunOptions", "confirm_sampling", "make_budget", "run_engines"]

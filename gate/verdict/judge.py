@@ -444,7 +444,11 @@ def headline(doc: VerdictDoc, measured: Measurements) -> str:
         parts.append(f"Merging leaves output equivalence unproven at bs {_sizes(unproven)} (divergences the gate "
                      "cannot tell from noise)")
     elif measured.settings.greedy and any(c.status == "pass" for c in eq):
-        parts.append(f"Merging keeps outputs equivalent at bs {_sizes(sizes)}")
+        # said only of the batch sizes whose equivalence passed: one a budget left out was not run
+        passed = sorted({c.batch_size for c in eq if c.status == "pass" and c.batch_size}) or sizes
+        missing = [b for b in sizes if b not in passed]
+        parts.append(f"Merging keeps outputs equivalent at bs {_sizes(passed)}"
+                     + (f" (bs {_sizes(missing)} not run)" if missing else ""))
     elif measured.settings.greedy:
         parts.append("Merging: output equivalence not measured")
     else:

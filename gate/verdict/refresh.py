@@ -27,6 +27,16 @@ def write_baseline(loaded, run_dir: RunDir, root: Path, force: bool, reason: str
                                      "run was accepted", field="--reason"))
     results, checks = load_checked(run_dir)
     refuse_unless_made_with(loaded, results.fingerprint, str(run_dir / RESULTS))
+    if results.budget is not None and results.budget.cut and not force:
+        # a baseline replaces the last one: from this run it would lose what the budget left out, and hold the
+        # sampling and timing it cut as if the full run had measured them
+        what = sorted({x.what for x in results.budget.left_out} | ({"sampling"} if results.budget.sampling else set())
+                      | ({"timing repeats"} if results.budget.repeats_cut else set()))
+        raise SpecguardError(Problem(str(run_dir / RESULTS), f"the run was fitted to a budget of "
+                                     f"{results.budget.minutes:g} min ({results.budget.source}), which left out or "
+                                     f"cut {', '.join(what)}: a baseline from it would store less than it replaces",
+                                     field="budget", hint="refresh from a run without a budget (the full tier), or "
+                                     "pass --force with --reason"))
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     source = {"specguard": results.fingerprint.libraries.get("specguard"), "commit": os.environ.get("GITHUB_SHA"),
               "run_id": os.environ.get("GITHUB_RUN_ID")}
