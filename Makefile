@@ -49,7 +49,9 @@ demo-baseline: $(VENV)/.installed
 # 4 minutes instead of 19 s).  12 to 15 minutes on 2 Intel cores from a fresh clone (1,503 tests, 2026-12-06); 19
 # beside other jobs at load average 6 (1,594 tests, 20 CPU-minutes, 2026-12-06); 13 min 7 s from a fresh clone at
 # load 2-4 (1,613 tests, 2026-12-07); 13 to 16 on 2 AMD cores (746
-# tests, 2026-12-04).
+# tests, 2026-12-04).  The self-test's stages then took 66 CPU-seconds off its two tests (190 to 124, measured side by
+# side at load 10-13, 2026-12-07); then 15 min 45 s and 17.9 CPU-minutes beside other jobs (load 2.7-5.9, 1,599
+# passed, 14 skipped, 1 timing test failed, 2026-12-07).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 

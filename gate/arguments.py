@@ -40,6 +40,9 @@ HELP = {
              "confirming every candidate)",
     "repro --config": "the config the run was made with (its engines are rebuilt, its servers launched)",
     "repro --budget-s": "seconds for all the shrinking (default: checks.repro.budget_s from the config)",
+    "selftest --every-check": "run each mutant through every stage (greedy at batch sizes 4 and 1, sampling) and "
+                              "list every check that catches it; by default a mutant stops at the first stage that "
+                              "catches it (--repro implies this)",
     "selftest --repro": "also shrink each caught mutant's failing checks to minimal cases, into DIR/<mutant>/",
     "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
             "reference batches already cached; the distribution check's possible confirmation pass; the devices "
@@ -317,6 +320,7 @@ def parser(commands) -> argparse.ArgumentParser:
     arg(s, "--dtype", choices=("float32", "bfloat16"), default="float32")
     arg(s, "--device", type=device, default="cpu", help=HELP["selftest --device"])
     arg(s, "--repro", metavar="DIR", help=HELP["selftest --repro"])
+    arg(s, "--every-check", action="store_true", help=HELP["selftest --every-check"])
     for name, low, default in (("--runs", 1, 10), ("--repeats", 2, 16)):
         arg(s, name, type=count(low, 1000), default=default)
     arg(s, "--threads", type=threads)

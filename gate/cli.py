@@ -166,7 +166,8 @@ def cmd_selftest(args, session: Session) -> int:
         null_selftest(runs=args.runs, repeats=args.repeats, samples=args.samples, say=session.say, **where) \
         if args.null else \
         selftest(seeds=args.seeds, samples=args.samples, mutants=args.mutant or None, say=session.say,
-                 detail=session.say if session.verbosity >= 2 else None, repro=args.repro, **where)
+                 detail=session.say if session.verbosity >= 2 else None, repro=args.repro,
+                 every_check=args.every_check, **where)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK if report.passed else 1
 

@@ -18,8 +18,8 @@ no network. Each step is a subprocess with its own time limit, exit code and log
    (written to ``OUT/configs/``: ``models.device: cuda`` and the dtype; no flag of the CLI sets them) with an empty
    baselines folder, so the verdict is the run's own checks: in bfloat16 the GPU's near-tie flips must be judged
    noise (``near_tie``), not bugs (``confident``);
-5. ``selftest-bfloat16``: ``specguard selftest --device cuda --dtype bfloat16``: every mutant caught, the correct
-   engine without alarm;
+5. ``selftest-bfloat16``: ``specguard selftest --every-check --device cuda --dtype bfloat16``: every mutant caught
+   (with every check that catches it), the correct engine without alarm;
 6. ``null``: ``specguard selftest --null --device cuda --dtype bfloat16``, a few unchanged runs counted per check.
 
 ``OUT/summary.json`` and ``OUT/summary.md`` (the card, torch, each step's command, wall time, exit code and
@@ -216,8 +216,9 @@ def plan(out: Path, settings: Settings, python: str, wheels: Path, test_mode: bo
                           f"the demo gate on {settings.device} in {dtype}, judged by its own checks (no baseline)",
                           kind="demo", run_dir=name))
     dtype = settings.selftest_dtype
-    steps.append(Step(f"selftest-{dtype}", [*gate, "selftest", "--json", "--device", settings.device, "--dtype", dtype,
-                                            *settings.selftest, *settings.threads],
+    # --every-check: each mutant's every failing check, to set beside the fp32 table in docs/checks.md
+    steps.append(Step(f"selftest-{dtype}", [*gate, "selftest", "--json", "--every-check", "--device", settings.device,
+                                            "--dtype", dtype, *settings.selftest, *settings.threads],
                       f"the self-test's mutants and the correct engine on {settings.device} in {dtype}",
                       kind="selftest"))
     steps.append(Step("null", [*gate, "selftest", "--null", "--json", "--device", settings.device, "--dtype", dtype,

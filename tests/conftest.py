@@ -142,9 +142,15 @@ def pytest_configure(config):
 # module's tests stay together, so its module fixtures are built once), the fast tier last. Then the suite does not
 # end with one worker in a heavy module while the other waits. The order is only a schedule: a module missing
 # from HEAVY_MODULES runs after them, and nothing fails when the weights drift.
-LONGEST = ("test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[sampling-and-batches]",
+# LONGEST, heaviest first, none with a module fixture (moved out of its module, a test would build it again): CPU
+# seconds with one torch thread (2026-12-07, beside other jobs): the lifecycle 92, the self-test's halves 89 and 35,
+# the repro self-test 58, the SIGINT-ignored rerun of the signal tests 21.
+LONGEST = ("test_lifecycle.py::test_a_baseline_through_its_whole_life",
+           "test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[sampling-and-batches]",
+           "test_repro.py::test_selftest_shrinks_mutants_to_cases_that_replay_against_the_mutant_and_not_the_correct_"
+           "engine",
            "test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[greedy]",
-           "test_lifecycle.py::test_a_baseline_through_its_whole_life")
+           "test_reliability.py::test_the_signal_tests_pass_when_the_suite_starts_with_sigint_ignored")
 # CPU seconds of each module's slow tests under `make test` (cpuprof, 2026-12-02), heaviest first.
 HEAVY_MODULES = ("test_http.py", "test_reliability.py", "test_paired.py", "test_engines.py", "test_cli.py",
                  "test_checks.py", "test_fuzz.py", "test_action.py", "test_architectures.py", "test_selftest.py",
@@ -152,8 +158,9 @@ HEAVY_MODULES = ("test_http.py", "test_reliability.py", "test_paired.py", "test_
 
 
 def _schedule(item) -> tuple[int, int]:
-    if item.nodeid.endswith(LONGEST):
-        return 0, 0
+    for i, name in enumerate(LONGEST):
+        if item.nodeid.endswith(name):
+            return 0, i
     if not item.get_closest_marker("slow"):
         return 3, 0
     module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]

@@ -164,3 +164,19 @@ def test_every_selftest_runs_the_demo_pair_on_the_device_and_dtype_it_is_given(m
     assert seen == [("cuda:1", "bfloat16", "bfloat16"), ("cpu", "float32", "float32")]
     with pytest.raises(SystemExit):
         cli.main([*argv, "--device", "gpu"])
+
+
+def test_a_mutants_stages_together_run_what_every_check_runs_and_each_parses():
+    """A mutant stops at the first stage that catches it; run to the end, its stages cover every batch size, greedy
+    and sampled, that ``--every-check`` (and the correct engine) runs."""
+    from gate.selftest import FULL, LOOKUP_CONFIG, LOOKUP_FULL, LOOKUP_STAGES, SELFTEST_CONFIG, STAGES, stage_config
+
+    for template, full, stages in ((SELFTEST_CONFIG, FULL, STAGES), (LOOKUP_CONFIG, LOOKUP_FULL, LOOKUP_STAGES)):
+        greedy = {b for sizes, g, _ in stages if g for b in sizes}
+        sampled = {b for _, _, s in stages for b in s}
+        assert greedy == set(full[0]) and sampled == set(full[2]), (stages, full)
+        assert stages[0][1] and stages[0][0] == (max(full[0]),), "the cheapest catch first: greedy, fewest batches"
+        for stage in (full, *stages):
+            gen = stage_config(template, stage, 3, 100, "float32", "cpu").config.generation
+            assert gen.greedy == stage[1] and (gen.sampling is None) == (not stage[2]), stage
+            assert gen.sampling is None or (gen.sampling.seed, tuple(gen.sampling.batch_sizes)) == (3, stage[2])

@@ -4,7 +4,12 @@ On the embedded demo pair, with a small slice-balanced subset of the default
 suite, the gate's checks are run against:
 
 * every mutant in :mod:`gate.engines.mutants` — each must be caught by at least
-  one named check (equivalence, a corruption signature, or distribution);
+  one named check (equivalence, a corruption signature, or distribution).  A
+  mutant is run in stages, cheapest catch first (greedy at batch size 4,
+  sampling, greedy at batch size 1), and stops at the first stage whose checks catch
+  it: the claim is "caught", and one failing check proves it.  ``every_check``
+  (``--every-check``, and ``--repro``, whose cases need every failing check)
+  runs every stage and lists every check that catches it;
 * the correct speculative engine, over ``seeds`` runs — it must raise no alarm
   at all.  The first run is the control: the mutants' own configuration, seed
   and batches, so it reuses their reference outputs.  Each later run changes the
@@ -45,12 +50,11 @@ models:
   draft: {path: "specguard:demo/draft", dtype: %(dtype)s}
   device: %(device)s
 speculation: {num_draft_tokens: 4}
-batching: {batch_sizes: [1, 4], compositions: 1}  # a second composition at 4 changed no mutant's catch
+batching: {batch_sizes: %(batch_sizes)s, compositions: 1}  # a second composition at 4 changed no mutant's catch
 generation:
   max_new_tokens: 32
-  greedy: true
-  sampling: {temperature: 1.0, seed: %(seed)d, batch_sizes: [4]}
-checks:
+  greedy: %(greedy)s
+%(sampling)schecks:
   distribution: {num_samples: %(samples)d, alpha: 0.01, power_trials: 0}
 output: {cache_dir: null}
 """
@@ -65,17 +69,30 @@ speculation: {num_draft_tokens: 4, method: ngram, prompt_lookup_min: 1, prompt_l
 batching: {batch_sizes: [1], compositions: 1}
 generation:
   max_new_tokens: 32
-  greedy: true
-  sampling: {temperature: 1.0, seed: %(seed)d, batch_sizes: [1]}
-checks:
+  greedy: %(greedy)s
+%(sampling)schecks:
   distribution: {num_samples: %(samples)d, alpha: 0.01, power_trials: 0}
 engines: [{type: hf_assisted}]
 output: {cache_dir: null}
 """
+# A stage: (batch sizes, greedy, sampled batch sizes).  A mutant's stages, cheapest catch first: greedy at batch
+# size 4 (6 batches; its equivalence check compares against the canonical batch-size-1 reference), then the sampled
+# tokens (the sampling mutants change nothing greedy), then greedy at batch size 1 (22 batches).
+FULL, LOOKUP_FULL = ((1, 4), True, (4,)), ((1,), True, (1,))
+STAGES = (((4,), True, ()), ((4,), False, (4,)), ((1,), True, ()))
+LOOKUP_STAGES = (((1,), True, ()), ((1,), False, (1,)))
 EOS_TEXT = ","  # a frequent token: sequences stop mid-block often enough to test EOS handling
 PROMPTS_PER_SLICE = 2
 LONG_PROMPTS = 1
 
+
+def stage_config(template: str, stage, seed: int, samples: int, dtype: str, device: str):
+    """The self-test's config for one stage (see STAGES)."""
+    batch_sizes, greedy, sampled = stage
+    sampling = f"  sampling: {{temperature: 1.0, seed: {seed}, batch_sizes: {list(sampled)}}}\n" if sampled else ""
+    return parse_config(template % {"seed": seed, "samples": samples, "dtype": dtype, "device": device,
+                                    "batch_sizes": list(batch_sizes), "greedy": str(greedy).lower(),
+                                    "sampling": sampling}, PACKAGE_DIR / "selftest.yaml")
 
 
 def checked(runner: Runner, pair, config):
@@ -159,34 +176,38 @@ def _alarms(checks: ChecksDoc, engine: str) -> list[str]:
 
 
 def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, device: str, tmp: Path, mutants: list[str],
-                   say, log_for, correct: list, repro: Path | None = None,
+                   say, log_for, correct: list, every_check: bool, repro: Path | None = None,
                    repro_budget_s: float = 120.0) -> list[MutantResult]:
     """The draft-free method: transformers' prompt lookup decoding, correct (no alarm allowed, recorded as the
-    correct engine's run ``lookup``) and each of its mutants (each must be caught, and with ``repro`` shrunk to its
-    minimal cases in ``repro/<mutant>/``), at batch size 1."""
+    correct engine's run ``lookup``; every stage) and each of its mutants (each must be caught: staged as the
+    speculative mutants are, and with ``repro`` shrunk to its minimal cases in ``repro/<mutant>/``), at batch
+    size 1."""
     from gate.engines.hf_assisted import PromptLookupEngine
     from gate.engines.proposers import proposer_for
     from gate.engines.types.hf_assisted import HF_ASSISTED
 
     if not mutants:
         return []
-    cfg = parse_config(LOOKUP_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype, "device": device},
-                       PACKAGE_DIR / "selftest.yaml")
     lookup_pair = dataclasses.replace(pair, draft=None)
     pad = pair.tokenizer.pad_token_id or 0
     out = []
     for name in ["prompt-lookup", *mutants]:
         cls = PromptLookupEngine if name == "prompt-lookup" else LOOKUP_MUTANTS[name]
-        engine = cls(pair.target.model, pair.device, pad, lookup=proposer_for(cfg.config))
-        engine.name = name
-        runner = Runner(cfg, lookup_pair, selftest_suite(), reference, [engine], tmp / name, log=log_for(name),
-                        cache=cache, timed=False, repeat_runs=False)
-        results, checks = checked(runner, lookup_pair, cfg.config)
-        alarms = _alarms(checks, name)
+        stages = (LOOKUP_FULL,) if every_check or name == "prompt-lookup" else LOOKUP_STAGES
+        for i, stage in enumerate(stages):
+            cfg = stage_config(LOOKUP_CONFIG, stage, 0, samples, dtype, device)
+            engine = cls(pair.target.model, pair.device, pad, lookup=proposer_for(cfg.config))
+            engine.name = name
+            runner = Runner(cfg, lookup_pair, selftest_suite(), reference, [engine], tmp / name / str(i),
+                            log=log_for(name), cache=cache, timed=False, repeat_runs=False)
+            results, checks = checked(runner, lookup_pair, cfg.config)
+            alarms = _alarms(checks, name)
+            if alarms:
+                break
         if repro is not None and alarms and name != "prompt-lookup":
             try:
-                _shrink(tmp / name, results, checks, cfg, lookup_pair, engine, Path(repro) / name, repro_budget_s,
-                        log_for(name), kind=HF_ASSISTED)
+                _shrink(tmp / name / str(i), results, checks, cfg, lookup_pair, engine, Path(repro) / name,
+                        repro_budget_s, log_for(name), kind=HF_ASSISTED)
             except Exception as exc:  # the cases are an aid: the self-test's own verdict stands
                 say(f"mutant {name}: minimal cases not written: {type(exc).__name__}: {exc}"[:500])
         if name == "prompt-lookup":
@@ -201,13 +222,14 @@ def _prompt_lookup(pair, reference, cache, samples: int, dtype: str, device: str
 def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = None,
              say: Callable[[str], None] = lambda m: None, detail: Callable[[str], None] | None = None,
              dtype: str = "float32", repro: Path | None = None, repro_budget_s: float = 120.0,
-             device: str = "cpu") -> SelftestReport:
+             device: str = "cpu", every_check: bool = False) -> SelftestReport:
     """Run the self-test.  ``say`` gets one line per mutant and per seed; ``detail`` (``-v``), when given, also
     each run's phase lines, prefixed with the run's name.  ``dtype``: the pair's (bfloat16 flips near-ties, as
     GPUs do: the correct engine must still raise no alarm, and the mutants must still be caught).  ``device``:
     models.device (cpu by default; cuda runs the same self-test on a GPU's own kernels).  ``repro``: each
     caught mutant's failing checks shrunk to minimal cases (gate.repro) in ``repro/<mutant>/``, within
-    ``repro_budget_s`` per mutant."""
+    ``repro_budget_s`` per mutant (every stage is run).  ``every_check``: each mutant through every stage at once,
+    its report listing every check that catches it, not only the first stage's."""
     unknown = sorted(set(mutants or ()) - set(MUTANTS) - set(LOOKUP_MUTANTS))
     if unknown:
         raise SpecguardError(Problem("specguard selftest", f"no mutant named {', '.join(map(repr, unknown))}",
@@ -217,8 +239,8 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
         return (lambda m: detail(f"  {name}: {m}")) if detail else (lambda m: None)
 
     torch.manual_seed(0)
-    base = parse_config(SELFTEST_CONFIG % {"seed": 0, "samples": samples, "dtype": dtype, "device": device},
-                        PACKAGE_DIR / "selftest.yaml")
+    every_check = every_check or repro is not None
+    base = stage_config(SELFTEST_CONFIG, FULL, 0, samples, dtype, device)
     loaded = load_pair(base)
     eos = loaded.encode(EOS_TEXT)
     if len(eos) != 1:
@@ -232,13 +254,17 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
         for name in [m for m in mutants or list(MUTANTS) if m in MUTANTS]:
             engine = MUTANTS[name](pair.target.model, pair.draft.model, pair.device)
             engine.name = name
-            runner = Runner(base, pair, suite, reference, [engine], Path(tmp) / name, log=log_for(name),
-                            cache=cache, timed=False, repeat_runs=False)
-            results, checks = checked(runner, pair, base.config)
-            caught_by = _alarms(checks, name)
+            for i, stage in enumerate((FULL,) if every_check else STAGES):  # stop at the first stage that catches it
+                cfg = base if every_check else stage_config(SELFTEST_CONFIG, stage, 0, samples, dtype, device)
+                runner = Runner(cfg, pair, suite, reference, [engine], Path(tmp) / name / str(i), log=log_for(name),
+                                cache=cache, timed=False, repeat_runs=False)
+                results, checks = checked(runner, pair, cfg.config)
+                caught_by = _alarms(checks, name)
+                if caught_by:
+                    break
             if repro is not None and caught_by:
                 try:
-                    _shrink(Path(tmp) / name, results, checks, base, pair, engine, Path(repro) / name,
+                    _shrink(Path(tmp) / name / "0", results, checks, base, pair, engine, Path(repro) / name,
                             repro_budget_s, log_for(name))
                 except Exception as exc:  # the cases are an aid: the self-test's own verdict stands
                     say(f"mutant {name}: minimal cases not written: {type(exc).__name__}: {exc}"[:500])
@@ -246,10 +272,9 @@ def selftest(seeds: int = 20, samples: int = 600, mutants: list[str] | None = No
             say(f"mutant {name}: {'caught by ' + ', '.join(caught_by) if caught_by else 'ESCAPED'}")
         out.mutants += _prompt_lookup(pair, reference, cache, samples, dtype, device, Path(tmp),
                                       [m for m in mutants or list(LOOKUP_MUTANTS) if m in LOOKUP_MUTANTS], say, log_for,
-                                      out.correct, repro, repro_budget_s)
+                                      out.correct, every_check, repro, repro_budget_s)
         for seed in range(seeds):
-            cfg = parse_config(SELFTEST_CONFIG % {"seed": seed, "samples": samples, "dtype": dtype, "device": device},
-                               PACKAGE_DIR / "selftest.yaml")
+            cfg = stage_config(SELFTEST_CONFIG, FULL, seed, samples, dtype, device)
             engine = SpeculativeEngine(pair.target.model, pair.draft.model, pair.device)
             # run 0: the mutants' order and seed (the control on the batches they were caught in); then shuffled
             runner = Runner(cfg, pair, selftest_suite(order_seed=seed or None), reference, [engine],
