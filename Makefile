@@ -46,17 +46,13 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  12 to 15 minutes on 2 Intel cores from a fresh clone (1,503 tests, 2026-12-06); 19
-# beside other jobs at load average 6 (1,594 tests, 20 CPU-minutes, 2026-12-06); 13 min 7 s from a fresh clone at
-# load 2-4 (1,613 tests, 2026-12-07); 13 to 16 on 2 AMD cores (746
-# tests, 2026-12-04).  The self-test's stages then took 66 CPU-seconds off its two tests (190 to 124, measured side by
-# side at load 10-13, 2026-12-07); then 15 min 45 s and 17.9 CPU-minutes beside other jobs (load 2.7-5.9, 1,599
-# passed, 14 skipped, 1 timing test failed, 2026-12-07).
+# 4 minutes instead of 19 s).  11 min 35 s on 2 Intel cores from a fresh clone, nothing else running (1,661 passed,
+# 20 CPU-minutes, .ci/run, 2026-12-07); 15 to 19 beside other jobs; 13 to 16 on 2 AMD cores (746 tests, 2026-12-04).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act); about a minute on 2 cores (1,289 tests, 70 s on the Intel machine, 2026-12-06). tests/conftest.py fails a fast test that does any of those.
+# act); about a minute on 2 cores (1,439 tests, 58 s on the Intel machine, 2026-12-07). tests/conftest.py fails a fast test that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
 
@@ -97,7 +93,7 @@ vllm: $(VENV)/.installed
 	$(BIN)/python scripts/vllm_demo.py config specguard-vllm/specguard.yaml --sampling 4 --traffic "2, 8"
 
 # The real-vLLM tests alone (after make vllm): each starts two servers that spin while idle, so they stay out of
-# make test, where they starved the other worker (tests/test_vllm.py: eight tests, about 25 minutes here).
+# make test, where they starved the other worker (tests/test_vllm.py: ten tests, about 35 minutes here).
 test-vllm: $(VENV)/.installed
 	SPECGUARD_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/test_vllm.py
 
