@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -132,7 +133,10 @@ def test_sigterm_keeps_finished_work_and_resume_completes(tmp_path, capfd, monke
     code = main([*cmd[3:], "--resume"])  # the same arguments: the thread count is part of the run's setup
     err = capfd.readouterr().err
     assert code == 0, err[-3000:]
-    assert f"resuming: {finished} finished executions" in err
+    # the resume keeps every execution results.json recorded, and may find one more: an execution whose record
+    # reached records.jsonl as the signal arrived (seen once in a fresh-clone run: results.json 4, resumed 5)
+    resumed = re.search(r"resuming: (\d+) finished executions", err)
+    assert resumed and finished <= int(resumed[1]) <= finished + 1, err[-3000:]
     assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "complete"
 
 
