@@ -57,9 +57,11 @@ def test_head_equal_to_base_is_timed_beside_it_and_raises_no_alarm(configs, same
     assert results["paired"]["engine"] == "base-speculative" and results["paired"]["head_engine"] == "speculative"
     assert {ex["engine"] for ex in results["executions"] if ex["phase"] == "timing"} == \
         {"reference", "speculative", "base-speculative"}
-    # a cell whose spread this run cannot resolve is "not judged" (no interval): on a busy runner, all of them
+    # each cell judged against the base, or named as not judged (a spread too wide, or interference): on a busy
+    # runner, all of them
+    assert [c for c in v["checks"] if c["check"] == "speedup"], v["checks"]
     pooled = [c for c in v["speedup"] if c["ratio"]["low"] is not None]
-    assert v["speedup"] and all(c["status"] != "fail" for c in v["speedup"])
+    assert all(c["status"] != "fail" for c in v["speedup"])
     assert all(c["ratio"]["low"] <= c["ratio"]["estimate"] <= c["ratio"]["high"] for c in pooled), pooled
 
 
