@@ -1,6 +1,7 @@
 """A served reference's outputs are cached like a local one's (issue 48, item 6): keyed by the stack's version,
 launch line and environment, so a second gate of the same head reads them back, and a changed launch line
-misses. Real servers on localhost (gate/testing/server.py), launched by the gate."""
+misses. Real servers on localhost (gate/testing/server.py): the reference launched by the gate, the engine's on a
+thread of the test process."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from helpers import THREADS
 
 from gate.cli import main
 
-pytestmark = pytest.mark.slow  # launches two stand-in servers per run
+pytestmark = pytest.mark.slow  # launches a stand-in server per run
 
 CONFIG = """\
 version: 1
@@ -32,8 +33,7 @@ engines:
     name: served
     http:
       preset: vllm
-      server: {url: "http://127.0.0.1:%(server)d", startup_timeout_s: 180,
-               launch: [%(py)s, -m, gate.testing.server, --port, "{port}", --mode, speculative, --threads, "1"]}
+      server: {url: "http://127.0.0.1:%(server)d"}
       reference: {url: "http://127.0.0.1:%(reference)d", startup_timeout_s: 180,
                   launch: [%(py)s, -m, gate.testing.server, --port, "{port}", --mode, reference, --threads,
                            "%(ref_threads)s"]}
@@ -66,8 +66,22 @@ def run(tmp_path: Path, ref_threads: str, where: dict[str, int]) -> tuple[dict, 
     return json.loads((tmp_path / "out" / "results.json").read_text()), log
 
 
-def test_a_served_reference_is_read_from_the_cache_and_missed_when_its_launch_line_changes(tmp_path):
-    where = ports()
+@pytest.fixture(scope="module")
+def engine_server():
+    """The engine under test's server, on a thread of this process: the cache keys the reference's launch line, so
+    only the reference is launched (an interpreter and a weight load per run, not two)."""
+    from gate.testing.server import engine_for, in_thread, load, make_app
+
+    pair, k = load()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with in_thread(make_app(pair, engine_for("speculative", pair), k), port):
+        yield port
+
+
+def test_a_served_reference_is_read_from_the_cache_and_missed_when_its_launch_line_changes(tmp_path, engine_server):
+    where = {**ports(), "server": engine_server}
     first, _ = run(tmp_path, "1", where)
     assert first["cache"]["reused"] == []
     made = {(ex["phase"], ex["batch_size"], ex["batch"]) for ex in first["executions"] if ex["engine"] == "reference"}
