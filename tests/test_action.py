@@ -171,8 +171,16 @@ def output(proc) -> str:
     return proc.stdout + proc.stderr
 
 
+def untimed(cfg: str) -> str:
+    """A gate judged on its outputs alone, at one batch size: no calibration, no timing, no chart."""
+    return cfg.replace("batch_sizes: [1, 2]", "batch_sizes: [1]").replace(
+        "  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 5, calibration_trials: 3}\n",
+        "  speedup: {enabled: false}\n")
+
+
 def test_a_broken_plugin_fails_the_job_and_the_comment_says_why(tmp_path, api):
-    cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "broken_engine:generate"}'}
+    engine = '  - {type: plugin, name: inhouse, callable: "broken_engine:generate"}'
+    cfg = untimed(CONFIG % {"k": 4, "engines": engine})
     repo = make_repo(tmp_path, speculative_config(4))
     base = git(repo, "rev-parse", "HEAD")
     head = commit(repo, {"specguard.yaml": cfg, "broken_engine.py": BROKEN_ENGINE}, "switch to the in-house engine")
@@ -296,7 +304,8 @@ def generate(prompt_ids, batch_size, settings):
 
 
 def test_an_interrupted_gate_posts_no_comment(tmp_path, api):
-    cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "stopped_engine:generate"}'}
+    engine = '  - {type: plugin, name: inhouse, callable: "stopped_engine:generate"}'
+    cfg = untimed(CONFIG % {"k": 4, "engines": engine})
     repo = make_repo(tmp_path, speculative_config(4))
     base = git(repo, "rev-parse", "HEAD")
     head = commit(repo, {"specguard.yaml": cfg, "stopped_engine.py": STOPPED_ENGINE})
