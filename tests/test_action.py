@@ -262,14 +262,18 @@ def test_paired_mode_from_the_action_launches_the_bases_server_on_a_port_of_its_
         ports = {"server": a.getsockname()[1], "reference": b.getsockname()[1]}
     engines = PAIRED_ENGINE % {**ports, "py": json.dumps(sys.executable)}
     cfg = CONFIG % {"k": 4, "engines": engines}
-    cfg = cfg.replace("  device: cpu\n", "  device: cpu\n  local_weights: false\n")
+    cfg = cfg.replace("  device: cpu\n", "  device: cpu\n  local_weights: false\n").replace(
+        "batch_sizes: [1, 2]", "batch_sizes: [1]").replace("calibration_trials: 3}", "calibration_trials: 3, "
+                                                          "isolate_servers: true}")
+    # Timed one server at a time: the neighbour probe (each of the three servers alone and beside the other two,
+    # seven rounds: 126 batches against the timing's 12) is tests/test_neighbours.py's, with real servers too.
     repo = make_repo(tmp_path, cfg)
     wf = repo / ".github" / "workflows" / "specguard.yml"
     wf.write_text(wf.read_text().replace("          mode: check\n", "          mode: check\n          paired: true\n"))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "paired")
     base = git(repo, "rev-parse", "HEAD")
-    head = commit(repo, {"specguard.yaml": cfg.replace("batch_sizes: [1, 2]", "batch_sizes: [1, 3]")})
+    head = commit(repo, {"specguard.yaml": cfg.replace("batch_sizes: [1]", "batch_sizes: [2]")})
     proc = act(repo, api, pr_event(repo, base, head), "specguard.yml", timeout=900)
     text = output(proc)
     assert "verdict=error" not in text and proc.returncode in (0, 1), text[-6000:]
