@@ -171,8 +171,16 @@ def output(proc) -> str:
     return proc.stdout + proc.stderr
 
 
+def untimed(cfg: str) -> str:
+    """A gate judged on its outputs alone, at one batch size: no calibration, no timing, no chart."""
+    return cfg.replace("batch_sizes: [1, 2]", "batch_sizes: [1]").replace(
+        "  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 5, calibration_trials: 3}\n",
+        "  speedup: {enabled: false}\n")
+
+
 def test_a_broken_plugin_fails_the_job_and_the_comment_says_why(tmp_path, api):
-    cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "broken_engine:generate"}'}
+    engine = '  - {type: plugin, name: inhouse, callable: "broken_engine:generate"}'
+    cfg = untimed(CONFIG % {"k": 4, "engines": engine})
     repo = make_repo(tmp_path, speculative_config(4))
     base = git(repo, "rev-parse", "HEAD")
     head = commit(repo, {"specguard.yaml": cfg, "broken_engine.py": BROKEN_ENGINE}, "switch to the in-house engine")
@@ -254,14 +262,18 @@ def test_paired_mode_from_the_action_launches_the_bases_server_on_a_port_of_its_
         ports = {"server": a.getsockname()[1], "reference": b.getsockname()[1]}
     engines = PAIRED_ENGINE % {**ports, "py": json.dumps(sys.executable)}
     cfg = CONFIG % {"k": 4, "engines": engines}
-    cfg = cfg.replace("  device: cpu\n", "  device: cpu\n  local_weights: false\n")
+    cfg = cfg.replace("  device: cpu\n", "  device: cpu\n  local_weights: false\n").replace(
+        "batch_sizes: [1, 2]", "batch_sizes: [1]").replace("calibration_trials: 3}", "calibration_trials: 3, "
+                                                          "isolate_servers: true}")
+    # Timed one server at a time: the neighbour probe (each of the three servers alone and beside the other two,
+    # seven rounds: 126 batches against the timing's 12) is tests/test_neighbours.py's, with real servers too.
     repo = make_repo(tmp_path, cfg)
     wf = repo / ".github" / "workflows" / "specguard.yml"
     wf.write_text(wf.read_text().replace("          mode: check\n", "          mode: check\n          paired: true\n"))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "paired")
     base = git(repo, "rev-parse", "HEAD")
-    head = commit(repo, {"specguard.yaml": cfg.replace("batch_sizes: [1, 2]", "batch_sizes: [1, 3]")})
+    head = commit(repo, {"specguard.yaml": cfg.replace("batch_sizes: [1]", "batch_sizes: [2]")})
     proc = act(repo, api, pr_event(repo, base, head), "specguard.yml", timeout=900)
     text = output(proc)
     assert "verdict=error" not in text and proc.returncode in (0, 1), text[-6000:]
@@ -296,7 +308,8 @@ def generate(prompt_ids, batch_size, settings):
 
 
 def test_an_interrupted_gate_posts_no_comment(tmp_path, api):
-    cfg = CONFIG % {"k": 4, "engines": '  - {type: plugin, name: inhouse, callable: "stopped_engine:generate"}'}
+    engine = '  - {type: plugin, name: inhouse, callable: "stopped_engine:generate"}'
+    cfg = untimed(CONFIG % {"k": 4, "engines": engine})
     repo = make_repo(tmp_path, speculative_config(4))
     base = git(repo, "rev-parse", "HEAD")
     head = commit(repo, {"specguard.yaml": cfg, "stopped_engine.py": STOPPED_ENGINE})

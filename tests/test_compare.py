@@ -230,6 +230,18 @@ def test_speedup_png_is_drawn_with_the_plot_extra_and_skipped_with_a_note_withou
     assert "pip install 'specguard[plot]'" in note and not (tmp_path / "again.png").exists()
 
 
+def test_an_untimed_run_draws_no_chart_and_imports_no_matplotlib(base_run, tmp_path, monkeypatch):
+    """Nothing to draw is known before matplotlib's import (most of a second of every untimed gate's CPU)."""
+    import sys
+
+    from gate.report.render import write_png
+
+    untimed = syn.checks_for(base_run).model_copy(update={"speedup": None, "traffic": None})
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import would fail: the note says it never came
+    assert write_png(untimed, tmp_path / "speedup.png") == "speedup.png skipped: the run has no timing"
+    assert not (tmp_path / "speedup.png").exists()
+
+
 def test_terminal_report_is_plain_text_when_not_a_terminal(base_run):
     import io
 

@@ -9,7 +9,7 @@ from gate.errors import Problem, SpecguardError
 
 def differences(loaded, fingerprint) -> list[str]:
     """What differs between the config ``loaded`` and a run's ``fingerprint``, one phrase each (empty: its run)."""
-    from gate.inputs.models import fingerprint_model, model_location, resolve_device, resolve_dtype
+    from gate.inputs.model_files import dtype_text, fingerprint_model, model_location
     from gate.inputs.suite import suite_for
 
     differs = []
@@ -19,8 +19,8 @@ def differences(loaded, fingerprint) -> list[str]:
     if suite.fingerprint() != fingerprint.suite.fingerprint:
         differs.append(f"suite ({suite.name} {suite.fingerprint()} vs the run's {fingerprint.suite.name} "
                        f"{fingerprint.suite.fingerprint})")
-    device = resolve_device(loaded.config.models.device)
     models = loaded.config.models
+    device = None  # torch resolves it only where the dtype's text needs it (an import of torch: a second of CPU)
     for role, spec in (("target", models.target), ("draft", models.draft)):
         ran = fingerprint.models.get(role)
         if spec is None:  # a method without a draft model (n-gram, EAGLE's head, a plug-in's own)
@@ -28,7 +28,12 @@ def differences(loaded, fingerprint) -> list[str]:
                 differs.append(f"{role} model (the run used one; this config names none)")
             continue
         location = model_location(loaded, spec)
-        dtype = resolve_dtype(spec.dtype, device)
+        dtype = dtype_text(spec.dtype, models.device)
+        if dtype is None:
+            from gate.inputs.models import resolve_device, resolve_dtype
+
+            device = device or resolve_device(models.device)
+            dtype = resolve_dtype(spec.dtype, device)
         if ran is None or fingerprint_model(location, spec, dtype) != ran.fingerprint:
             differs.append(f"{role} model ({location} is not the model the run used)")
     return differs

@@ -17,6 +17,7 @@ import torch
 
 from gate.errors import ModelError, Problem
 from gate.inputs.config import LoadedConfig, ModelSpec
+from gate.inputs.model_files import fingerprint_model, model_location  # torch-free (gate.inputs.identity)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -95,53 +96,6 @@ class ModelPair:
         text = self.tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                   add_generation_prompt=True)
         return self.encode(text)
-
-
-def model_location(loaded: LoadedConfig, spec: ModelSpec) -> str:
-    """A local model directory, or a hub id.  A path that names a local folder (``./x``, ``models/x`` where
-    ``models/`` exists) and is not there is an error, never a download of whatever the hub holds under that name."""
-    from gate.inputs.paths import looks_like_local_path
-
-    p = loaded.resolve_path(spec.path)
-    if p.is_dir():
-        return str(p)
-    if looks_like_local_path(spec.path, loaded):
-        role = "target" if spec is loaded.config.models.target else "draft"
-        raise ModelError(Problem(str(loaded.source), f"model directory {str(p)!r} does not exist",
-                                 field=f"models.{role}.path", hint="point it at a directory holding config.json and "
-                                                                   "weights, or at a hub id such as 'org/name'"))
-    return spec.path
-
-
-_FINGERPRINTS: dict[tuple, str] = {}  # (dtype, directory, every file's name, size and mtime) -> content hash
-
-
-def fingerprint_model(location: str, spec: ModelSpec, dtype: torch.dtype) -> str:
-    """A content hash of the model: every file in its directory, and the load dtype.
-
-    For a local directory every file is hashed (about a second per GB), custom code
-    included, so editing it changes the key.  A directory whose files (names, sizes,
-    mtimes) are unchanged is hashed once per process: ``check`` compares fingerprints
-    before loading the models, then loads them.  For a hub id, the id and revision
-    stand in for the content.
-    """
-    path = Path(location)
-    if not path.is_dir():
-        return hashlib.sha256(f"{dtype}{location}@{spec.revision or 'main'}".encode()).hexdigest()[:16]
-    # Every file the loader may read: config, weights, tokenizer, and custom code (*.py) too.
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(
-        part.startswith(".") for part in p.relative_to(path).parts))
-    key = (str(dtype), str(path.resolve()),
-           tuple((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
-    if key not in _FINGERPRINTS:
-        h = hashlib.sha256()
-        h.update(str(dtype).encode())
-        for f in files:
-            h.update(str(f.relative_to(path)).encode())
-            with f.open("rb") as fh:
-                h.update(hashlib.file_digest(fh, "sha256").digest())
-        _FINGERPRINTS[key] = h.hexdigest()[:16]
-    return _FINGERPRINTS[key]
 
 
 def _load_one(loaded: LoadedConfig, role: str, device: torch.device):

@@ -273,6 +273,11 @@ def _errorbars(ax, xs, cis, label, **style) -> None:
 def write_png(checks: ChecksDoc, path: Path) -> str | None:
     """speedup.png: per engine, speedup vs batch size per slice with CI bars, and (``checks.traffic``) the latency
     speedup vs request rate per slice. Returns a note when it cannot be drawn."""
+    engines = checks.speedup.engines if checks.speedup else {}
+    traffic = checks.traffic.engines if checks.traffic else {}
+    names = list(dict.fromkeys([*engines, *traffic]))
+    if not names:  # before matplotlib's import (most of a second of CPU), which an untimed run never needs
+        return "speedup.png skipped: the run has no timing"
     try:
         import matplotlib
 
@@ -280,11 +285,6 @@ def write_png(checks: ChecksDoc, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "speedup.png skipped: install the plot extra (pip install 'specguard[plot]') for the chart"
-    engines = checks.speedup.engines if checks.speedup else {}
-    traffic = checks.traffic.engines if checks.traffic else {}
-    names = list(dict.fromkeys([*engines, *traffic]))
-    if not names:
-        return "speedup.png skipped: the run has no timing"
     charts = [(n, "batch") for n in names if n in engines] + [(n, "rate") for n in names if n in traffic]
     fig, axes = plt.subplots(1, len(charts), figsize=(6 * len(charts), 4), squeeze=False)
     for ax, (engine, kind) in zip(axes[0], charts):
