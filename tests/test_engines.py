@@ -154,14 +154,18 @@ def test_empty_prompt_is_rejected(speculative, reference):
 
 @pytest.mark.slow
 def test_sampling_is_reproducible_and_batch_independent(speculative, reference, demo_prompts):
+    # The ten short prompts (13 to 28 tokens: each batch of 4 still pads rows of different lengths); the two
+    # long-context ones were two thirds of the time, and their batches are greedy's tests above.
+    prompts = [p for p in demo_prompts if len(p) < 100]
+    assert len(prompts) == len(demo_prompts) - 2
     settings = GenerationSettings(temperature=1.0, num_draft_tokens=4)
-    a = [s.token_ids for s in run(speculative, demo_prompts, settings, 4)]
-    b = [s.token_ids for s in run(speculative, demo_prompts, settings, 4)]
-    c = [s.token_ids for s in run(speculative, demo_prompts, settings, 1)]
+    a = [s.token_ids for s in run(speculative, prompts, settings, 4)]
+    b = [s.token_ids for s in run(speculative, prompts, settings, 4)]
+    c = [s.token_ids for s in run(speculative, prompts, settings, 1)]
     assert a == b
     assert a == c  # per-request random streams: batch-mates do not change a sequence
-    r1 = [s.token_ids for s in run(reference, demo_prompts, settings, 4)]
-    assert r1 == [s.token_ids for s in run(reference, demo_prompts, settings, 4)]
+    r1 = [s.token_ids for s in run(reference, prompts, settings, 4)]
+    assert r1 == [s.token_ids for s in run(reference, prompts, settings, 4)]
     assert a != r1, \
         "speculative and plain sampling consume randomness differently; identical output would be suspicious"
 

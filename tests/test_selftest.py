@@ -23,7 +23,7 @@ models:
   target: {path: "specguard:demo/target"}
   draft: {path: "specguard:demo/draft"}
   device: cpu
-batching: {batch_sizes: [1, 4]}
+batching: {batch_sizes: [4]}  # per-cell batches of 4 (filled with copies); alone at bs 1 nothing mixes
 generation: {max_new_tokens: 24}
 output: {cache_dir: null}
 """

@@ -70,7 +70,9 @@ def test_a_toy_engine_with_a_batched_bug_fails_is_shrunk_and_replays_from_its_ow
              or (isinstance(node, ast.Import | ast.ImportFrom) and "toy_engine" in ast.unparse(node))]
     assert not named, f"no code under gate/ may name the toy type: {named}"
     cfg = tmp_path / "specguard.yaml"
-    cfg.write_text(CONFIG % "{max_batch_size: 2, bug: true}")
+    timed = "  speedup: {min_repeats: 2, max_repeats: 2, warmup: 0, max_batches_per_cell: 1, context_buckets: [1024]}"
+    assert timed in CONFIG  # a correctness failure: no timing (the test above times the toy)
+    cfg.write_text((CONFIG % "{max_batch_size: 2, bug: true}").replace(timed, "  speedup: {enabled: false}"))
     out = tmp_path / "out"
     assert main(["gate", str(cfg), "--out", str(out), "--threads", THREADS, "-q"]) == 1
     capsys.readouterr()

@@ -107,7 +107,9 @@ version: 1
 models: {target: {path: "specguard:demo/target"}, draft: {path: "specguard:demo/draft"}, device: cpu}
 batching: {batch_sizes: [4], compositions: 1}
 generation: {max_new_tokens: 24, greedy: false, sampling: {temperature: 0.7, top_k: 50, top_p: 0.9, min_p: 0.1}}
-checks: {distribution: {num_samples: 300, power_trials: 0}}
+# 100 samples, not 300: one token outside the truncation fails the sampler, and about 15% of its tokens are
+# (44 of 300, 15 of 100 on this seed: none in 100 has odds near 0.85^100); the correct one is never outside
+checks: {distribution: {num_samples: 100, power_trials: 0}}
 output: {cache_dir: null}
 """, PACKAGE_DIR / "t.yaml")
     cls = SpeculativeEngine if engine == "correct" else Ignoring
