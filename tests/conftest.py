@@ -143,18 +143,19 @@ def pytest_configure(config):
 # end with one worker in a heavy module while the other waits. The order is only a schedule: a module missing
 # from HEAVY_MODULES runs after them, and nothing fails when the weights drift.
 # LONGEST, heaviest first, none with a module fixture (moved out of its module, a test would build it again): CPU
-# seconds with one torch thread (2026-12-07, beside other jobs): the lifecycle 92, the self-test's halves 89 and 35,
-# the repro self-test 58, the SIGINT-ignored rerun of the signal tests 21.
+# seconds with one torch thread (2026-12-07, `make test` on a quiet machine): the lifecycle 73, the self-test's halves
+# 71 and 24, the repro self-test 41, the SIGINT-ignored rerun of the signal tests 16.
 LONGEST = ("test_lifecycle.py::test_a_baseline_through_its_whole_life",
            "test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[sampling-and-batches]",
            "test_repro.py::test_selftest_shrinks_mutants_to_cases_that_replay_against_the_mutant_and_not_the_correct_"
            "engine",
            "test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[greedy]",
            "test_reliability.py::test_the_signal_tests_pass_when_the_suite_starts_with_sigint_ignored")
-# CPU seconds of each module's slow tests under `make test` (cpuprof, 2026-12-02), heaviest first.
-HEAVY_MODULES = ("test_http.py", "test_reliability.py", "test_paired.py", "test_engines.py", "test_cli.py",
-                 "test_checks.py", "test_fuzz.py", "test_action.py", "test_architectures.py", "test_selftest.py",
-                 "test_anchor.py")
+# Wall seconds of each module's slow tests under `make test` (2026-12-07, quiet), heaviest first.
+HEAVY_MODULES = ("test_http.py", "test_cli.py", "test_repro.py", "test_reliability.py", "test_neighbours.py",
+                 "test_action.py", "test_engines.py", "test_served_cache.py", "test_checks.py", "test_paired.py",
+                 "test_own_reference.py", "test_stack_noise_gate.py", "test_architectures.py", "test_toy_engine.py",
+                 "test_truncation.py", "test_fuzz.py", "test_selftest.py", "test_chat_route.py")
 
 
 def _schedule(item) -> tuple[int, int]:
