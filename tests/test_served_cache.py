@@ -25,7 +25,7 @@ models: {target: {path: "specguard:demo/target"}, device: cpu, local_weights: fa
 speculation: {num_draft_tokens: 4, method: other}
 batching: {batch_sizes: [1]}  # the cache is per batch; one batch size shows hit and miss
 generation: {max_new_tokens: 8}
-suite: {path: "specguard:suites/default.jsonl", max_prompts_per_slice: 1, slices: [prose, code]}  # hit and miss need no more
+suite: {path: "specguard:suites/default.jsonl", max_prompts_per_slice: 1, slices: [prose, code]}
 checks: {speedup: {enabled: false}}
 output: {dir: out, cache_dir: cache}
 engines:
