@@ -52,7 +52,7 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act); about a minute on 2 cores (1,439 tests, 58 s on the Intel machine, 2026-12-07). tests/conftest.py fails a fast test that does any of those.
+# act); about a minute on 2 cores (1,442 tests, 62 s on the Intel machine, 2026-12-07). tests/conftest.py fails a fast test that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
 
