@@ -50,6 +50,17 @@ def demo_pair():
     return load_pair(demo_config())
 
 
+@pytest.fixture(scope="module")
+def configs_only():
+    """The demo pair's configs and tokenizer, no weights (as `plan` reads them): a fast test's pair."""
+    from gate.inputs.models import ModelPair, config_only, load_tokenizer, resolve_device
+
+    loaded, device = demo_config(), resolve_device("cpu")
+    target = config_only(loaded, "target", device)
+    return ModelPair(target, config_only(loaded, "draft", device), load_tokenizer(loaded, target.location, "target"),
+                     device)
+
+
 @pytest.fixture(scope="session")
 def demo_prompts(demo_pair):
     """Prompts of very different lengths, from every slice of the default suite."""

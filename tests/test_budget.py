@@ -12,7 +12,7 @@ import json
 
 import pytest
 import synthetic as syn
-from helpers import FakeEngine, demo_config
+from helpers import FakeEngine
 
 from gate.cli import main
 from gate.inputs.config import DEMO_CONFIG, parse_config
@@ -197,16 +197,6 @@ def test_the_guard_leaves_a_cell_out_and_stops_adaptive_repeats_with_deadline():
 
 
 # --- the runner under a budget, on a fake clock ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def configs_only():
-    from gate.inputs.models import ModelPair, config_only, load_tokenizer, resolve_device
-
-    loaded, device = demo_config(), resolve_device("cpu")
-    target = config_only(loaded, "target", device)
-    return ModelPair(target, config_only(loaded, "draft", device), load_tokenizer(loaded, target.location, "target"),
-                     device)
 
 
 def budgeted_run(tmp_path, configs_only, budget_s: float, reserve_s: float = 0.0):

@@ -13,7 +13,6 @@ import json
 
 import pytest
 import synthetic as syn
-from helpers import demo_config
 
 from gate.cli import main
 from gate.inputs.config import parse_config
@@ -134,17 +133,6 @@ def test_the_run_executes_that_plan_and_records_the_skips(tmp_path, configs_only
     assert r.plan.sampling == [] and r.plan.outputs
     assert {s.mode for s in r.plan.skips} == {"sampling"} and all("preset sglang" in s.reason for s in r.plan.skips)
     assert runner("vllm").plan.sampling
-
-
-@pytest.fixture(scope="module")
-def configs_only():
-    """The demo pair's configs and tokenizer, no weights (as `plan` reads them)."""
-    from gate.inputs.models import ModelPair, config_only, load_tokenizer, resolve_device
-
-    loaded, device = demo_config(), resolve_device("cpu")
-    target = config_only(loaded, "target", device)
-    return ModelPair(target, config_only(loaded, "draft", device), load_tokenizer(loaded, target.location, "target"),
-                     device)
 
 
 def test_a_required_distribution_that_measured_nothing_fails_the_checks_the_verdict_and_the_comment(configs_only):

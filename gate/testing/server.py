@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -164,27 +165,24 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
         with score_lock:
             return scorer.logits_rows([(tuple(prompt), tuple(out))], rows)[0] or []
 
-    texts: dict[int, str] = {}
-
-    def decoded(t: int) -> str:
-        if t not in texts:
-            texts[t] = pair.decode([t])
-        return texts[t]
+    decoded = functools.cache(lambda t: pair.decode([t]))  # a token's text, once per token: -1 asks for all of them
 
     def prompt_logprobs(prompt: list[int], k_top: int) -> list[dict | None]:
         """vLLM's ``prompt_logprobs``: at each prompt position after the first, the target's top-k (by rank) and the
         actual token (with its own rank, in the top-k or not), teacher-forced."""
         def rows(_, logits):
-            lp = torch.log_softmax(logits.float(), -1)
-            order = lp.argsort(-1, descending=True)[:, :k_top if k_top > 0 else None].tolist()
+            actual = prompt[1:]
+            lp = torch.log_softmax(logits.float(), -1)[:len(actual)]
+            top = lp.topk(lp.shape[-1] if k_top <= 0 else min(k_top, lp.shape[-1]), dim=-1)
+            chosen = lp.gather(1, torch.tensor(actual, device=lp.device)[:, None])
+            ranks = ((lp > chosen).sum(-1) + 1).tolist()
             out = []
-            for j, t in enumerate(prompt[1:]):  # plain lists: a -1 request is the whole vocabulary at every position
-                row = lp[j].tolist()
-                rank = {i: r + 1 for r, i in enumerate(order[j])}
-                entry = {str(i): {"logprob": row[i], "rank": r, "decoded_token": decoded(i)} for i, r in rank.items()}
-                if t not in rank:
-                    entry[str(t)] = {"logprob": row[t], "rank": sum(v > row[t] for v in row) + 1,
-                                     "decoded_token": decoded(t)}
+            # plain lists, not tensor indexing per value: a -1 request is the whole vocabulary at every position
+            for ids, values, t, c, rank in zip(top.indices.tolist(), top.values.tolist(), actual,
+                                               chosen[:, 0].tolist(), ranks):
+                entry = {str(i): {"logprob": v, "rank": r + 1, "decoded_token": decoded(i)}
+                         for r, (i, v) in enumerate(zip(ids, values))}
+                entry.setdefault(str(t), {"logprob": c, "rank": rank, "decoded_token": decoded(t)})
                 out.append(entry)
             return out
 
@@ -192,7 +190,7 @@ def make_app(pair, engine, k: int = 4, model_name: str = "demo", max_batch: int 
             return [None] + (scorer.logits_rows([(tuple(prompt[:1]), tuple(prompt[1:]))], rows)[0] or [])
 
     def token_str(t: int, as_ids: bool) -> str:
-        return f"token_id:{t}" if as_ids else pair.decode([t])
+        return f"token_id:{t}" if as_ids else decoded(t)
 
     @app.get("/health")
     def health():
