@@ -180,3 +180,24 @@ def test_a_mutants_stages_together_run_what_every_check_runs_and_each_parses():
             gen = stage_config(template, stage, 3, 100, "float32", "cpu").config.generation
             assert gen.greedy == stage[1] and (gen.sampling is None) == (not stage[2]), stage
             assert gen.sampling is None or (gen.sampling.seed, tuple(gen.sampling.batch_sizes)) == (3, stage[2])
+
+
+def test_a_sampling_only_mutant_overrides_only_hooks_greedy_decoding_never_calls_and_starts_sampled():
+    """The ``sampling-*`` mutants skip the greedy stage at batch size 4 (their greedy output is the correct
+    engine's): each overrides only a hook that the greedy path of the speculative engine never reaches, and their
+    stage order is the same stages, the sampled one first."""
+    import inspect
+
+    from gate.engines.speculative import SpeculativeEngine
+    from gate.selftest import SAMPLING_FIRST, STAGES
+
+    sampling_hooks = {"draft_token", "accept_test", "residual"}
+    source = inspect.getsource(SpeculativeEngine)
+    greedy_path = source[source.index("        if settings.greedy:"):source.index("        else:")]
+    assert not any(h in greedy_path for h in sampling_hooks), "the greedy branch calls none of them"
+    only = {name for name, cls in MUTANTS.items() if getattr(cls, "sampling_only", False)}
+    assert only == {m for m in MUTANTS if m.startswith("sampling-")}
+    for name in only:
+        own = {k for k, v in vars(MUTANTS[name]).items() if callable(v)}
+        assert own and own <= sampling_hooks, (name, own)
+    assert sorted(SAMPLING_FIRST) == sorted(STAGES) and not SAMPLING_FIRST[0][1], "sampled first, nothing dropped"

@@ -65,6 +65,8 @@ class BonusWrongPosition(SpeculativeEngine):
 class NoResidual(SpeculativeEngine):
     """On rejection, resample from the target p instead of the residual max(0, p - q)."""
 
+    sampling_only = True  # its seam (residual) is reached only when sampling: greedy output is the correct engine's
+
     def residual(self, p_n, q_n):
         return p_n  # BUG: residual not used
 
@@ -74,12 +76,16 @@ class GreedyDraft(SpeculativeEngine):
     distribution q, as if the token had been drawn from q (a proposer and verifier that disagree on how drafts
     are drawn): output leans hard towards the draft's top choice."""
 
+    sampling_only = True  # its seam (draft_token) is reached only when sampling: greedy output is the correct engine's
+
     def draft_token(self, q, u):
         return q.argmax(-1)  # BUG: verified with q, so the proposal must be a draw from q (or q one-hot)
 
 
 class InvertedRatio(SpeculativeEngine):
     """Acceptance test uses q/p instead of p/q."""
+
+    sampling_only = True  # its seam (accept_test) is reached only when sampling: greedy output is the correct engine's
 
     def accept_test(self, u, p_d, q_d):
         return u * p_d < q_d  # BUG: min(1, q/p)
