@@ -98,6 +98,9 @@ HELP = {
                         "of checks.budget_minutes): equivalence at the largest batch size, the sampling test, timing "
                         "at min_repeats, then the other batch sizes; what it leaves out is said in checks.json and "
                         "the comment (docs/config.md)",
+    "--plan-to": "first append what `specguard plan` says of this gate (same --out, --against, --hardware-key and "
+                 "--budget-minutes) to FILE as a fenced block, then run (the Action's job summary); a plan that "
+                 "fails is one line there, and never stops the gate",
     "plan --budget-minutes": "plan against this budget instead of checks.budget_minutes: what it keeps and drops, in "
                              "priority order, at the estimate's rates",
     "--no-cache": "do not read or write the reference cache",
@@ -278,8 +281,9 @@ def parser(commands) -> argparse.ArgumentParser:
             arg(g, "--against", metavar="BASE.yaml")
             for name in ("--refresh", "--force", "--reason"):
                 arg(g, name, **({} if name == "--reason" else {"action": "store_true"}))
+            arg(g, "--plan-to", metavar="FILE")
         else:
-            g.set_defaults(against=None, refresh=False, force=False, reason=None)
+            g.set_defaults(against=None, refresh=False, force=False, reason=None, plan_to=None)
     bsub = command(sub, "baseline", None).add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
     br = command(bsub, "refresh", commands.cmd_baseline_refresh)
     arg(br, "config")

@@ -74,9 +74,31 @@ def cmd_compare(args, session: Session) -> int:
                                     args.quiet)
 
 
+def plan_into(path: str, args, session: Session) -> None:
+    """``gate --plan-to FILE``: what ``specguard plan`` says of this gate, appended to FILE as a fenced block before
+    the run starts (the Action's job summary: the plan is there even if the job is then cancelled, and it costs no
+    interpreter of its own).  Backticks become quotes, so that no text of the config can close the block; a plan
+    that fails is one line, and the gate goes on to say why in its own words."""
+    from gate.run.estimate import plan_config
+
+    try:
+        report = plan_config(args.config, args.out, args.against, hardware_key=args.hardware_key,
+                             budget_minutes=args.budget_minutes)
+        text = "\n".join(report.lines())
+    except Exception as exc:  # the plan is an aid: whatever it hits, the gate itself reports
+        text = f"(no plan: the gate's own output says why; {type(exc).__name__})"
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("### specguard plan\n```text\n" + text.replace("`", "'") + "\n```\n")
+    except OSError as exc:
+        session.say(f"warning: the plan was not written to {path}: {exc.strerror or exc}")
+
+
 def cmd_gate(args, session: Session) -> int:
     from gate.ci.github import step_outputs
 
+    if getattr(args, "plan_to", None):
+        plan_into(args.plan_to, args, session)
     code, baseline = pipeline.gate(session, args.config, pipeline.GateOptions(
         run=pipeline.RunOptions.of(args), threads=args.threads, out=args.out, against=args.against,
         baselines_dir=args.baselines_dir, refresh=args.refresh, force=args.force, reason=args.reason))

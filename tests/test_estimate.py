@@ -160,3 +160,47 @@ def test_a_batch_larger_than_the_suites_distinct_prompts_warns_of_the_prefix_cac
     else:
         assert len(warned) == 1 and warned[0].startswith("batch size 8 repeats") and \
             "(--no-enable-prefix-caching)" in warned[0], warned
+
+
+def test_gate_plan_to_appends_the_plan_before_the_run_and_a_failing_plan_never_stops_the_gate(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """The Action's job summary gets `specguard plan`'s text from the gate itself (`gate --plan-to FILE`), before
+    the run starts, planned with the gate's own arguments; a plan that fails is one line there, and the gate runs."""
+    import gate.cli
+    import gate.pipeline
+    import gate.run.estimate
+
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier steps' text\n")
+    seen = []
+
+    def gate_stub(session, config, options):  # what the file held when the run started
+        seen.append((summary.read_text(), config, options.out))
+        return 0, None
+
+    monkeypatch.setattr(gate.pipeline, "gate", gate_stub)
+    monkeypatch.chdir(tmp_path)
+    assert main(["gate", str(DEMO_CONFIG), "--out", "o", "--plan-to", str(summary), "--hardware-key", "k"]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(DEMO_CONFIG), "--out", "o", "--hardware-key", "k"]) == 0
+    plan_text = capsys.readouterr().out.strip()
+    [(text, config, out)] = seen
+    assert (config, out) == (str(DEMO_CONFIG), "o")
+    assert text == f"earlier steps' text\n### specguard plan\n```text\n{plan_text.replace('`', chr(39))}\n```\n"
+
+    class Ticks:
+        def lines(self):
+            return ["a `config` value with ``` in it"]
+
+    monkeypatch.setattr(gate.run.estimate, "plan_config", lambda *a, **k: Ticks())
+    assert main(["gate", str(DEMO_CONFIG), "--plan-to", str(summary)]) == 0
+    assert seen[-1][0].endswith("```text\na 'config' value with ''' in it\n```\n"), "no text closes the block"
+
+    def broken(*a, **k):
+        raise RuntimeError("the tokenizer is missing")
+
+    monkeypatch.setattr(gate.run.estimate, "plan_config", broken)
+    assert main(["gate", str(DEMO_CONFIG), "--plan-to", str(summary)]) == 0
+    assert seen[-1][0].endswith("```text\n(no plan: the gate's own output says why; RuntimeError)\n```\n")
+    assert main(["gate", str(DEMO_CONFIG), "--plan-to", str(tmp_path / "no" / "such" / "dir")]) == 0
+    assert "warning: the plan was not written to" in capsys.readouterr().err and len(seen) == 4

@@ -276,4 +276,5 @@ def test_the_action_passes_budget_minutes_to_plan_and_gate_through_env():
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "gate")
     assert step["env"]["BUDGET_MINUTES"] == "${{ inputs.budget-minutes }}"
     assert 'args+=(--budget-minutes "$BUDGET_MINUTES")' in step["run"]
-    assert 'plan_args+=(--budget-minutes "$BUDGET_MINUTES")' in step["run"]
+    # the plan is the gate's own (--plan-to), so it is planned with the same arguments
+    assert 'args+=(--plan-to "$GITHUB_STEP_SUMMARY")' in step["run"] and " plan " not in step["run"]
