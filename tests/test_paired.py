@@ -18,10 +18,10 @@ models:
   draft: {{path: "{draft}"}}
   device: cpu
 batching: {{batch_sizes: [1, 2], compositions: 1}}
-generation: {{max_new_tokens: 12}}
-suite: {{max_prompts_per_slice: 1, slices: [prose, code, questions]}}
+generation: {{max_new_tokens: 8}}
+suite: {{max_prompts_per_slice: 1, slices: [prose, code]}}
 checks:
-  speedup: {{min_repeats: 4, max_repeats: 4, warmup: 1, context_buckets: [1024], calibration_trials: 5}}
+  speedup: {{min_repeats: 2, max_repeats: 2, warmup: 0, context_buckets: [1024], calibration_trials: 3}}
 output: {{dir: out, cache_dir: null}}
 """
 
