@@ -32,7 +32,7 @@ models:
 # A background job of a non-interactive shell (`bash -c 'make test > log 2>&1 &'`, a scheduler) starts with SIGINT
 # and SIGQUIT ignored (POSIX), and Python keeps an inherited SIG_IGN: Ctrl-C then neither raises in the tests nor
 # reaches the processes they start.  A test that sends or expects a signal sets the disposition it needs here,
-# in its own process and in each it starts (tests/test_reliability.py runs them with SIGINT ignored).
+# in its own process and in each it starts (each runs with SIGINT ignored from its start: conftest.py).
 
 
 def default_signals() -> None:

@@ -281,6 +281,7 @@ def slow(prompt_ids, batch_size, settings):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("sigint_ignored_from_start")  # as a background job starts the suite (test_reliability.py)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           phases=NO_SHRINK)
 @given(st.floats(0.0, 0.4))
