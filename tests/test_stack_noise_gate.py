@@ -74,8 +74,11 @@ models:
   draft: {path: "specguard:demo/draft", dtype: float32}
   device: cpu
 batching: {batch_sizes: [4], compositions: 1}  # no claim is about batch size: bs 1 too doubled the run
-generation: {max_new_tokens: 24}
-suite: {max_prompts_per_slice: 2, slices: [grammar, code, questions]}
+# four prompts, one batch of 4, 16 tokens: on the dev CPU bf16 still departs from the fp32 reference at near-ties in
+# 4 places (from position 7 on) and the mutant diverges confidently in 3 of the 4 sequences (from position 1 on); six
+# prompts and 24 tokens (two batches) gave 5 and 5 in 2.4x the CPU time
+generation: {max_new_tokens: 16}
+suite: {max_prompts_per_slice: 2, slices: [grammar, code]}
 checks:
   speedup: {enabled: false}  # the noise is what this gates: no timing
   repro: {budget_s: 0}  # the mutant's minimal cases are tests/test_repro.py's
