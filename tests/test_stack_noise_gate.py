@@ -55,11 +55,23 @@ def _engine(settings, plain):
     return _ENGINES[key]
 
 
+# Plain decoding in bf16 (plain-bf16, plain-noref and the three engines' references: one model, one engine) is
+# deterministic on a CPU: a batch's outputs are computed once and handed to each engine that sends that batch again.
+_PLAIN = {}
+
+
 def generate(prompt_ids, batch_size, settings):
     plain = settings.num_draft_tokens == 0 or settings.extra.get("plain", False)
     requests = [Request(tuple(p), m, s) for p, m, s in zip(prompt_ids, settings.max_new_tokens, settings.seeds)]
-    result = _engine(settings, plain).generate(requests, GenerationSettings(
-        settings.temperature, max(settings.num_draft_tokens, 1), tuple(settings.eos_token_ids)))
+    engine = _engine(settings, plain)
+    gen = GenerationSettings(settings.temperature, max(settings.num_draft_tokens, 1), tuple(settings.eos_token_ids))
+    if plain:
+        key = (id(engine), tuple(requests), gen.temperature, gen.eos_token_ids)  # k: unused by plain decoding
+        if key not in _PLAIN:
+            _PLAIN[key] = engine.generate(requests, gen)
+        result = _PLAIN[key]
+    else:
+        result = engine.generate(requests, gen)
     report = settings.extra.get("report")
     return [{"token_ids": s.token_ids, "stop_reason": s.stop_reason,
              **({"counters": s.counters.to_dict()} if s.counters is not None and not plain else {}),
