@@ -55,11 +55,23 @@ def _engine(settings, plain):
     return _ENGINES[key]
 
 
+# Plain decoding in bf16 (plain-bf16, plain-noref and the three engines' references: one model, one engine) is
+# deterministic on a CPU: a batch's outputs are computed once and handed to each engine that sends that batch again.
+_PLAIN = {}
+
+
 def generate(prompt_ids, batch_size, settings):
     plain = settings.num_draft_tokens == 0 or settings.extra.get("plain", False)
     requests = [Request(tuple(p), m, s) for p, m, s in zip(prompt_ids, settings.max_new_tokens, settings.seeds)]
-    result = _engine(settings, plain).generate(requests, GenerationSettings(
-        settings.temperature, max(settings.num_draft_tokens, 1), tuple(settings.eos_token_ids)))
+    engine = _engine(settings, plain)
+    gen = GenerationSettings(settings.temperature, max(settings.num_draft_tokens, 1), tuple(settings.eos_token_ids))
+    if plain:
+        key = (id(engine), tuple(requests), gen.temperature, gen.eos_token_ids)  # k: unused by plain decoding
+        if key not in _PLAIN:
+            _PLAIN[key] = engine.generate(requests, gen)
+        result = _PLAIN[key]
+    else:
+        result = engine.generate(requests, gen)
     report = settings.extra.get("report")
     return [{"token_ids": s.token_ids, "stop_reason": s.stop_reason,
              **({"counters": s.counters.to_dict()} if s.counters is not None and not plain else {}),
@@ -74,8 +86,11 @@ models:
   draft: {path: "specguard:demo/draft", dtype: float32}
   device: cpu
 batching: {batch_sizes: [4], compositions: 1}  # no claim is about batch size: bs 1 too doubled the run
-generation: {max_new_tokens: 24}
-suite: {max_prompts_per_slice: 2, slices: [grammar, code, questions]}
+# four prompts, one batch of 4, 16 tokens: on the dev CPU bf16 still departs from the fp32 reference at near-ties in
+# 4 places (from position 7 on) and the mutant diverges confidently in 3 of the 4 sequences (from position 1 on); six
+# prompts and 24 tokens (two batches) gave 5 and 5 in 2.4x the CPU time
+generation: {max_new_tokens: 16}
+suite: {max_prompts_per_slice: 2, slices: [grammar, code]}
 checks:
   speedup: {enabled: false}  # the noise is what this gates: no timing
   repro: {budget_s: 0}  # the mutant's minimal cases are tests/test_repro.py's
