@@ -73,7 +73,7 @@ def generate(prompt_ids, batch_size, settings):
     else:
         result = engine.generate(requests, gen)
     report = settings.extra.get("report")
-    return [{"token_ids": s.token_ids, "stop_reason": s.stop_reason,
+    return [{"token_ids": list(s.token_ids), "stop_reason": s.stop_reason,
              **({"counters": s.counters.to_dict()} if s.counters is not None and not plain else {}),
              **({"precision": report} if report else {})}
             for s in result.sequences]
