@@ -77,6 +77,7 @@ engines:
 
 
 SLICES = "slices: [prose, code, questions, grammar]"
+TWO_SLICES = "slices: [prose, code]"  # for a test of mechanics that two slices exercise as well as four
 
 # checks.traffic for the stand-in servers: two rates, 8 requests, 2 replays per side
 TRAFFIC = "  traffic: {rates: [4, 16], requests: 8, repeats: 2, slo: {ttft_s: 2.0}}\n"
@@ -196,9 +197,8 @@ def test_paired_mode_times_the_base_configs_server_beside_the_heads(tmp_path, se
     of the same traces."""
     with serving(served, ("speculative", {}), ("speculative", {}), ("reference", {})) as (head, base, ref):
         # two slices, 4 requests per replay: the mechanics (both sides timed, the traces' order) need no more
-        two = "slices: [prose, code]"
-        (tmp_path / "base.yaml").write_text(config((base, None), (ref, None)).replace(SLICES, two))
-        text = config((head, None), (ref, None)).replace(SLICES, two).replace(
+        (tmp_path / "base.yaml").write_text(config((base, None), (ref, None)).replace(SLICES, TWO_SLICES))
+        text = config((head, None), (ref, None)).replace(SLICES, TWO_SLICES).replace(
             "output:", TRAFFIC.replace("requests: 8", "requests: 4") + "output:")
         proc = gate_here(tmp_path, text, "gate", "--against", str(tmp_path / "base.yaml"))
         assert proc.returncode in (0, 1), proc.stderr[-3000:]
@@ -413,7 +413,7 @@ def test_a_server_killed_mid_run_fails_its_batches_and_leaves_no_orphan(tmp_path
     e = free_port()
     cfg = tmp_path / "specguard.yaml"
     # untimed, two slices: what is asserted is the failure and the kept records, not a timing
-    cfg.write_text(untimed(config((e, server(e, "speculative")))).replace(SLICES, "slices: [prose, code]"))
+    cfg.write_text(untimed(config((e, server(e, "speculative")))).replace(SLICES, TWO_SLICES))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([PY, "-m", "gate", "run", str(cfg), "--threads", "1"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
