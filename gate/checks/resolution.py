@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gate.stats import t_ppf
+
 POWER = 0.80
 CONFIDENCE = 0.95
 MIN_DF = 10  # a load level whose repeats give fewer degrees of freedom borrows the spread of the engine's other levels
@@ -34,10 +36,7 @@ def drop(se: float | None, df: int) -> float | None:
     measured)."""
     if se is None or df < 1 or not math.isfinite(se):
         return None
-    from scipy import stats
-
-    dist = stats.t(df) if df < 1000 else stats.norm()
-    z = float(dist.ppf(1 - (1 - CONFIDENCE) / 2) + dist.ppf(POWER))
+    z = t_ppf(1 - (1 - CONFIDENCE) / 2, df) + t_ppf(POWER, df)
     return 1 - math.exp(-z * se)
 
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gate.stats import t_cdf, t_ppf
 from gate.verdict.doc import Interval
 from gate.verdict.noise import BetweenRuns, CellRun, Spread, cell_mean, variance_factor, within
 
@@ -48,7 +49,7 @@ class Tested:
             return Interval(estimate=None)
         if not self.var or self.df < 1:
             return Interval(estimate=math.exp(self.d))
-        q = _t(self.df).ppf(0.975) * math.sqrt(self.var)
+        q = t_ppf(0.975, self.df) * math.sqrt(self.var)
         return Interval(estimate=math.exp(self.d), low=math.exp(self.d - q), high=math.exp(self.d + q))
 
     @property
@@ -56,13 +57,7 @@ class Tested:
         """One-sided p-value of "no drop" against a drop."""
         if self.d is None or not self.var or self.df < 1:
             return None
-        return float(_t(self.df).cdf(self.d / math.sqrt(self.var)))
-
-
-def _t(df: int):
-    from scipy import stats
-
-    return stats.t(df) if df < 1000 else stats.norm()
+        return t_cdf(self.d / math.sqrt(self.var), self.df)
 
 
 def groups(samples: Sequence[float], batches: Sequence[int] | None) -> list[list[float]]:
