@@ -137,3 +137,43 @@ def results_doc(prompts: list[tuple], outputs: dict, max_new: int, eos=(), slice
                      "max_new_tokens": max_new, "prompt_ids": list(p)}
                     for i, (pid, p) in enumerate(zip(pids, prompts))],
         "executions": execs})
+
+
+def replay_here(folder, *args: str) -> str:
+    """A case's replay.py run in this process (runpy), for the counterfactual after the case has replayed in a
+    process of its own, as a developer runs it (tests/test_repro.py, tests/test_toy_engine.py): the script is the
+    same, and a second interpreter would cost 5 to 9 CPU-s of imports.  A plug-in module the case imports is imported
+    afresh, and whatever this process held under its name is put back, as are sys.path, sys.argv and torch's
+    threads.  Returns replay.py's last line; its exit code must match it (1: reproduced)."""
+    import io
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    import pytest
+    import torch
+
+    folder = Path(folder)
+    case = json.loads((folder / "case.json").read_text())
+    mod = (case["engine"].get("callable") or "").split(":")[0]
+
+    def theirs() -> list[str]:
+        return [k for k in sys.modules if mod and (k == mod or k.startswith(mod + "."))]
+
+    held = {k: sys.modules.pop(k) for k in theirs()}
+    path, argv, threads = list(sys.path), sys.argv, torch.get_num_threads()
+    out = io.StringIO()
+    try:
+        sys.argv = ["replay.py", *args]
+        with contextlib.chdir(folder), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as ended:
+            runpy.run_path("replay.py", run_name="__main__")
+    finally:
+        for k in theirs():
+            del sys.modules[k]
+        sys.modules.update(held)
+        sys.path[:], sys.argv = path, argv
+        torch.set_num_threads(threads)
+    last = out.getvalue().strip().splitlines()[-1]
+    assert ended.value.code == (1 if last.startswith("reproduced") else 0), out.getvalue()[-2000:]
+    return last

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import toy_engine  # noqa: F401  (registers `type: toy`)
-from helpers import THREADS
+from helpers import THREADS, replay_here
 
 from gate.cli import main
 
@@ -94,4 +94,5 @@ def test_a_toy_engine_with_a_batched_bug_fails_is_shrunk_and_replays_from_its_ow
         return last
 
     assert replay().startswith("reproduced: row 1"), "the toy's own replay function rebuilds it with its bug"
-    assert replay("--engine", "correct").startswith("not reproduced: ")
+    # the counterfactual: the same replay.py, run in this process (an interpreter's imports fewer)
+    assert replay_here(folder, "--engine", "correct").startswith("not reproduced: ")
