@@ -69,7 +69,10 @@ def make_repo(root: Path, config: str, extra: dict[str, str] | None = None) -> P
     shutil.copy(ROOT / "action.yml", action / "action.yml")
     shutil.copy(ROOT / "pyproject.toml", action / "pyproject.toml")
     shutil.copytree(ROOT / "action", action / "action", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "gate", action / "gate", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(ROOT / "gate", action / "gate", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "demo"))
+    # The demo pair's 30 MB as a link, not a copy: every `git add` hashed and compressed it again (1.5 CPU-s a repo)
+    # and every act run copied it into its workspace; the checkout reads the same files either way.
+    (action / "gate" / "demo").symlink_to(ROOT / "gate" / "demo", target_is_directory=True)
     wf = repo / ".github" / "workflows"
     wf.mkdir(parents=True)
     for name in ("specguard.yml", "specguard-refresh.yml"):
