@@ -33,6 +33,7 @@ def _compared_names(path: Path, names: set[str]) -> list[str]:
         return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
 
     found = []
+    where = path.relative_to(ROOT) if ROOT in path.parents else path.name  # once a file, not once a node
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         hits = []
         if isinstance(node, ast.Compare):
@@ -46,7 +47,6 @@ def _compared_names(path: Path, names: set[str]) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "get", "startswith", "endswith"):
             hits = [a for a in node.args[:1] if named(a)]
-        where = path.relative_to(ROOT) if ROOT in path.parents else path.name
         found += [f"{where}:{node.lineno}: {ast.unparse(node)[:80]}" for _ in hits[:1]]
     return found
 
