@@ -41,9 +41,13 @@ models:
 batching: {batch_sizes: [1], compositions: 1}
 generation: {max_new_tokens: 10}
 suite: {max_prompts_per_slice: 1, slices: [prose, questions]}
+# In the gate's process (isolation: thread): what these tests judge is which reference each figure is against and
+# paired mode's base, not the worker, and each worker would import torch and transformers and load the pair again
+# (about 10 CPU-s on the AMD machine, four workers in this module). Plug-ins in workers, the default, are gated in
+# tests/test_plugin.py and tests/test_reliability.py.
 engines:
-  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}}
-  - {type: plugin, name: inhouse, callable: "inhouse_engine:generate"}
+  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}, isolation: thread}
+  - {type: plugin, name: inhouse, callable: "inhouse_engine:generate", isolation: thread}
 checks:
   speedup: {min_repeats: 2, max_repeats: 2, warmup: 1, context_buckets: [1024], calibration_trials: 3}
 output: {dir: out, cache_dir: null}
@@ -95,7 +99,8 @@ def test_paired_mode_times_the_base_configs_plugin_beside_the_heads(gated):
     root = gated[0].parent
     config = root / "paired.yaml"
     config.write_text(CONFIG.replace(
-        '  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}}\n', ""))
+        '  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}, '
+        'isolation: thread}\n', ""))
     code = main(["gate", str(config), "--against", str(config), "--out", str(root / "paired"), "--threads", THREADS,
                  "-q"])
     verdict = json.loads((root / "paired" / "verdict.json").read_text())
