@@ -32,6 +32,9 @@ def generate(prompt_ids, batch_size, settings):
     """The worked example with speculation off, whatever k the gate asks for."""
     return inhouse_engine.generate(prompt_ids, batch_size, dataclasses.replace(settings, num_draft_tokens=0))
 '''
+# The plug-in with its own reference: the paired test gates the config without it.
+PLAIN_ENGINE = ('  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}, '
+                'isolation: thread}\n')
 CONFIG = """\
 version: 1
 models:
@@ -46,7 +49,7 @@ suite: {max_prompts_per_slice: 1, slices: [prose, questions]}
 # (about 10 CPU-s on the AMD machine, four workers in this module). Plug-ins in workers, the default, are gated in
 # tests/test_plugin.py and tests/test_reliability.py.
 engines:
-  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}, isolation: thread}
+""" + PLAIN_ENGINE + """\
   - {type: plugin, name: inhouse, callable: "inhouse_engine:generate", isolation: thread}
 checks:
   speedup: {min_repeats: 2, max_repeats: 2, warmup: 1, context_buckets: [1024], calibration_trials: 3}
@@ -98,9 +101,7 @@ def test_paired_mode_times_the_base_configs_plugin_beside_the_heads(gated):
     draft and k from the base config) is now timed beside the head's on the same batches."""
     root = gated[0].parent
     config = root / "paired.yaml"
-    config.write_text(CONFIG.replace(
-        '  - {type: plugin, name: plain, callable: "plain_engine:generate", reference: {num_draft_tokens: 0}, '
-        'isolation: thread}\n', ""))
+    config.write_text(CONFIG.replace(PLAIN_ENGINE, ""))
     code = main(["gate", str(config), "--against", str(config), "--out", str(root / "paired"), "--threads", THREADS,
                  "-q"])
     verdict = json.loads((root / "paired" / "verdict.json").read_text())
