@@ -23,6 +23,11 @@ The layout used here never moves data on the hot path:
 * When holes take up too much of the cache, :meth:`RaggedBatch.compact` packs
   each row's valid columns to the right (one gather), and
   :meth:`RaggedBatch.select` drops finished rows.
+* Each layer's keys and values are views of buffers with room to grow
+  (:class:`GrowingLayer`): a step writes its new columns in place and a
+  rollback's crop is a view, where transformers' ``DynamicCache`` copies the
+  whole cache into a new tensor every step (at batch size 8 and a 600-token
+  prompt that copy cost more than the target's matrix products on CPU).
 
 Time spent in this bookkeeping is measured by the ``realign`` stopwatch, so its
 overhead can be reported separately from model time.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from gate.engines.clock import Stopwatch
 from gate.inputs.architectures import attention
@@ -50,6 +56,47 @@ def right_align(seqs: list[list[int]], device: torch.device, pad_id: int = 0
     return ids.to(device), valid.to(device)
 
 
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values are prefix views of buffers with spare columns.
+
+    ``update`` writes the new columns into the spare ones, and the views it returns hold the same values, in the
+    same layout, as the tensor ``torch.cat`` would make, so attention reads the same numbers. A crop is a prefix view
+    of the same buffer: the next update writes over the cropped columns. Anything else assigned to ``keys`` and
+    ``values`` (a gather, a row selection) is copied into a new buffer at the next update. The spare room is an
+    eighth of the columns, at least ``min_spare``: memory grows by at most that share, and the whole cache is copied
+    once per that many columns, not once a step."""
+
+    min_spare = 64
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.key_buffer = self.value_buffer = None
+        self.keys, self.key_buffer = self._append(self.keys, self.key_buffer, key_states)
+        self.values, self.value_buffer = self._append(self.values, self.value_buffer, value_states)
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self.key_buffer = self.value_buffer = None
+        super().reset()
+
+    @classmethod
+    def _append(cls, view: torch.Tensor, buffer: torch.Tensor | None, new: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``view`` (a prefix of ``buffer``, or any tensor) with ``new``'s columns after it, and its buffer."""
+        used = view.shape[-2] if view.dim() == new.dim() else 0  # lazy_initialization leaves an empty 1-D tensor
+        needed = used + new.shape[-2]
+        if not (buffer is not None and used and needed <= buffer.shape[-2] and view.data_ptr() == buffer.data_ptr()
+                and view.stride() == buffer.stride() and view.shape[:-2] == buffer.shape[:-2] == new.shape[:-2]):
+            grown = new.new_empty((*new.shape[:-2], needed + max(cls.min_spare, needed // 8), new.shape[-1]))
+            if used:
+                grown[..., :used, :].copy_(view)
+            buffer = grown
+        buffer[..., used:needed, :].copy_(new)
+        return buffer[..., :needed, :], buffer
+
+
 class RaggedBatch:
     """One model's KV cache and per-row validity for a ragged batch."""
 
@@ -57,12 +104,15 @@ class RaggedBatch:
     # holes in every row: attention over holes is wasted work.
     compact_min_waste = 32
     compact_ratio = 0.25
+    # Each layer's cache (transformers' DynamicLayer copies the whole cache every step: benchmarks/kv_cache.py).
+    layer_class: type[DynamicLayer] = GrowingLayer
 
     def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, realign: Stopwatch):
         self.model = model
         # Plain layers for every layer type: a sliding layer that dropped old columns would no longer
         # line up with `valid`; the window is applied by the mask instead.
         self.cache = DynamicCache()
+        self.cache.layer_class_to_replicate = self.layer_class  # a layer made at each layer's first update
         self.attention = attention(model.config)
         self.valid = torch.zeros((rows, 0), dtype=torch.bool, device=device)
         self.realign = realign
