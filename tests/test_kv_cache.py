@@ -70,6 +70,18 @@ def test_anything_but_a_crop_is_copied_into_a_new_buffer(change):
     assert torch.equal(got_k, torch.cat([k, k2], dim=-2)) and torch.equal(got_v, torch.cat([v, v2], dim=-2))
 
 
+def test_a_cache_begun_in_inference_mode_goes_on_outside_it():
+    """torch forbids writing into an inference tensor outside inference mode: such a buffer is copied, not written."""
+    layer = GrowingLayer()
+    k, v = states(2, 4, 0)
+    with torch.inference_mode():
+        layer.update(k, v)
+    k2, v2 = states(2, 1, 1)
+    got_k, got_v = layer.update(k2, v2)
+    assert not layer.key_buffer.is_inference()
+    assert torch.equal(got_k, torch.cat([k, k2], dim=-2)) and torch.equal(got_v, torch.cat([v, v2], dim=-2))
+
+
 class PlainBatch(RaggedBatch):
     layer_class = DynamicLayer  # transformers' own layer: a torch.cat every step
 

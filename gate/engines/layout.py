@@ -88,7 +88,8 @@ class GrowingLayer(DynamicLayer):
         used = view.shape[-2] if view.dim() == new.dim() else 0  # lazy_initialization leaves an empty 1-D tensor
         needed = used + new.shape[-2]
         if not (buffer is not None and used and needed <= buffer.shape[-2] and view.data_ptr() == buffer.data_ptr()
-                and view.stride() == buffer.stride() and view.shape[:-2] == buffer.shape[:-2] == new.shape[:-2]):
+                and view.stride() == buffer.stride() and view.shape[:-2] == buffer.shape[:-2] == new.shape[:-2]
+                and (torch.is_inference_mode_enabled() or not buffer.is_inference())):  # no in-place write outside
             grown = new.new_empty((*new.shape[:-2], needed + max(cls.min_spare, needed // 8), new.shape[-1]))
             if used:
                 grown[..., :used, :].copy_(view)
