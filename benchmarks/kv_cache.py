@@ -1,10 +1,11 @@
 """The ragged batch's KV cache layer against transformers' own, side by side on the demo target.
 
-    python benchmarks/kv_cache.py [--threads 1] [--steps 30] [--rounds 3]
+    python benchmarks/kv_cache.py [--threads 1] [--steps 30] [--rounds 4] [--cases 1x40,1x568,8x40,8x568]
 
 For each batch size and prompt length, a RaggedBatch of the demo target is prefilled, then decodes ``--steps``
 one-token steps, once with gate.engines.layout.GrowingLayer (a step writes its columns into spare room) and once
-with transformers' DynamicLayer (a torch.cat of the whole cache every step), alternating over ``--rounds`` rounds.
+with transformers' DynamicLayer (a torch.cat of the whole cache every step), over ``--rounds`` rounds in alternating
+order (A B, then B A).
 It prints the median step time of each and their ratio, and checks that both gave the same logits, bit for bit.
 Run it alone: other processes on the same cores distort the timings.
 """
@@ -49,17 +50,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--cases", default="1x40,1x568,8x40,8x568", help="batch size x prompt length, comma-separated")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(DEMO / "target", dtype=torch.float32).eval()
     print(f"{'bs':>3} {'prompt':>6} {'GrowingLayer ms':>16} {'DynamicLayer ms':>16} {'ratio':>6}  logits")
-    for rows, context in ((1, 40), (1, 568), (8, 40), (8, 568)):
+    for rows, context in (map(int, case.split("x")) for case in args.cases.split(",")):
         times: dict[type, list[float]] = {RaggedBatch: [], PlainBatch: []}
         same = True
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             got = {}
-            for cls in (RaggedBatch, PlainBatch):
+            for cls in (RaggedBatch, PlainBatch)[::1 if i % 2 == 0 else -1]:  # A B, then B A
                 t, got[cls] = decode(cls, model, rows, context, args.steps)
                 times[cls] += t[2:]  # the first steps warm the allocator
             same = same and torch.equal(got[RaggedBatch], got[PlainBatch])
