@@ -26,8 +26,9 @@ The layout used here never moves data on the hot path:
 * Each layer's keys and values are views of buffers with room to grow
   (:class:`GrowingLayer`): a step writes its new columns in place and a
   rollback's crop is a view, where transformers' ``DynamicCache`` copies the
-  whole cache into a new tensor every step (at batch size 8 and a 600-token
-  prompt that copy cost more than the target's matrix products on CPU).
+  whole cache into a new tensor every step (at batch size 8 and a 568-token
+  prompt that copy was a quarter to a third of a demo step on CPU:
+  benchmarks/kv_cache.py).
 
 Time spent in this bookkeeping is measured by the ``realign`` stopwatch, so its
 overhead can be reported separately from model time.
@@ -87,15 +88,23 @@ class GrowingLayer(DynamicLayer):
         """``view`` (a prefix of ``buffer``, or any tensor) with ``new``'s columns after it, and its buffer."""
         used = view.shape[-2] if view.dim() == new.dim() else 0  # lazy_initialization leaves an empty 1-D tensor
         needed = used + new.shape[-2]
-        if not (buffer is not None and used and needed <= buffer.shape[-2] and view.data_ptr() == buffer.data_ptr()
-                and view.stride() == buffer.stride() and view.shape[:-2] == buffer.shape[:-2] == new.shape[:-2]
-                and (torch.is_inference_mode_enabled() or not buffer.is_inference())):  # no in-place write outside
+        if not (used and view.shape[:-2] == new.shape[:-2] and cls._writable_prefix(view, buffer, needed)):
             grown = new.new_empty((*new.shape[:-2], needed + max(cls.min_spare, needed // 8), new.shape[-1]))
             if used:
                 grown[..., :used, :].copy_(view)
             buffer = grown
         buffer[..., used:needed, :].copy_(new)
         return buffer[..., :needed, :], buffer
+
+    @staticmethod
+    def _writable_prefix(view: torch.Tensor, buffer: torch.Tensor | None, needed: int) -> bool:
+        """Whether ``view`` is ``buffer``'s first columns (same start, strides and other sizes), ``needed`` columns
+        fit in ``buffer``, and it may be written in place here (torch forbids writing an inference-mode tensor
+        outside inference mode)."""
+        return (buffer is not None and needed <= buffer.shape[-2] and view.data_ptr() == buffer.data_ptr()
+                and view.stride() == buffer.stride() and view.shape[:-2] == buffer.shape[:-2]
+                and view.shape[-1] == buffer.shape[-1]
+                and (torch.is_inference_mode_enabled() or not buffer.is_inference()))
 
 
 class RaggedBatch:
