@@ -19,6 +19,7 @@ each act run here costs a real gate run on the demo pair.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -44,7 +45,7 @@ checks:
   speedup: %(speedup)s
 # This test is about the flow, not timing (the machine is shared): only a speedup collapse would fail.
 baseline: {name: models, speedup_drop: 0.95%(baseline)s}
-output: {cache_dir: null}
+output: {cache_dir: %(cache)s}
 """
 
 
@@ -60,12 +61,15 @@ TIMED = "{min_repeats: 2, max_repeats: 2, warmup: 0, time_budget_s: 3, calibrati
 
 
 def config(draft: str = "specguard:demo/draft", engines: str = "  - type: speculative", baseline: str = "",
-           timed: bool = True) -> str:
+           timed: bool = True, cache: Path | None = None) -> str:
     """main's config is timed: its refresh (step 2) times the pair and runs the second timing pass in a process of
     its own (baseline.timing_passes), through the Action.  The branches' gates are judged on acceptance and
-    equivalence, so they are untimed: calibration, timing and the refresh's extra pass cost seconds each."""
+    equivalence, so they are untimed: calibration, timing and the refresh's extra pass cost seconds each.  ``cache``:
+    the runner's reference cache (output.cache_dir), outside the workspace and kept between runs, as
+    docs/config.md advises; without it none."""
     return CONFIG % {"draft": draft, "engines": engines, "baseline": baseline,
-                     "speedup": TIMED if timed else "{enabled: false}"}
+                     "speedup": TIMED if timed else "{enabled: false}",
+                     "cache": json.dumps(str(cache)) if cache else "null"}
 
 
 def _act(seen: list[str], *args, **kwargs):
@@ -119,13 +123,16 @@ def comments(gh, number: int = 7) -> list[str]:
 
 
 def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fixture)
-    repo = make_repo(tmp_path, config(), extra=PLANTED)
+    # The runner keeps its reference cache between jobs (docs/config.md): later gates read the reference's
+    # generations and the anchor back instead of generating them again.
+    cfg = functools.partial(config, cache=tmp_path / "runner-cache")
+    repo = make_repo(tmp_path, cfg(), extra=PLANTED)
     seen: list[str] = []  # every act run's output: the planted gate must print nowhere
 
     # 1. adopt: a PR that touches the models, no baseline yet -> neutral, one comment
     base = first = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-qb", "feature")
-    head = commit(repo, {"specguard.yaml": config(timed=False).replace("max_new_tokens: 8", "max_new_tokens: 6")})
+    head = commit(repo, {"specguard.yaml": cfg(timed=False).replace("max_new_tokens: 8", "max_new_tokens: 6")})
     proc = _act(seen, repo, api, pr_event(repo, base, head), "specguard.yml")
     assert proc.returncode == 0, output(proc)[-4000:]
     assert "generation.max_new_tokens: 8 → 6" in output(proc), "the changed job says what it gates"
@@ -155,10 +162,13 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     base = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-qb", "weaker-draft")
     weak_draft(repo)
-    head = commit(repo, {"specguard.yaml": config(draft="models/draft", timed=False)}, "a smaller, weaker draft")
+    head = commit(repo, {"specguard.yaml": cfg(draft="models/draft", timed=False)}, "a smaller, weaker draft")
     proc = _act(seen, repo, api, pr_event(repo, base, head, number=8), "specguard.yml")
     assert proc.returncode != 0, output(proc)[-4000:]
     assert comments(api, 8)[0].startswith("## ❌ specguard: FAIL") and "acceptance" in comments(api, 8)[0]
+    report = tmp_path / "artifacts" / "specguard-report-specguard.yaml"
+    reused = json.loads((report / "results.json").read_text())["cache"]["reused"]
+    assert reused and all(r.startswith("outputs/reference/") for r in reused), "the refresh's reference, read back"
 
     # 4. accept it: the refresh dispatched on the PR's branch commits the baseline there; the gate then passes
     api.refs["weaker-draft"] = api.refs["main"]
@@ -180,7 +190,7 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     # 5. PR 7 reverts its guarded change: the comment is edited to say so, nothing new is posted
     git(repo, "checkout", "-q", "feature")
     posts = len(api.calls("POST"))
-    head = commit(repo, {"specguard.yaml": config()}, "revert")
+    head = commit(repo, {"specguard.yaml": cfg()}, "revert")
     proc = _act(seen, repo, api, pr_event(repo, first, head), "specguard.yml")
     assert proc.returncode == 0, output(proc)[-4000:]
     assert len(comments(api)) == 1 and "SKIPPED" in comments(api)[0], comments(api)
@@ -190,7 +200,7 @@ def test_a_baseline_through_its_whole_life(tmp_path, api):  # noqa: F811 (the fi
     git(repo, "checkout", "-q", "main")
     git(repo, "checkout", "-qb", "strict")
     base = git(repo, "rev-parse", "HEAD")
-    head = commit(repo, {"specguard.yaml": config(baseline=", on_missing: fail", timed=False)})
+    head = commit(repo, {"specguard.yaml": cfg(baseline=", on_missing: fail", timed=False)})
     proc = _act(seen, repo, api, pr_event(repo, base, head, number=9), "specguard.yml",
                variables={"SPECGUARD_HARDWARE_KEY": "gpu-runner-b"})
     assert proc.returncode != 0, output(proc)[-4000:]
