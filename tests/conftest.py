@@ -168,8 +168,8 @@ def pytest_configure(config):
 # end with one worker in a heavy module while the other waits. The order is only a schedule: a module missing
 # from HEAVY_MODULES runs after them, and nothing fails when the weights drift.
 # LONGEST, heaviest first, none with a module fixture (moved out of its module, a test would build it again): CPU
-# seconds with one torch thread (2026-12-07, `make test` on a quiet machine): the lifecycle 73, the self-test's halves
-# 71 and 24, the repro self-test 41.
+# seconds with one torch thread under `make test` on a quiet machine: on the Intel one (52b4422) the lifecycle 73,
+# the self-test's halves 71 and 24, the repro self-test 41; on the AMD one (847d4eb) 112, 112 and 48, and 64.
 LONGEST = ("test_lifecycle.py::test_a_baseline_through_its_whole_life",
            "test_cli.py::test_selftest_catches_every_mutant_and_passes_the_correct_engine[sampling-and-batches]",
            "test_repro.py::test_selftest_shrinks_mutants_to_cases_that_replay_against_the_mutant_and_not_the_correct_"
