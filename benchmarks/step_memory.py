@@ -4,7 +4,9 @@
 
 1. A 1x256 by 256x256 product (the demo target's attention projections), timed with one weight (in cache) and
    cycling over 140 distinct weights (a decode step's worth of projections, 37 MB: streamed from memory where the
-   last-level cache is smaller). Bytes of weight per second are printed beside each.
+   last-level cache is smaller). Bytes of weight per second are printed beside each, and beside them the rate at
+   which one core reads the same 140 weights with a plain reduction (``torch.sum``): what memory allows, so that
+   the product's shortfall from it is the small product's kernel, not the memory.
 2. The median decode step at batch size 1 (RaggedBatch, prompt of 40 tokens) of the demo target and of random-init
    Llamas of its vocabulary with fewer layers or a narrower width, with their fp32 weights' size.
 
@@ -44,6 +46,17 @@ def linear_us(weights: list[torch.Tensor], total: int = 4000) -> float:
     return (time.perf_counter() - t0) / (rounds * len(weights)) * 1e6
 
 
+def read_gbs(weights: list[torch.Tensor], rounds: int = 30) -> float:
+    """Bytes per second that one plain pass over ``weights`` (a sum of each) reads."""
+    for w in weights:
+        w.sum()
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for w in weights:
+            w.sum()
+    return sum(w.numel() * 4 for w in weights) * rounds / (time.perf_counter() - t0) / 1e9
+
+
 def step_ms(model, steps: int = 40) -> float:
     dev = torch.device("cpu")
     with torch.inference_mode():
@@ -66,8 +79,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for n in (1, 140):
-        us = linear_us([torch.randn(256, 256) for _ in range(n)])
-        print(f"1x256 @ 256x256, {n:>3} distinct weight(s): {us:6.1f} us  {256 * 256 * 4 / us / 1e3:5.2f} GB/s")
+        weights = [torch.randn(256, 256) for _ in range(n)]
+        us = linear_us(weights)
+        print(f"1x256 @ 256x256, {n:>3} distinct weight(s): {us:6.1f} us  {256 * 256 * 4 / us / 1e3:5.2f} GB/s"
+              f"  (a sum over them reads {read_gbs(weights):5.2f} GB/s)")
     demo = AutoModelForCausalLM.from_pretrained(DEMO / "target", dtype=torch.float32).eval()
     shapes = {k: v for k, v in demo.config.to_dict().items() if k in SHAPES}
     models = {"demo target (20 layers x 256)": demo}
