@@ -131,4 +131,4 @@ gpu-wheels:
 	  $$(grep -E '^(pydantic|pydantic_core|annotated-types|typing-inspection|typing_extensions)==' .ci/constraints.txt)
 
 clean:
-	rm -rf specguard-out .specguard-cache .pytest_cache gpu-evidence-cpu
+	rm -rf specguard-out .specguard-cache .pytest_cache .pytest-cpu gpu-evidence-cpu
