@@ -47,7 +47,8 @@ HELP = {
     "plan": "what `specguard gate CONFIG` will do (batches, rows and tokens per phase, engine and batch size; "
             "reference batches already cached; the distribution check's possible confirmation pass; the devices "
             "every phase holds; each server's chunked prefill by wave and its weights plus KV cache against its "
-            "memory share) and, from the last run in the output directory on this runner or stated rates, how long "
+            "memory share; the baseline it will be judged against, warned where the verdict is decided before "
+            "the run) and, from the last run in the output directory on this runner or stated rates, how long "
             "each phase will take and its device-minutes, warned against the job's timeout; no weights load",
     "plan --against": "plan a paired run against this base config",
     "plan --tokens-per-s": "estimate from stated rates instead of an earlier run (fixed costs such as model load not "
@@ -61,8 +62,9 @@ HELP = {
     "plan --gpu-memory": "each GPU's memory in GiB, for the memory lines: whether weights plus the KV cache each batch "
                          "size needs fit each launched server's share (default: read from torch.cuda or nvidia-smi "
                          "where this machine sees GPUs)",
-    "plan --hardware-key": "estimate from the last run in the output directory made under this hardware key, though "
-                           "this machine's differs (a GPU runner's results.json and phases.json, from its artifact)",
+    "plan --hardware-key": "the hardware key the gate's baseline is looked up under (as `gate --hardware-key`), and "
+                           "the estimate from the last run in the output directory made under it, though this "
+                           "machine's differs (a GPU runner's results.json and phases.json, from its artifact)",
     "suite": "build a prompt suite",
     "import": "a suite from a JSONL sample of real requests ('prompt' or chat 'messages', at the top level or under "
               "'body'): deduplicated, stratified by slice and length, capped, validated like any suite",
@@ -98,9 +100,9 @@ HELP = {
                         "of checks.budget_minutes): equivalence at the largest batch size, the sampling test, timing "
                         "at min_repeats, then the other batch sizes; what it leaves out is said in checks.json and "
                         "the comment (docs/config.md)",
-    "--plan-to": "first append what `specguard plan` says of this gate (same --out, --against, --hardware-key and "
-                 "--budget-minutes) to FILE as a fenced block, then run (the Action's job summary); a plan that "
-                 "fails is one line there, and never stops the gate",
+    "--plan-to": "first append what `specguard plan` says of this gate (same --out, --against, --hardware-key, "
+                 "--baselines-dir and --budget-minutes) to FILE as a fenced block, then run (the Action's job "
+                 "summary); a plan that fails is one line there, and never stops the gate",
     "plan --budget-minutes": "plan against this budget instead of checks.budget_minutes: what it keeps and drops, in "
                              "priority order, at the estimate's rates",
     "--no-cache": "do not read or write the reference cache",
@@ -347,6 +349,7 @@ def parser(commands) -> argparse.ArgumentParser:
                                            "help": HELP["plan --budget-minutes"]}),
                      ("--gpu-memory", {"type": gib, "metavar": "GIB", "help": HELP["plan --gpu-memory"]}),
                      ("--hardware-key", {"type": hardware_key, "metavar": "KEY",
-                                         "help": HELP["plan --hardware-key"]})):
+                                         "help": HELP["plan --hardware-key"]}),
+                     ("--baselines-dir", {"help": HELP["--baselines-dir"]})):
         arg(pl, name, **kw)
     return p

@@ -79,11 +79,12 @@ def plan_into(path: str, args, session: Session) -> None:
     the run starts (the Action's job summary: the plan is there even if the job is then cancelled, and it costs no
     interpreter of its own).  Backticks become quotes, so that no text of the config can close the block; a plan
     that fails is one line, and the gate goes on to say why in its own words."""
-    from gate.run.estimate import plan_config
+    from gate.verdict.planned import plan
 
     try:
-        report = plan_config(args.config, args.out, args.against, hardware_key=args.hardware_key,
-                             budget_minutes=args.budget_minutes)
+        report = plan(args.config, args.out, args.against, hardware_key=args.hardware_key,
+                               budget_minutes=args.budget_minutes, baselines_dir=args.baselines_dir,
+                               refresh=args.refresh)
         text = "\n".join(report.lines())
     except Exception as exc:  # the plan is an aid: whatever it hits, the gate itself reports
         text = f"(no plan: the gate's own output says why; {type(exc).__name__})"
@@ -157,11 +158,11 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
 
 
 def cmd_plan(args, session: Session) -> int:
-    from gate.run.estimate import plan_config
+    from gate.verdict.planned import plan
 
-    report = plan_config(args.config, args.out, args.against, tokens_per_s=args.tokens_per_s,
-                         hardware_key=args.hardware_key, timeout_minutes=args.timeout_minutes,
-                         gpu_memory_gib=args.gpu_memory, budget_minutes=args.budget_minutes)
+    report = plan(args.config, args.out, args.against, tokens_per_s=args.tokens_per_s, hardware_key=args.hardware_key,
+                  timeout_minutes=args.timeout_minutes, gpu_memory_gib=args.gpu_memory,
+                  budget_minutes=args.budget_minutes, baselines_dir=args.baselines_dir)
     print(json.dumps(report.to_json()) if args.json else "\n".join(report.lines()))
     return EXIT_OK
 

@@ -204,3 +204,47 @@ def test_gate_plan_to_appends_the_plan_before_the_run_and_a_failing_plan_never_s
     assert seen[-1][0].endswith("```text\n(no plan: the gate's own output says why; RuntimeError)\n```\n")
     assert main(["gate", str(DEMO_CONFIG), "--plan-to", str(tmp_path / "no" / "such" / "dir")]) == 0
     assert "warning: the plan was not written to" in capsys.readouterr().err and len(seen) == 4
+
+
+def test_plan_names_the_baseline_the_gate_will_be_judged_against_and_warns_when_the_verdict_is_decided(
+        tmp_path, capsys, monkeypatch):
+    """`plan` looks the baseline up as the gate will (the same key rule and folder): found; missing, which is
+    neutral at best; missing under `baseline.on_missing: fail`, a failure whatever the run measures, warned before a
+    GPU-hour is spent, naming the keys that have one; unusable, which the gate would only find after the run."""
+    import shutil
+
+    from gate.verdict.planned import planned
+
+    monkeypatch.chdir(tmp_path)
+    baselines = tmp_path / "b"
+    shutil.copytree(DEMO_CONFIG.parents[2] / "baselines" / "demo", baselines / "demo")
+    cfg = tmp_path / "demo.yaml"
+    cfg.write_text(DEMO_CONFIG.read_text())
+    theirs = "cpu-amd-epyc-2c-2t"
+
+    def plan(*args: str) -> dict:
+        assert main(["plan", str(cfg), "--json", "--baselines-dir", str(baselines), *args]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    doc = plan("--hardware-key", theirs)
+    assert doc["baseline"] == f"…/b/demo/{theirs}.json (hardware {theirs})" and not any(
+        "baseline" in w for w in doc["warnings"]), doc
+    doc = plan("--hardware-key", "gpu-runner-b")
+    assert doc["baseline"].startswith("none for hardware gpu-runner-b") and theirs in doc["baseline"]
+    assert "a run whose checks pass is neutral" in doc["baseline"]
+    assert not any("on_missing" in w for w in doc["warnings"])
+    cfg.write_text(DEMO_CONFIG.read_text().replace("baseline:\n", "baseline:\n  on_missing: fail\n"))
+    assert "on_missing: fail" in cfg.read_text()
+    doc = plan("--hardware-key", "gpu-runner-b")
+    [warned] = [w for w in doc["warnings"] if "on_missing" in w]
+    assert "will fail whatever it measures" in warned and "refresh workflow" in warned, warned
+    assert main(["plan", str(cfg), "--baselines-dir", str(baselines), "--hardware-key", "gpu-runner-b"]) == 0
+    text = capsys.readouterr().out
+    assert "\nbaseline: none for hardware gpu-runner-b" in text and "\nwarning: no baseline 'demo'" in text
+    (baselines / "demo" / f"{theirs}.json").write_text("{not json")
+    doc = plan("--hardware-key", theirs)
+    assert doc["baseline"].endswith("unusable")
+    assert any("exit 3 after the whole run: " in w and "corrupt baseline" in w for w in doc["warnings"]), doc
+    # a refresh writes it: nothing to warn of
+    line, warning = planned(baselines, "demo", "gpu-runner-b", "fail", refresh=True)
+    assert line.startswith("the refresh writes ") and "gpu-runner-b.json" in line and warning is None

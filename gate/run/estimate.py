@@ -88,6 +88,7 @@ class PlanReport:
     units: list = field(default_factory=list)  # the work in the budget's priority order (gate.run.budget.units)
     budget: dict | None = None  # checks.budget_minutes' fit: what it keeps and drops (plan --json's "budget")
     budget_lines: list[str] = field(default_factory=list)
+    baseline: str = ""  # the baseline the gate will be judged against, in words (set by gate.pipeline.plan)
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -168,6 +169,8 @@ class PlanReport:
         if self.calibration:
             out.append(f"calibration: {self.calibration}")
         out.append(f"cache: {self.cache}")
+        if self.baseline:
+            out.append(f"baseline: {self.baseline}")
         out.append("devices: " + (f"{len(self.held)} GPUs held through every phase (servers start before the first "
                                   "and stop after the last): " if self.held else "no GPU held: ")
                    + "; ".join(h.text() for h in self.devices))
@@ -192,7 +195,7 @@ class PlanReport:
                 "timing_tokens_per_repeat": [{"engine": e, "batch_size": b, "tokens": t}
                                              for (e, b), t in sorted(self.timing_tokens.items())],
                 "calibration": self.calibration, "traffic": self.traffic, "traffic_s": self.traffic_s,
-                "cache": self.cache,
+                "cache": self.cache, "baseline": self.baseline or None,
                 "estimate_s": list(self.estimate_s) if self.estimate_s else None, "estimate_from": self.estimate_from,
                 "warnings": self.warnings, "servers": self.servers, "prefill": self.prefill, "memory": self.memory,
                 "confirmation": [{"engine": e, "batch_size": b, "tokens": t}

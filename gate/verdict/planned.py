@@ -1,0 +1,66 @@
+"""What ``specguard plan`` says of the baseline a gate will be judged against, before the run is paid for: the
+planner (:mod:`gate.run.estimate`) knows nothing of baselines, which live a layer above it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gate.errors import BaselineError
+from gate.verdict.baseline import load_baseline
+from gate.verdict.store import BaselineStore, baselines_root, shown_path
+
+
+def plan(config: str, out: str | None = None, against: str | None = None, *, baselines_dir: str | None = None,
+         refresh: bool = False, **options):
+    """``specguard plan`` and ``gate --plan-to``: :func:`gate.run.estimate.plan_config` (``options``: its keywords),
+    and the baseline the gate will be judged against under the same key rule as the gate's (``--hardware-key``,
+    else ``baseline.hardware_key``, else this machine's), with a warning where the verdict is already decided
+    before the run is paid for (:func:`planned`)."""
+    from gate.inputs import fingerprint as fp
+    from gate.inputs.config import DEMO_CONFIG, load_config
+    from gate.inputs.models import resolve_device
+    from gate.run.estimate import plan_config
+
+    report = plan_config(config, out, against, **options)
+    loaded = load_config(config)
+    if baselines_dir is None and loaded.source.resolve() == DEMO_CONFIG:
+        baselines_dir = "baselines"  # as `specguard demo` runs it: this repository's committed baselines
+    rules = loaded.config.baseline
+    key = options.get("hardware_key") or rules.hardware_key or \
+        fp.hardware_key(fp.hardware(resolve_device(loaded.config.models.device)))
+    report.baseline, warning = planned(baselines_root(baselines_dir, loaded=loaded), loaded.baseline_name, key,
+                                       rules.on_missing, refresh, rules.history)
+    if warning:
+        report.warnings.append(warning)
+    return report
+
+
+def planned(root: Path, name: str, hardware_key: str, on_missing: str, refresh: bool = False,
+            keep: int = 20) -> tuple[str, str | None]:
+    """What ``specguard plan`` says of the baseline a gate of this config will be judged against, before any of the
+    run is paid for: a line, and a warning where the run's verdict is already decided or will stop (no baseline
+    for this hardware key under ``baseline.on_missing: fail``: a failure whatever the run measures; a baseline
+    that cannot be used: exit 3, after the whole run)."""
+    store = BaselineStore(root, name, keep)
+    shown = shown_path(store.path_for(hardware_key))
+    if refresh:
+        return f"the refresh writes {shown} (hardware {hardware_key})", None
+    path = store.find(hardware_key)
+    if path is not None:
+        try:
+            load_baseline(path)
+        except BaselineError as exc:
+            return (f"{shown} (hardware {hardware_key}): unusable",
+                    f"the gate would stop with exit 3 after the whole run: {exc}")
+        return f"{shown} (hardware {hardware_key})", None
+    others = list(store.others(hardware_key))
+    exist = f"; baselines exist for {', '.join(others)}" if others else ""
+    line = f"none for hardware {hardware_key} (it would be {shown}){exist}"
+    if on_missing == "fail":
+        return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is fail: the gate "
+                      "will fail whatever it measures; run the refresh workflow on this runner first (or, if this "
+                      "runner is the same machine as one of the keys that have one, set the hardware-key input)")
+    return line + ": nothing is compared with a baseline, and a run whose checks pass is neutral", None
+
+
+__all__ = ["plan", "planned"]
