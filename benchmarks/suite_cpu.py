@@ -24,6 +24,8 @@ import resource
 import time
 from pathlib import Path
 
+import pytest
+
 LOG = Path(os.environ.get("SPECGUARD_CPU_LOG", ".pytest-cpu"))
 
 
@@ -32,20 +34,14 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-try:
-    import pytest
-except ImportError:  # the report needs no pytest
-    pytest = None
-
-if pytest is not None:
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(item, nextitem):
-        wall, cpu = time.perf_counter(), _cpu()
-        yield
-        LOG.mkdir(exist_ok=True)
-        row = {"id": item.nodeid, "wall": time.perf_counter() - wall, "cpu": _cpu() - cpu}
-        with open(LOG / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    wall, cpu = time.perf_counter(), _cpu()
+    yield
+    LOG.mkdir(exist_ok=True)
+    row = {"id": item.nodeid, "wall": time.perf_counter() - wall, "cpu": _cpu() - cpu}
+    with open(LOG / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def main() -> None:

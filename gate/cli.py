@@ -83,8 +83,7 @@ def plan_into(path: str, args, session: Session) -> None:
 
     try:
         report = plan(args.config, args.out, args.against, hardware_key=args.hardware_key,
-                               budget_minutes=args.budget_minutes, baselines_dir=args.baselines_dir,
-                               refresh=args.refresh)
+                      budget_minutes=args.budget_minutes, baselines_dir=args.baselines_dir, refresh=args.refresh)
         text = "\n".join(report.lines())
     except Exception as exc:  # the plan is an aid: whatever it hits, the gate itself reports
         text = f"(no plan: the gate's own output says why; {type(exc).__name__})"

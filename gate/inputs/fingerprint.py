@@ -62,6 +62,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def baseline_key(given: str | None, configured: str | None, hw: dict) -> str:
+    """The key a run's baseline is stored and looked up under: ``--hardware-key`` (``given``), else
+    ``baseline.hardware_key`` (``configured``), else read off the hardware (:func:`hardware_key`)."""
+    return given or configured or hardware_key(hw)
+
+
 def hardware_key(hw: dict) -> str:
     """The part of the hardware that timing depends on, as a readable file-name-safe key.
 

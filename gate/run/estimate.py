@@ -88,7 +88,7 @@ class PlanReport:
     units: list = field(default_factory=list)  # the work in the budget's priority order (gate.run.budget.units)
     budget: dict | None = None  # checks.budget_minutes' fit: what it keeps and drops (plan --json's "budget")
     budget_lines: list[str] = field(default_factory=list)
-    baseline: str = ""  # the baseline the gate will be judged against, in words (set by gate.pipeline.plan)
+    baseline: str = ""  # the baseline the gate will be judged against, in words (set by gate.verdict.planned.plan)
 
     @property
     def held(self) -> tuple[str, ...]:

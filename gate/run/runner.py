@@ -152,8 +152,7 @@ class Runner:
         engines under test.  ``servers``: the serving stacks the gate launched (gate.run.isolation)."""
         self.loaded = loaded
         self.run_id = run_id
-        # The baseline key: --hardware-key, else baseline.hardware_key, else read off the hardware.
-        self.hardware_key_override = hardware_key or loaded.config.baseline.hardware_key
+        self.hardware_key_given = hardware_key  # --hardware-key (fp.baseline_key: the rule)
         self.cfg = loaded.config
         self.pair = pair
         self.suite = suite
@@ -212,7 +211,8 @@ class Runner:
             for role, m in (("target", self.pair.target), ("draft", self.pair.draft)) if m is not None
         }
         return Fingerprint(
-            hardware=self.hardware, hardware_key=self.hardware_key_override or fp.hardware_key(self.hardware),
+            hardware=self.hardware,
+            hardware_key=fp.baseline_key(self.hardware_key_given, self.cfg.baseline.hardware_key, self.hardware),
             libraries=fp.libraries(),
             models=models, config=self.cfg.digest(),
             suite=SuiteFingerprint(name=self.suite.name, fingerprint=self.suite.fingerprint(),

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gate.errors import BaselineError
-from gate.verdict.baseline import load_baseline
-from gate.verdict.store import BaselineStore, baselines_root, shown_path
+from gate.verdict.store import BaselineStore, baselines_root, lookup, shown_path
 
 
 def plan(config: str, out: str | None = None, against: str | None = None, *, baselines_dir: str | None = None,
@@ -26,8 +25,8 @@ def plan(config: str, out: str | None = None, against: str | None = None, *, bas
     if baselines_dir is None and loaded.source.resolve() == DEMO_CONFIG:
         baselines_dir = "baselines"  # as `specguard demo` runs it: this repository's committed baselines
     rules = loaded.config.baseline
-    key = options.get("hardware_key") or rules.hardware_key or \
-        fp.hardware_key(fp.hardware(resolve_device(loaded.config.models.device)))
+    key = fp.baseline_key(options.get("hardware_key"), rules.hardware_key,
+                          fp.hardware(resolve_device(loaded.config.models.device)))
     report.baseline, warning = planned(baselines_root(baselines_dir, loaded=loaded), loaded.baseline_name, key,
                                        rules.on_missing, refresh, rules.history)
     if warning:
@@ -41,20 +40,17 @@ def planned(root: Path, name: str, hardware_key: str, on_missing: str, refresh: 
     run is paid for: a line, and a warning where the run's verdict is already decided or will stop (no baseline
     for this hardware key under ``baseline.on_missing: fail``: a failure whatever the run measures; a baseline
     that cannot be used: exit 3, after the whole run)."""
-    store = BaselineStore(root, name, keep)
-    shown = shown_path(store.path_for(hardware_key))
+    shown = shown_path(BaselineStore(root, name, keep).path_for(hardware_key))
     if refresh:
         return f"the refresh writes {shown} (hardware {hardware_key})", None
-    path = store.find(hardware_key)
-    if path is not None:
-        try:
-            load_baseline(path)
-        except BaselineError as exc:
-            return (f"{shown} (hardware {hardware_key}): unusable",
-                    f"the gate would stop with exit 3 after the whole run: {exc}")
+    try:
+        stored = lookup(root, name, hardware_key, keep=keep)  # as the gate's compare looks it up
+    except BaselineError as exc:
+        return (f"{shown} (hardware {hardware_key}): unusable",
+                f"the gate would stop with exit 3 after the whole run: {exc}")
+    if stored.baseline is not None:
         return f"{shown} (hardware {hardware_key})", None
-    others = list(store.others(hardware_key))
-    exist = f"; baselines exist for {', '.join(others)}" if others else ""
+    exist = f"; baselines exist for {', '.join(stored.others)}" if stored.others else ""
     line = f"none for hardware {hardware_key} (it would be {shown}){exist}"
     if on_missing == "fail":
         return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is fail: the gate "
