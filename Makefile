@@ -46,14 +46,14 @@ demo-baseline: $(VENV)/.installed
 
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
-# 4 minutes instead of 19 s).  From a fresh clone, nothing else running (.ci/run, 1,661 to 1,663 passed, 2026-12-07): 10 min
-# 35 s to 11 min 32 s on 2 Intel cores (18 to 20 CPU-minutes), 17 min 19 s to 18 min 39 s on 2 AMD cores (31 to 33
-# CPU-minutes); README.md has the table.
+# 4 minutes instead of 19 s).  From a fresh clone, nothing else running (.ci/run, 2026-12-07): 7 min 51 s on 2 Intel
+# cores at 933db62 (13.2 CPU-minutes; 1,675 passed), 17 min 11 s on 2 AMD cores at 0c1cabd (29.9 CPU-minutes);
+# README.md has the table.
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act): 1,445 tests, 62 s on 2 Intel cores, 148 s on 2 AMD cores (2026-12-07). tests/conftest.py fails a fast test
+# act): 1,457 tests, 51 s on 2 Intel cores, 108 s on 2 AMD cores (2026-12-07). tests/conftest.py fails a fast test
 # that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
