@@ -64,7 +64,8 @@ HELP = {
                          "where this machine sees GPUs)",
     "plan --hardware-key": "the hardware key the gate's baseline is looked up under (as `gate --hardware-key`), and "
                            "the estimate from the last run in the output directory made under it, though this "
-                           "machine's differs (a GPU runner's results.json and phases.json, from its artifact)",
+                           "machine's differs (a GPU runner's results.json and phases.json, from its artifact); "
+                           "default: baseline.hardware_key, else this machine's",
     "suite": "build a prompt suite",
     "import": "a suite from a JSONL sample of real requests ('prompt' or chat 'messages', at the top level or under "
               "'body'): deduplicated, stratified by slice and length, capped, validated like any suite",

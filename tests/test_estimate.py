@@ -128,6 +128,21 @@ def test_plan_takes_the_last_run_of_the_hardware_key_it_is_given(tmp_path, capsy
     assert doc["estimate_s"] is not None and f"made on {key}" in doc["estimate_from"], doc["estimate_from"]
     assert "its fixed costs 50 s (server start-up 31 s, model load 4 s of them)" in doc["estimate_from"], \
         "the servers' start-up and the model load, measured on that run, are counted and named (issue 48, item 6)"
+    # baseline.hardware_key is the key the gate stores the run under: the plan takes that runner's run as the
+    # gate would judge it, with no flag, and names the field when the run was made under another key
+    pinned = tmp_path / "pinned.yaml"
+    for pin, found in ((key, True), ("gpu-runner-b", False)):
+        pinned.write_text(DEMO_CONFIG.read_text().replace("  name: demo\n", f"  name: demo\n  hardware_key: {pin}\n"))
+        assert main(["plan", str(pinned), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        if found:
+            assert doc["estimate_s"] is not None and f"made on {key}" in doc["estimate_from"], doc["estimate_from"]
+        else:
+            assert doc["estimate_s"] is None, doc
+            assert f"was made on {key}, not on gpu-runner-b (baseline.hardware_key)" in doc["estimate_from"]
+    # --hardware-key overrides the config, as it does for the gate's baseline
+    assert main(["plan", str(pinned), "--json", "--hardware-key", key]) == 0
+    assert json.loads(capsys.readouterr().out)["estimate_s"] is not None
 
 
 REPEATS = """\

@@ -100,8 +100,9 @@ class LastRun:
                                                                      else ""))
 
 
-def last_run(out_dir: Path, pair, hardware_key: str | None = None) -> LastRun | str:
-    """The last run in ``out_dir`` on this hardware (or made under ``hardware_key``), or why there is none."""
+def last_run(out_dir: Path, pair, hardware_key: str | None = None, configured: str | None = None) -> LastRun | str:
+    """The last run in ``out_dir`` on this hardware, or made under the key the gate would store this run under
+    (``--hardware-key``, else ``baseline.hardware_key``: ``configured``), or why there is none."""
     from gate.io.documents import PhasesDoc
     from gate.io.rundir import load_document
     from gate.run.results import RESULTS_DOC
@@ -115,10 +116,14 @@ def last_run(out_dir: Path, pair, hardware_key: str | None = None) -> LastRun | 
         phases = PhasesDoc.model_validate_json(phases_path.read_bytes())
     except Exception as exc:  # an unreadable earlier run gives no estimate; it is not this command's input
         return f"the run in {out_dir} cannot be read ({type(exc).__name__})"
-    here = hardware_key or fp.hardware_key(fp.hardware(pair.device))
-    if last.fingerprint.hardware_key != here and fp.hardware_key(last.fingerprint.hardware) != here:
+    hw = fp.hardware(pair.device)
+    here = fp.baseline_key(hardware_key, configured, hw)
+    # a run judged under baseline.hardware_key still runs here: this machine's own earlier runs time it too
+    made_on = {here} if hardware_key else {here, fp.hardware_key(hw)}
+    if last.fingerprint.hardware_key != here and fp.hardware_key(last.fingerprint.hardware) not in made_on:
+        source = "--hardware-key" if hardware_key else "baseline.hardware_key" if configured else None
         return (f"the run in {out_dir} was made on {last.fingerprint.hardware_key}, not on "
-                + (f"{here} (--hardware-key)" if hardware_key else f"this runner ({here})"))
+                + (f"{here} ({source})" if source else f"this runner ({here})"))
     budget = {pr.id: pr.max_new_tokens for pr in last.prompts}
     spent: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for ex in last.executions:
@@ -136,16 +141,17 @@ def last_run(out_dir: Path, pair, hardware_key: str | None = None) -> LastRun | 
     # the traces' spans scaled by the last run's own ratio of its traffic phase to its traces' spans, where it had one
     spans = sum(max((q.scheduled_s for q in r.requests), default=0.0) for r in last.traffic)
     scale = max(1.0, phases.seconds.get("request-rate traffic", 0.0) / spans) if spans else 1.0
-    return LastRun(out_dir, last.run_id, rate, fixed, dict(phases.seconds), scale, hardware_key)
+    return LastRun(out_dir, last.run_id, rate, fixed, dict(phases.seconds), scale,
+                   last.fingerprint.hardware_key if hardware_key or configured else None)
 
 
 def estimate(report, out_dir: Path, pair, rates: Rates | None = None,
-             hardware_key: str | None = None) -> None:
+             hardware_key: str | None = None, configured: str | None = None) -> None:
     """Seconds per budgeted token per (engine, batch size), from the last run in ``out_dir`` on this hardware (or
-    made under ``hardware_key``), or stated rates."""
+    made under ``hardware_key``, else ``configured``: :func:`last_run`), or stated rates."""
     if rates is not None:
         return stated(report, rates)
-    last = last_run(out_dir, pair, hardware_key)
+    last = last_run(out_dir, pair, hardware_key, configured)
     if isinstance(last, str):
         report.estimate_from = last
         return

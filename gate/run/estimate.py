@@ -370,7 +370,7 @@ def describe(loaded: LoadedConfig, suite: Suite, pair, out_dir: Path, cache_dir:
         wrong = tokens_per_s.problems(engines_here)
         if wrong:
             raise SpecguardError([Problem("--tokens-per-s", w) for w in wrong])
-    estimate(report, out_dir, pair, tokens_per_s, hardware_key)
+    estimate(report, out_dir, pair, tokens_per_s, hardware_key, loaded.config.baseline.hardware_key)
     report.warnings += warnings(loaded, prompts, p)
     return report
 

@@ -107,7 +107,7 @@ def make_budget(session: Session, loaded, out_dir: Path, pair, opts: RunOptions)
                        (loaded.config.checks.budget_minutes, "checks.budget_minutes"))
     if minutes is None:
         return None
-    last = last_run(out_dir, pair, opts.hardware_key)
+    last = last_run(out_dir, pair, opts.hardware_key, loaded.config.baseline.hardware_key)
     if isinstance(last, str):
         reserve = TAIL_SHARE * minutes * 60
         said = (f"this run's own rates as it goes ({last}); {TAIL_SHARE:.0%} of the budget kept for the checks and "
