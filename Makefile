@@ -48,7 +48,7 @@ demo-baseline: $(VENV)/.installed
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
 # 4 minutes instead of 19 s).  From a fresh clone, nothing else running (.ci/run, 2026-12-07): 7 min 51 s on 2 Intel
 # cores at 933db62 (13.2 CPU-minutes; 1,675 passed), 17 min 11 s on 2 AMD cores at 0c1cabd (29.9 CPU-minutes);
-# README.md has the table.
+# docs/performance.md ("The test suite's time") has the table.
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
