@@ -8,7 +8,9 @@
    which one core reads the same 140 weights with a plain reduction (``torch.sum``): what memory allows, so that
    the product's shortfall from it is the small product's kernel, not the memory.
 2. The median decode step at batch size 1 (RaggedBatch, prompt of 40 tokens) of the demo target and of random-init
-   Llamas of its vocabulary with fewer layers or a narrower width, with their fp32 weights' size.
+   Llamas of its vocabulary with fewer layers or a narrower width, with their fp32 weights' size, and each one's
+   step over the demo draft's: the pair is built for a target step of at least 8 draft steps (gate/demo/README.md),
+   which is what a shallower demo target would have to keep.
 
 Run it alone: other processes on the same cores distort the timings.
 """
@@ -30,6 +32,7 @@ DEMO = Path(__file__).resolve().parent.parent / "gate" / "demo"
 SHAPES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
           "num_key_value_heads", "head_dim", "max_position_embeddings")
 SMALLER = {"20 layers x 128": {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32},
+           "14 layers x 256": {"num_hidden_layers": 14}, "12 layers x 256": {"num_hidden_layers": 12},
            "10 layers x 256": {"num_hidden_layers": 10}, "6 layers x 256": {"num_hidden_layers": 6}}
 
 
@@ -90,10 +93,16 @@ def main() -> None:
         torch.manual_seed(0)
         config = AutoConfig.for_model("llama", **{**shapes, **change})
         models[name] = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(DEMO / "draft", dtype=torch.float32).eval()
+    draft_ms = [step_ms(draft) for _ in range(3)]
+    print(f"{'demo draft':<30} {sum(p.numel() for p in draft.parameters()) * 4 / 1e6:6.1f} MB of fp32 weights  "
+          f"step at batch size 1: {' '.join(f'{t:.2f}' for t in draft_ms)} ms")
     for name, model in models.items():
         mb = sum(p.numel() for p in model.parameters()) * 4 / 1e6
-        runs = " ".join(f"{step_ms(model):.1f}" for _ in range(3))
-        print(f"{name:<30} {mb:6.1f} MB of fp32 weights  step at batch size 1: {runs} ms")
+        runs = [step_ms(model) for _ in range(3)]
+        print(f"{name:<30} {mb:6.1f} MB of fp32 weights  step at batch size 1: "
+              f"{' '.join(f'{t:.1f}' for t in runs)} ms  ({statistics.median(runs) / statistics.median(draft_ms):.1f}x "
+              "the draft's)")
 
 
 if __name__ == "__main__":
