@@ -77,7 +77,8 @@ HELP = {
     "--seed": "the sampling seed (default 0)",
     "--max-bytes": "refuse a sample larger than this (default 268435456: 256 MiB)",
     "exit codes": "Exit codes: 0 pass (or neutral: no baseline yet), 1 a check failed or a regression was found, "
-                  "2 bad input, 3 the baseline is unusable, 130 interrupted.",
+                  "2 bad input, 3 the baseline is unusable (or missing under baseline.on_missing: stop), "
+                  "130 interrupted.",
     "selftest epilog": "-v also prints each run's phases, prefixed with the mutant's (or correct-SEED's) name. "
                        "--speed instead plants slowdowns of 0/5/10/20% in the correct engine and prints how often "
                        "the speed rule flags and fails them, paired and stored; --null plants nothing and counts "

@@ -4,7 +4,8 @@
 0    pass, or neutral (no baseline to compare with yet): verdicts were written
 1    a check failed or a regression was found (or the run is incomplete)
 2    bad input: config, suite, model, results, arguments
-3    the baseline is unusable: corrupt, or another schema version (another suite or k is compared, not refused)
+3    the baseline is unusable: corrupt, or another schema version (another suite or k is compared, not refused);
+       or missing under baseline.on_missing: stop, before the run
 130  interrupted: finished work is kept; rerun with ``--resume``
 ==== ===============================================================================
 """
@@ -96,9 +97,12 @@ def plan_into(path: str, args, session: Session) -> None:
 
 def cmd_gate(args, session: Session) -> int:
     from gate.ci.github import step_outputs
+    from gate.verdict.planned import stop_without_baseline
 
     if getattr(args, "plan_to", None):
         plan_into(args.plan_to, args, session)
+    if not args.refresh:  # baseline.on_missing: stop ends a gate without its baseline here, before anything runs
+        stop_without_baseline(args.config, args.baselines_dir, args.hardware_key)
     code, baseline = pipeline.gate(session, args.config, pipeline.GateOptions(
         run=pipeline.RunOptions.of(args), threads=args.threads, out=args.out, against=args.against,
         baselines_dir=args.baselines_dir, refresh=args.refresh, force=args.force, reason=args.reason))

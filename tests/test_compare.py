@@ -317,10 +317,11 @@ def test_no_baseline_for_this_hardware_names_the_others_and_can_fail(base_run):
                 others=["cuda-nvidia-a100", "cuda-nvidia-h100"])
     why = next(c.why for c in v.checks if c.check == "baseline")
     assert v.outcome == "neutral" and "cuda-nvidia-a100, cuda-nvidia-h100" in why and "hardware-key" in why
-    v = syn.judge(base_run, syn.checks_for(base_run), syn.config(on_missing="fail"), baseline=None,
-                baseline_path="b/x.json")
-    assert v.outcome == "fail" and v.exit_code == 1
-    assert any(c.check == "baseline" and c.status == "fail" and "on_missing" in c.why for c in v.checks)
+    for rule in ("fail", "stop"):  # stop: the gate stops before its run; a run compared without one fails
+        v = syn.judge(base_run, syn.checks_for(base_run), syn.config(on_missing=rule), baseline=None,
+                    baseline_path="b/x.json")
+        assert v.outcome == "fail" and v.exit_code == 1
+        assert any(c.check == "baseline" and c.status == "fail" and f"on_missing: {rule}" in c.why for c in v.checks)
 
 
 def test_the_step_summary_is_bounded_as_a_whole_page_in_bytes():

@@ -263,3 +263,41 @@ def test_plan_names_the_baseline_the_gate_will_be_judged_against_and_warns_when_
     # a refresh writes it: nothing to warn of
     line, warning = planned(baselines, "demo", "gpu-runner-b", "fail", refresh=True)
     assert line.startswith("the refresh writes ") and "gpu-runner-b.json" in line and warning is None
+
+
+def test_on_missing_stop_ends_the_gate_before_anything_runs_naming_the_keys_that_have_one(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """`baseline.on_missing: stop`: a gate whose runner has no baseline could only fail, so it stops before a server
+    starts or a model loads (a fast test: tests/conftest.py fails it if weights load), exit 3 with nothing written,
+    naming the field and the keys that have one; `plan` warns of it. With the baseline there, or under `fail` or
+    `neutral`, or for a refresh, the gate goes on to its run."""
+    import shutil
+
+    import gate.pipeline as pipeline
+
+    monkeypatch.chdir(tmp_path)
+    baselines = tmp_path / "b"
+    shutil.copytree(DEMO_CONFIG.parents[2] / "baselines" / "demo", baselines / "demo")
+    theirs = "cpu-amd-epyc-2c-2t"
+    cfg = tmp_path / "demo.yaml"
+    ran: list[bool] = []
+    monkeypatch.setattr(pipeline, "gate", lambda session, config, opts: (ran.append(opts.refresh), (0, None))[1])
+
+    def gate(on_missing: str, key: str, *more: str) -> int:
+        cfg.write_text(DEMO_CONFIG.read_text().replace("baseline:\n", f"baseline:\n  on_missing: {on_missing}\n"))
+        return main(["gate", str(cfg), "--baselines-dir", str(baselines), "--hardware-key", key, "--out", "o", *more])
+
+    assert gate("stop", "gpu-runner-b") == 3 and ran == []
+    err = capsys.readouterr().err
+    assert "baseline.on_missing: no baseline 'demo' for hardware gpu-runner-b" in err, err
+    assert "the gate stopped before its run" in err and theirs in err and "refresh workflow" in err
+    assert not (tmp_path / "o").exists(), "nothing was run, so nothing is written"
+    assert main(["plan", str(cfg), "--json", "--baselines-dir", str(baselines), "--hardware-key", "gpu-runner-b"]) == 0
+    [warned] = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "on_missing" in w]
+    assert "will stop before its run (exit 3)" in warned, warned
+    # the runs that go on: its baseline is there; the other rules; a refresh (it makes the missing baseline)
+    assert gate("stop", theirs) == 0 and gate("fail", "gpu-runner-b") == 0 and gate("neutral", "gpu-runner-b") == 0
+    assert gate("stop", "gpu-runner-b", "--refresh") == 0 and ran == [False, False, False, True]
+    # an unusable baseline would stop the gate after the whole run (exit 3): under stop, before it
+    (baselines / "demo" / f"{theirs}.json").write_text("{not json")
+    assert gate("stop", theirs) == 3 and len(ran) == 4 and "corrupt baseline" in capsys.readouterr().err

@@ -159,8 +159,8 @@ def comment_for(run_dir: str | None, name: str, refused: bool = False, setup_fai
         got = check(run_dir)
         if page.is_file() and got.outcome != "error":
             return page.read_text(encoding="utf-8"), got.outcome
-        return notice(name, "fail", "The gate wrote no verdict", "The run stopped before its verdicts were "
-                      "written (bad input, an unusable baseline, or an interruption): see the job log."), "fail"
+        return notice(name, "fail", "The gate wrote no verdict", "The run stopped before its verdicts were written "
+                      "(bad input, a missing or unusable baseline, or an interruption): see the job log."), "fail"
     if refused:
         return notice(name, "fail", "Refused: a fork's pull request", FORK_REFUSAL), "fail"
     if setup_failed is not None:

@@ -319,7 +319,8 @@ class BaselineConfig(Strict):
     exact_match_drop: Fraction | Literal["auto"] = "auto"
     # Which baseline this runner compares with (Bencher's "testbed"): default, read off the hardware.
     hardware_key: str | None = None
-    on_missing: Literal["neutral", "fail"] = "neutral"  # no baseline for this hardware key yet
+    # No baseline for this hardware key yet: neutral, fail (after the run), or stop (before it: exit 3, nothing run)
+    on_missing: Literal["neutral", "fail", "stop"] = "neutral"
     # The speed rule's family (docs/baselines.md): a cell or load level warns only when its drop is beyond this and
     # significant after Holm's correction over every cell and load level of the run.
     min_effect: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.05, exclude_if=lambda v: v == 0.05)

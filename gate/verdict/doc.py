@@ -160,7 +160,7 @@ class Rules(_Doc):
     acceptance_drop: float  # baseline.acceptance_drop: the largest relative drop of acceptance that passes
     speedup_drop: float  # baseline.speedup_drop: a drop fails only when its whole CI lies below 1 - this
     exact_match_drop: float | Literal["auto"]  # baseline.exact_match_drop ("auto": the noise floor's, per row)
-    on_missing: Literal["neutral", "fail"]  # baseline.on_missing: no baseline for this hardware key
+    on_missing: Literal["neutral", "fail", "stop"]  # baseline.on_missing: no baseline for this hardware key
     crossover_move: float  # a crossover rate below this share of the baseline's warns
     drift_min: float  # a runner drift is named only when the cells' median moved at least this much
     drift_share: float  # ... and this share of the cells moved the median's way

@@ -187,8 +187,8 @@ def run_baseline_name(results: Results, config: Config) -> str:
 
 
 def _missing_baseline(rules: BaselineConfig, hw: str, stored: Stored, paired: bool) -> VerdictLine:
-    """No baseline for this hardware key: neutral (or, under ``baseline.on_missing: fail``, a failure) that says
-    which keys do have one and how to make this one."""
+    """No baseline for this hardware key: neutral (or, under ``baseline.on_missing: fail`` or ``stop``, a failure)
+    that says which keys do have one and how to make this one."""
     why = f"no baseline '{stored.name}' for hardware {hw}" + (f" ({stored.path})" if stored.path else "")
     if stored.others:
         why += (f"; baselines exist for {', '.join(stored.others)}, but none is used by chance: set the "
@@ -199,8 +199,8 @@ def _missing_baseline(rules: BaselineConfig, hw: str, stored: Stored, paired: bo
             "commit the file it writes")
     if paired:
         why += "; speedup was judged against the base, timed in this job"
-    if rules.on_missing == "fail":
-        return VerdictLine(check="baseline", status="fail", why=why + " (baseline.on_missing: fail)")
+    if rules.on_missing in ("fail", "stop"):  # stop: the gate stops before its run; a compare of a run fails
+        return VerdictLine(check="baseline", status="fail", why=why + f" (baseline.on_missing: {rules.on_missing})")
     return VerdictLine(check="baseline", status="neutral", why=why)
 
 

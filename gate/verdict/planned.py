@@ -15,9 +15,7 @@ def plan(config: str, out: str | None = None, against: str | None = None, *, bas
     and the baseline the gate will be judged against under the same key rule as the gate's (``--hardware-key``,
     else ``baseline.hardware_key``, else this machine's), with a warning where the verdict is already decided
     before the run is paid for (:func:`planned`)."""
-    from gate.inputs import fingerprint as fp
     from gate.inputs.config import DEMO_CONFIG, load_config
-    from gate.inputs.models import resolve_device
     from gate.run.estimate import plan_config
 
     report = plan_config(config, out, against, **options)
@@ -25,13 +23,47 @@ def plan(config: str, out: str | None = None, against: str | None = None, *, bas
     if baselines_dir is None and loaded.source.resolve() == DEMO_CONFIG:
         baselines_dir = "baselines"  # as `specguard demo` runs it: this repository's committed baselines
     rules = loaded.config.baseline
-    key = fp.baseline_key(options.get("hardware_key"), rules.hardware_key,
-                          fp.hardware(resolve_device(loaded.config.models.device)))
-    report.baseline, warning = planned(baselines_root(baselines_dir, loaded=loaded), loaded.baseline_name, key,
-                                       rules.on_missing, refresh, rules.history)
+    report.baseline, warning = planned(baselines_root(baselines_dir, loaded=loaded), loaded.baseline_name,
+                                       key_for(loaded, options.get("hardware_key")), rules.on_missing, refresh,
+                                       rules.history)
     if warning:
         report.warnings.append(warning)
     return report
+
+
+def key_for(loaded, given: str | None) -> str:
+    """The hardware key a gate of ``loaded`` stores and looks up its baseline under: ``--hardware-key`` (``given``),
+    else ``baseline.hardware_key``, else this machine's (:func:`gate.inputs.fingerprint.baseline_key`)."""
+    from gate.inputs import fingerprint as fp
+    from gate.inputs.models import resolve_device
+
+    return fp.baseline_key(given, loaded.config.baseline.hardware_key,
+                           fp.hardware(resolve_device(loaded.config.models.device)))
+
+
+def stop_without_baseline(config: str, baselines_dir: str | None = None, hardware_key: str | None = None) -> None:
+    """``baseline.on_missing: stop``: a gate with no baseline for its hardware key (or an unusable one) ends here,
+    before any server starts or model loads, with exit 3 (:class:`BaselineError`) naming the keys that have one:
+    the run could only fail, so none of it is paid for.  Under ``neutral`` and ``fail`` the run goes on."""
+    from gate.errors import Problem
+    from gate.inputs.config import load_config
+    from gate.run.setup import refuse_unkeyed_remote
+
+    loaded = load_config(config)
+    rules = loaded.config.baseline
+    if rules.on_missing != "stop":
+        return
+    refuse_unkeyed_remote(loaded, hardware_key)  # a remote server's key first: this machine's would be the wrong one
+    key = key_for(loaded, hardware_key)
+    stored = lookup(baselines_root(baselines_dir, loaded=loaded), loaded.baseline_name, key, keep=rules.history)
+    if stored.baseline is not None:
+        return
+    exist = f"; baselines exist for {', '.join(stored.others)}" if stored.others else ""
+    raise BaselineError(Problem(
+        str(loaded.source), f"no baseline '{loaded.baseline_name}' for hardware {key} (it would be {stored.path})"
+        f"{exist}: the gate stopped before its run, which could only fail", field="baseline.on_missing",
+        hint="run the refresh workflow on this runner first; if this runner is the same machine as a key that has "
+             "one, set the hardware-key input (or baseline.hardware_key) to it"))
 
 
 def planned(root: Path, name: str, hardware_key: str, on_missing: str, refresh: bool = False,
@@ -52,11 +84,15 @@ def planned(root: Path, name: str, hardware_key: str, on_missing: str, refresh: 
         return f"{shown} (hardware {hardware_key})", None
     exist = f"; baselines exist for {', '.join(stored.others)}" if stored.others else ""
     line = f"none for hardware {hardware_key} (it would be {shown}){exist}"
+    fix = ("run the refresh workflow on this runner first (or, if this runner is the same machine as one of the "
+           "keys that have one, set the hardware-key input)")
     if on_missing == "fail":
         return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is fail: the gate "
-                      "will fail whatever it measures; run the refresh workflow on this runner first (or, if this "
-                      "runner is the same machine as one of the keys that have one, set the hardware-key input)")
+                      f"will fail whatever it measures; {fix}")
+    if on_missing == "stop":
+        return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is stop: the gate "
+                      f"will stop before its run (exit 3), measuring nothing; {fix}")
     return line + ": nothing is compared with a baseline, and a run whose checks pass is neutral", None
 
 
-__all__ = ["plan", "planned"]
+__all__ = ["key_for", "plan", "planned", "stop_without_baseline"]
