@@ -99,6 +99,7 @@ def cmd_gate(args, session: Session) -> int:
     from gate.ci.github import step_outputs
     from gate.verdict.planned import stop_without_baseline
 
+    set_threads(args.threads)  # first: a CPU's hardware key counts torch threads, for the plan and the stop too
     if getattr(args, "plan_to", None):
         plan_into(args.plan_to, args, session)
     if not args.refresh:  # baseline.on_missing: stop ends a gate without its baseline here, before anything runs

@@ -273,6 +273,8 @@ def test_on_missing_stop_ends_the_gate_before_anything_runs_naming_the_keys_that
     `neutral`, or for a refresh, the gate goes on to its run."""
     import shutil
 
+    import torch
+
     import gate.pipeline as pipeline
 
     monkeypatch.chdir(tmp_path)
@@ -283,9 +285,10 @@ def test_on_missing_stop_ends_the_gate_before_anything_runs_naming_the_keys_that
     ran: list[bool] = []
     monkeypatch.setattr(pipeline, "gate", lambda session, config, opts: (ran.append(opts.refresh), (0, None))[1])
 
-    def gate(on_missing: str, key: str, *more: str) -> int:
+    def gate(on_missing: str, key: str | None, *more: str) -> int:
         cfg.write_text(DEMO_CONFIG.read_text().replace("baseline:\n", f"baseline:\n  on_missing: {on_missing}\n"))
-        return main(["gate", str(cfg), "--baselines-dir", str(baselines), "--hardware-key", key, "--out", "o", *more])
+        keyed = ["--hardware-key", key] if key else []
+        return main(["gate", str(cfg), "--baselines-dir", str(baselines), *keyed, "--out", "o", *more])
 
     assert gate("stop", "gpu-runner-b") == 3 and ran == []
     err = capsys.readouterr().err
@@ -301,3 +304,13 @@ def test_on_missing_stop_ends_the_gate_before_anything_runs_naming_the_keys_that
     # an unusable baseline would stop the gate after the whole run (exit 3): under stop, before it
     (baselines / "demo" / f"{theirs}.json").write_text("{not json")
     assert gate("stop", theirs) == 3 and len(ran) == 4 and "corrupt baseline" in capsys.readouterr().err
+    # this machine's key counts torch threads: the stop looks up the key of the run's --threads, not of the default
+    shutil.rmtree(baselines / "demo")  # no key has one now, this machine's included
+    threads = torch.get_num_threads()
+    try:
+        for n in (2, 1):
+            assert gate("stop", None, "--threads", str(n)) == 3
+            err = capsys.readouterr().err
+            assert f"c-{n}t (it would be" in err, err
+    finally:
+        torch.set_num_threads(threads)
