@@ -99,11 +99,14 @@ def cmd_gate(args, session: Session) -> int:
     from gate.ci.github import step_outputs
     from gate.verdict.planned import stop_without_baseline
 
-    set_threads(args.threads)  # first: a CPU's hardware key counts torch threads, for the plan and the stop too
-    if getattr(args, "plan_to", None):
-        plan_into(args.plan_to, args, session)
-    if not args.refresh:  # baseline.on_missing: stop ends a gate without its baseline here, before anything runs
-        stop_without_baseline(args.config, args.baselines_dir, args.hardware_key)
+    # Before the run, in the setup phase (its imports count there): the threads first, as a CPU's hardware key counts
+    # them; the plan, into the job summary; then baseline.on_missing: stop ends a gate without its baseline.
+    with session.phases("setup (imports, config, suite)"):
+        set_threads(args.threads)
+        if getattr(args, "plan_to", None):
+            plan_into(args.plan_to, args, session)
+        if not args.refresh:
+            stop_without_baseline(args.config, args.baselines_dir, args.hardware_key)
     code, baseline = pipeline.gate(session, args.config, pipeline.GateOptions(
         run=pipeline.RunOptions.of(args), threads=args.threads, out=args.out, against=args.against,
         baselines_dir=args.baselines_dir, refresh=args.refresh, force=args.force, reason=args.reason))
