@@ -60,6 +60,10 @@ def read_gbs(weights: list[torch.Tensor], rounds: int = 30) -> float:
     return sum(w.numel() * 4 for w in weights) * rounds / (time.perf_counter() - t0) / 1e9
 
 
+def weights_mb(model) -> float:
+    return sum(p.numel() for p in model.parameters()) * 4 / 1e6
+
+
 def step_ms(model, steps: int = 40) -> float:
     dev = torch.device("cpu")
     with torch.inference_mode():
@@ -95,12 +99,11 @@ def main() -> None:
         models[name] = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     draft = AutoModelForCausalLM.from_pretrained(DEMO / "draft", dtype=torch.float32).eval()
     draft_ms = [step_ms(draft) for _ in range(3)]
-    print(f"{'demo draft':<30} {sum(p.numel() for p in draft.parameters()) * 4 / 1e6:6.1f} MB of fp32 weights  "
+    print(f"{'demo draft':<30} {weights_mb(draft):6.1f} MB of fp32 weights  "
           f"step at batch size 1: {' '.join(f'{t:.2f}' for t in draft_ms)} ms")
     for name, model in models.items():
-        mb = sum(p.numel() for p in model.parameters()) * 4 / 1e6
         runs = [step_ms(model) for _ in range(3)]
-        print(f"{name:<30} {mb:6.1f} MB of fp32 weights  step at batch size 1: "
+        print(f"{name:<30} {weights_mb(model):6.1f} MB of fp32 weights  step at batch size 1: "
               f"{' '.join(f'{t:.1f}' for t in runs)} ms  ({statistics.median(runs) / statistics.median(draft_ms):.1f}x "
               "the draft's)")
 

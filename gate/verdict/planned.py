@@ -6,7 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from gate.errors import BaselineError
-from gate.verdict.store import BaselineStore, baselines_root, lookup, shown_path
+from gate.verdict.store import BaselineStore, Stored, baselines_root, lookup, shown_path
+
+# What to do where a runner has no baseline, said by the plan's warnings and by the stop alike
+FIX = ("run the refresh workflow on this runner first (or, if this runner is the same machine as one of the keys "
+       "that have one, set the hardware-key input or baseline.hardware_key to it)")
+
+
+def _others(stored: Stored) -> str:
+    return f"; baselines exist for {', '.join(stored.others)}" if stored.others else ""
 
 
 def plan(config: str, out: str | None = None, against: str | None = None, *, baselines_dir: str | None = None,
@@ -58,12 +66,10 @@ def stop_without_baseline(config: str, baselines_dir: str | None = None, hardwar
     stored = lookup(baselines_root(baselines_dir, loaded=loaded), loaded.baseline_name, key, keep=rules.history)
     if stored.baseline is not None:
         return
-    exist = f"; baselines exist for {', '.join(stored.others)}" if stored.others else ""
     raise BaselineError(Problem(
         str(loaded.source), f"no baseline '{loaded.baseline_name}' for hardware {key} (it would be {stored.path})"
-        f"{exist}: the gate stopped before its run, which could only fail", field="baseline.on_missing",
-        hint="run the refresh workflow on this runner first; if this runner is the same machine as a key that has "
-             "one, set the hardware-key input (or baseline.hardware_key) to it"))
+        f"{_others(stored)}: the gate stopped before its run, which could only fail", field="baseline.on_missing",
+        hint=FIX))
 
 
 def planned(root: Path, name: str, hardware_key: str, on_missing: str, refresh: bool = False,
@@ -82,16 +88,11 @@ def planned(root: Path, name: str, hardware_key: str, on_missing: str, refresh: 
                 f"the gate would stop with exit 3 after the whole run: {exc}")
     if stored.baseline is not None:
         return f"{shown} (hardware {hardware_key})", None
-    exist = f"; baselines exist for {', '.join(stored.others)}" if stored.others else ""
-    line = f"none for hardware {hardware_key} (it would be {shown}){exist}"
-    fix = ("run the refresh workflow on this runner first (or, if this runner is the same machine as one of the "
-           "keys that have one, set the hardware-key input)")
-    if on_missing == "fail":
-        return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is fail: the gate "
-                      f"will fail whatever it measures; {fix}")
-    if on_missing == "stop":
-        return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is stop: the gate "
-                      f"will stop before its run (exit 3), measuring nothing; {fix}")
+    line = f"none for hardware {hardware_key} (it would be {shown}){_others(stored)}"
+    decided = {"fail": "will fail whatever it measures", "stop": "will stop before its run (exit 3), measuring nothing"}
+    if on_missing in decided:
+        return line, (f"no baseline '{name}' for hardware {hardware_key}, and baseline.on_missing is {on_missing}: "
+                      f"the gate {decided[on_missing]}; {FIX}")
     return line + ": nothing is compared with a baseline, and a run whose checks pass is neutral", None
 
 
