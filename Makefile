@@ -47,13 +47,13 @@ demo-baseline: $(VENV)/.installed
 # One pytest worker per core (up to 4), each with one torch thread (tests/conftest.py): the suite is CPU-bound,
 # and two workers with two threads each on two cores spin against each other (a paired-mode gate test ran for over
 # 4 minutes instead of 19 s).  From a fresh clone, nothing else running (.ci/run, 2026-12-07): 7 min 51 s on 2 Intel
-# cores at 933db62 (13.2 CPU-minutes; 1,675 passed), 17 min 11 s on 2 AMD cores at 0c1cabd (29.9 CPU-minutes);
+# cores at 933db62 (13.2 CPU-minutes; 1,675 passed), 8 min 26 s on 2 AMD cores at 7a4a228 (14.2 CPU-minutes);
 # docs/performance.md ("The test suite's time") has the table.
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act): 1,458 tests, 50 s on 2 Intel cores, 108 s on 2 AMD cores (2026-12-07). tests/conftest.py fails a fast test
+# act): 1,458 tests, 50 s on 2 Intel cores, 62 s on 2 AMD cores (2026-12-07). tests/conftest.py fails a fast test
 # that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
