@@ -66,6 +66,9 @@ HELP = {
                            "the estimate from the last run in the output directory made under it, though this "
                            "machine's differs (a GPU runner's results.json and phases.json, from its artifact); "
                            "default: baseline.hardware_key, else this machine's",
+    "plan --threads": "the torch CPU threads the gate will run with (its --threads): this machine's hardware key "
+                      "counts them, so the baseline and the last run are looked up as that gate looks them up "
+                      "(default: torch's choice)",
     "suite": "build a prompt suite",
     "import": "a suite from a JSONL sample of real requests ('prompt' or chat 'messages', at the top level or under "
               "'body'): deduplicated, stratified by slice and length, capped, validated like any suite",
@@ -352,6 +355,7 @@ def parser(commands) -> argparse.ArgumentParser:
                      ("--gpu-memory", {"type": gib, "metavar": "GIB", "help": HELP["plan --gpu-memory"]}),
                      ("--hardware-key", {"type": hardware_key, "metavar": "KEY",
                                          "help": HELP["plan --hardware-key"]}),
+                     ("--threads", {"type": threads, "help": HELP["plan --threads"]}),
                      ("--baselines-dir", {"help": HELP["--baselines-dir"]})):
         arg(pl, name, **kw)
     return p

@@ -167,6 +167,7 @@ def cmd_github_refresh_pr(args, session: Session) -> int:
 def cmd_plan(args, session: Session) -> int:
     from gate.verdict.planned import plan
 
+    set_threads(args.threads)  # a CPU's hardware key counts torch threads: the key of the gate run at --threads N
     report = plan(args.config, args.out, args.against, tokens_per_s=args.tokens_per_s, hardware_key=args.hardware_key,
                   timeout_minutes=args.timeout_minutes, gpu_memory_gib=args.gpu_memory,
                   budget_minutes=args.budget_minutes, baselines_dir=args.baselines_dir)

@@ -312,5 +312,11 @@ def test_on_missing_stop_ends_the_gate_before_anything_runs_naming_the_keys_that
             assert gate("stop", None, "--threads", str(n)) == 3
             err = capsys.readouterr().err
             assert f"c-{n}t (it would be" in err, err
+            # and `specguard plan --threads N`, run on its own, looks it up under the same key that gate would
+            other = 1 if n == 2 else 2
+            torch.set_num_threads(other)  # what plan's own default would key by
+            assert main(["plan", str(cfg), "--json", "--baselines-dir", str(baselines), "--threads", str(n)]) == 0
+            doc = json.loads(capsys.readouterr().out)
+            assert f"c-{n}t (it would be" in doc["baseline"] and f"c-{other}t" not in doc["baseline"], doc["baseline"]
     finally:
         torch.set_num_threads(threads)
