@@ -94,6 +94,37 @@ def test_a_malformed_request_is_exit_2_naming_the_file_and_line_and_nothing_is_w
     assert not suite.exists()
 
 
+def test_a_line_nested_to_the_recursion_limit_runs_no_finalizer_without_stack(tmp_path, capsys, monkeypatch):
+    """Garbage waiting for the collector when a hostile line is decoded: its finalizer must not run at the depth
+    where the decoder gives up (there it fails as an 'Exception ignored', which once failed this module's
+    malformed-line case under xdist when the collection happened to fall inside the decode)."""
+    import gc
+    import sys
+
+    unraised: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraised.append(repr(u.exc_value)))
+
+    class Finalized:
+        def __del__(self):
+            def down(n):
+                return down(n - 1) if n else 0
+            down(sys.getrecursionlimit() // 3)
+
+    path = sample(tmp_path, ["[" * 100_000 + "]" * 100_000])
+    for _ in range(5):
+        gc.collect()
+        gc.disable()  # cycles that only the collector frees, left for its next pass
+        for _ in range(5):
+            held = Finalized()
+            held.me = held
+        del held
+        gc.enable()
+        code, _, err, _ = run(tmp_path, capsys, path)
+        assert code == 2 and "nested too deeply" in err, err
+        gc.collect()  # the finalizers run here, with the stack they need
+    assert unraised == [], unraised[:2]
+
+
 def test_bytes_that_are_not_utf8_and_an_empty_file_are_clear_errors(tmp_path, capsys):
     path = tmp_path / "requests.jsonl"
     path.write_bytes(b'{"prompt": "caf\xe9"}\n')
