@@ -21,7 +21,6 @@ succeeds.
 
 from __future__ import annotations
 
-import gc
 import json
 import random
 import re
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from gate.errors import Problem, SuiteError
 from gate.inputs.suite import CHAT_ROLES, MAX_MESSAGES, parse_suite
-from gate.io.files import atomic_write_text
+from gate.io.files import atomic_write_text, loads_json
 
 MAX_LINE_BYTES = 4 << 20  # one request; a longer line is refused rather than held in memory
 MAX_REPORTED = 20
@@ -132,20 +131,6 @@ def _stratified(rows: list[dict], k: int, rnd: random.Random) -> list[dict]:
     return sorted(picked, key=_length)
 
 
-def _loads(text: str):
-    """``json.loads`` with the garbage collector paused.  A hostile line nested 100,000 deep drives the C decoder
-    to the interpreter's recursion limit before it raises RecursionError; a collection there would run other
-    objects' finalizers with no stack left, each failing as 'Exception ignored in ...' (seen under pytest, whose
-    hook then failed the test).  Nothing is collected during one line's decode; the collector resumes after it."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        return json.loads(text)
-    finally:
-        if was_on:
-            gc.enable()
-
-
 def import_suite(source: str | Path, out: str | Path, slice_field: str = "slice", per_slice: int = 16,
                  max_rows: int = 1000, seed: int = 0, max_bytes: int = 256 << 20) -> ImportReport:
     """Read the requests in ``source``, write the suite to ``out`` (atomically, only on success)."""
@@ -176,7 +161,7 @@ def import_suite(source: str | Path, out: str | Path, slice_field: str = "slice"
                                                hint="leave very long requests out of the sample")
             else:
                 try:
-                    got = _row(_loads(raw.decode("utf-8")), n, name, slice_field)
+                    got = _row(loads_json(raw.decode("utf-8")), n, name, slice_field)
                 except UnicodeDecodeError as exc:
                     got = Problem(name, f"not UTF-8 text ({exc.reason} at byte {exc.start})", line=n, hint=HINT)
                 except (json.JSONDecodeError, RecursionError) as exc:
