@@ -53,7 +53,7 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 # The edit-test loop: every test not marked slow (no model weights, no subprocess gate, no plug-in worker, no
-# act): 1,458 tests, 50 s on 2 Intel cores, 62 s on 2 AMD cores (2026-12-07). tests/conftest.py fails a fast test
+# act): 1,459 tests, 50 s on 2 Intel cores, 62 s on 2 AMD cores (2026-12-07). tests/conftest.py fails a fast test
 # that does any of those.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist worksteal
