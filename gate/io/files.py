@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import tempfile
 from collections.abc import Iterable  # noqa: F401
@@ -71,9 +73,6 @@ def loads_json(text: str, **kwargs):
     decoder to the interpreter's recursion limit before it raises RecursionError; a collection there would run other
     objects' finalizers with no stack left, each failing as 'Exception ignored in ...' (under pytest its hook then
     failed the test that fed such a line).  Nothing is collected during one decode; the collector resumes after."""
-    import gc
-    import json
-
     was_on = gc.isenabled()
     gc.disable()
     try:
@@ -88,8 +87,6 @@ def parse_json(text: str, error: type[SpecguardError], source: str, kind: str, h
     """One JSON document; invalid or over-deep JSON (a RecursionError in the parser) is ``error`` (``not_json``
     says what was wrong), and so is a NaN or an infinity unless ``allow_nan`` (the gate's own checks.json
     records an estimate it could not make as NaN)."""
-    import json
-
     seen = []
 
     def constant(name: str) -> float:  # NaN, Infinity, -Infinity: not JSON, and never a measurement
